@@ -1,0 +1,1 @@
+# cython: language_level=3

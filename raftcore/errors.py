@@ -1,0 +1,39 @@
+"""The exceptions raftcore raises. Every message names the offset, position, file or peer
+involved."""
+
+
+class RaftcoreError(Exception):
+    """Base class of raftcore's errors."""
+
+
+class CorruptRecordError(RaftcoreError, ValueError):
+    """Bytes that are not a valid Kafka record batch v2: truncated, a bad length, a bad CRC.
+
+    ``position`` is the byte position in the buffer (or file) where the problem was found, when
+    known.
+    """
+
+    def __init__(self, message: str, position: int | None = None) -> None:
+        super().__init__(message)
+        self.position = position
+
+
+class UnsupportedCompressionError(RaftcoreError, ValueError):
+    """A batch uses a compression codec raftcore cannot decode (snappy, lz4)."""
+
+
+class LogError(RaftcoreError):
+    """Base class of the segmented log's errors."""
+
+
+class OffsetOutOfRangeError(LogError, IndexError):
+    """An offset below the log start offset or above the log end offset."""
+
+
+class InvalidAppendError(LogError, ValueError):
+    """An append that would break the log's order: a gap or overlap of offsets, a decreasing
+    leader epoch."""
+
+
+class CorruptLogError(LogError):
+    """The log directory holds something recovery cannot repair (e.g. a gap between segments)."""
