@@ -36,4 +36,16 @@ class InvalidAppendError(LogError, ValueError):
 
 
 class CorruptLogError(LogError):
-    """The log directory holds something recovery cannot repair (e.g. a gap between segments)."""
+    """The log directory holds something recovery cannot repair."""
+
+
+class CorruptCheckpointError(CorruptLogError):
+    """A checkpoint file (leader epochs, log start offset, recovery point) is unreadable."""
+
+
+class RecordTooLargeError(InvalidAppendError):
+    """A batch larger than the log's ``max_message_bytes``."""
+
+
+class LogClosedError(LogError):
+    """An operation on a log that was closed."""
