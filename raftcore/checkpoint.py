@@ -66,9 +66,7 @@ def read_checkpoint(path: str | os.PathLike[str], version: int) -> list[str] | N
     if not lines:
         raise CorruptCheckpointError(f"{path}: empty checkpoint file")
     if lines[0].strip() != str(version):
-        raise CorruptCheckpointError(
-            f"{path}: checkpoint version {lines[0]!r}, expected {version}"
-        )
+        raise CorruptCheckpointError(f"{path}: checkpoint version {lines[0]!r}, expected {version}")
     return lines[1:]
 
 

@@ -1,0 +1,234 @@
+"""Read-only inspection of a log directory: dump its batches, verify every byte of it.
+
+These never open the log for writing and never run recovery: a tool pointed at a damaged log
+reports the damage and leaves the files as they are.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from raftcore._native.records import iter_batches, scan_batches
+from raftcore._native.segment import MappedFile, check_index
+from raftcore.errors import CorruptRecordError, UnsupportedCompressionError
+from raftcore.log import INDEX_SUFFIX, LOG_SUFFIX, first_discontinuity
+from raftcore.records import ControlRecordType, RecordBatch
+
+__all__ = ["VerifyReport", "dump_log", "segment_files", "verify_log"]
+
+
+def segment_files(directory: str | os.PathLike[str]) -> list[tuple[int, Path]]:
+    """The segment files of a log directory, (base offset, path), in offset order."""
+    d = Path(directory)
+    if not d.is_dir():
+        raise FileNotFoundError(f"{d} is not a directory")
+    found = []
+    for p in d.glob("*" + LOG_SUFFIX):
+        stem = p.name[: -len(LOG_SUFFIX)]
+        if len(stem) == 20 and stem.isdigit():
+            found.append((int(stem), p))
+    return sorted(found)
+
+
+def _map_file(path: Path) -> MappedFile:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return MappedFile(fd, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
+
+
+def _control_name(batch: RecordBatch) -> str:
+    try:
+        ctype = batch.control_type
+    except (CorruptRecordError, UnsupportedCompressionError) as exc:
+        return f"unreadable ({exc})"
+    try:
+        return ControlRecordType(ctype).name
+    except ValueError:
+        return f"UNKNOWN({ctype})"
+
+
+def _show(data: bytes | None, limit: int = 64) -> str:
+    if data is None:
+        return "null"
+    text = repr(data[:limit])
+    return text + (f"...(+{len(data) - limit} bytes)" if len(data) > limit else "")
+
+
+def _iter_file_batches(path: Path) -> Iterator[RecordBatch]:
+    m = _map_file(path)
+    yield from iter_batches(m)
+
+
+def dump_log(
+    directory: str | os.PathLike[str],
+    out: TextIO = sys.stdout,
+    *,
+    records: bool = False,
+    segment: int | None = None,
+) -> int:
+    """Print one line per batch (and, with ``records``, one per record). Returns the number of
+    batches printed. A corrupt batch ends that segment's listing with an error line."""
+    count = 0
+    for base, path in segment_files(directory):
+        if segment is not None and base != segment:
+            continue
+        print(f"Segment {path.name} (base offset {base}, {path.stat().st_size} bytes)", file=out)
+        try:
+            for batch in _iter_file_batches(path):
+                count += 1
+                valid = batch.is_valid()
+                ctrl = _control_name(batch) if batch.is_control and valid else "-"
+                print(
+                    f"baseOffset: {batch.base_offset} lastOffset: {batch.last_offset} "
+                    f"count: {batch.record_count} epoch: {batch.partition_leader_epoch} "
+                    f"position: {batch.position} size: {batch.size_in_bytes} "
+                    f"crc: {batch.crc:#010x} isValid: {str(valid).lower()} "
+                    f"compression: {batch.compression} isControl: "
+                    f"{str(batch.is_control).lower()} controlType: {ctrl} "
+                    f"maxTimestamp: {batch.max_timestamp}",
+                    file=out,
+                )
+                if records and valid:
+                    try:
+                        for r in batch.records():
+                            headers = ",".join(f"{k}={_show(v, 16)}" for k, v in r.headers)
+                            print(
+                                f"| offset: {r.offset} timestamp: {r.timestamp} "
+                                f"key: {_show(r.key)} value: {_show(r.value)}"
+                                + (f" headers: {headers}" if headers else ""),
+                                file=out,
+                            )
+                    except (CorruptRecordError, UnsupportedCompressionError) as exc:
+                        print(f"| cannot read records: {exc}", file=out)
+        except CorruptRecordError as exc:
+            print(f"ERROR in {path.name}: {exc}", file=out)
+    return count
+
+
+@dataclass
+class VerifyReport:
+    """What ``verify_log`` found. ``ok`` is False at the first problem, which ``problem``,
+    ``file`` and ``position`` describe."""
+
+    segments: int = 0
+    batches: int = 0
+    records: int = 0
+    bytes: int = 0
+    start_offset: int | None = None
+    end_offset: int | None = None
+    problem: str | None = None
+    file: str | None = None
+    position: int | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+
+def verify_log(
+    directory: str | os.PathLike[str],
+    *,
+    progress: Callable[[int, int], None] | None = None,
+) -> VerifyReport:
+    """Check every batch of every segment: structure, CRC, offsets contiguous within and across
+    segments, leader epochs non-decreasing, records decodable, and each offset index sound.
+    Stops at the first problem. ``progress(done_bytes, total_bytes)`` is called as it goes."""
+    files = segment_files(directory)
+    report = VerifyReport()
+    total = sum(p.stat().st_size for _, p in files)
+    done = 0
+    expected: int | None = None
+    last_epoch = -1
+    for base, path in files:
+        report.segments += 1
+        m = _map_file(path)
+        size = len(m)
+        if expected is not None and base != expected:
+            report.problem = (
+                f"segment starts at offset {base}, the previous one ended at {expected}"
+            )
+            report.file, report.position = path.name, 0
+            return report
+        scan = scan_batches(m, check_crc=True)
+        n = scan.count
+        if n:
+            problem = first_discontinuity(scan, base)
+            if problem is not None:
+                k, why = problem
+                report.problem, report.file, report.position = (
+                    why,
+                    path.name,
+                    int(scan.positions[k]),
+                )
+                return report
+            if int(scan.epochs[0]) < last_epoch:
+                report.problem = (
+                    f"leader epoch drops from {last_epoch} to {int(scan.epochs[0])} across segments"
+                )
+                report.file, report.position = path.name, 0
+                return report
+            last_epoch = int(scan.epochs[-1])
+            if report.start_offset is None:
+                report.start_offset = int(scan.base_offsets[0])
+            report.end_offset = int(scan.last_offsets[-1]) + 1
+            expected = report.end_offset
+        elif expected is None:
+            expected = base
+        # Records: every batch must decode (the CRC was checked by the scan).
+        for batch in iter_batches(m.view(0, scan.valid_end)):
+            try:
+                for _ in batch.records():
+                    report.records += 1
+            except (CorruptRecordError, UnsupportedCompressionError) as exc:
+                report.problem, report.file, report.position = str(exc), path.name, batch.position
+                return report
+            report.batches += 1
+        if scan.error is not None:
+            report.problem, report.file = scan.error, path.name
+            report.position = scan.error_position
+            return report
+        index_path = path.with_name(path.name[: -len(LOG_SUFFIX)] + INDEX_SUFFIX)
+        if index_path.exists():
+            issue = check_index(index_path.read_bytes(), size)
+            if issue is not None:
+                report.warnings.append(f"{index_path.name}: {issue} (recovery rebuilds it)")
+        report.bytes += size
+        done += size
+        if progress is not None:
+            progress(done, total)
+    return report
+
+
+class Progress:
+    """A one-line progress display on a terminal (nothing when not a terminal)."""
+
+    def __init__(self, label: str, stream: TextIO = sys.stderr) -> None:
+        self.label = label
+        self.stream = stream
+        self.enabled = stream.isatty()
+        self.started = time.monotonic()
+        self.last = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self.last < 0.1 and done < total:
+            return
+        self.last = now
+        frac = done / total if total else 1.0
+        rate = done / max(now - self.started, 1e-9) / (1 << 20)
+        bar = "#" * int(frac * 30)
+        self.stream.write(f"\r{self.label} [{bar:<30}] {frac:6.1%} {rate:8.1f} MiB/s")
+        if done >= total:
+            self.stream.write("\n")
+        self.stream.flush()

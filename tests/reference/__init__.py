@@ -1,0 +1,1 @@
+"""Deliberately naive reference implementations, for differential tests."""
