@@ -1003,6 +1003,21 @@ cdef class BatchScan:
     cdef readonly object epochs          # int32: partition leader epoch
     cdef readonly object max_timestamps  # int64
     cdef readonly object attributes      # int16
+    cdef readonly Py_ssize_t discontinuity
+    cdef readonly list epoch_starts
+
+    @property
+    def discontinuity_reason(self):
+        """Why batch ``discontinuity`` does not follow the one before it (None if all do)."""
+        cdef Py_ssize_t k = self.discontinuity
+        if k < 0:
+            return None
+        prev_last = int(self.last_offsets[k - 1])
+        base = int(self.base_offsets[k])
+        if base != prev_last + 1:
+            return f"batch at offset {base} does not follow offset {prev_last}"
+        return (f"leader epoch drops from {int(self.epochs[k - 1])} to {int(self.epochs[k])} "
+                f"at offset {base}")
 
     def __repr__(self):
         return (f"BatchScan(count={self.count}, start={self.start}, valid_end={self.valid_end}, "
@@ -1023,6 +1038,12 @@ def scan_batches(buffer, Py_ssize_t start=0, Py_ssize_t end=-1, *, bint check_cr
     ``base_position``) instead, and ``valid_end``, the position just after the last good batch.
     This is what recovery needs to cut a torn tail, and what an append needs to refuse bad
     input.
+
+    The scan also reports the log's order rules over the batches it accepted:
+    ``discontinuity`` is the index of the first batch whose base offset does not follow the
+    previous batch's last offset or whose leader epoch is lower than the previous one (-1 if
+    none), and ``epoch_starts`` lists (epoch, base offset) for the first batch and every batch
+    whose epoch differs from the one before it.
     """
     cdef _Buffer buf = _Buffer(buffer)
     cdef const uint8_t *data = buf.data()
@@ -1062,6 +1083,7 @@ def scan_batches(buffer, Py_ssize_t start=0, Py_ssize_t end=-1, *, bint check_cr
     cdef int64_t[::1] v_ts = max_timestamps
     cdef int16_t[::1] v_attr = attributes
     cdef Py_ssize_t bad = -1
+    cdef Py_ssize_t discontinuity = -1
     cdef const uint8_t *p
     # Second pass: fill in, checking CRCs.
     with nogil:
@@ -1079,6 +1101,9 @@ def scan_batches(buffer, Py_ssize_t start=0, Py_ssize_t end=-1, *, bint check_cr
             v_epoch[i] = load_i32(p + EPOCH_OFF)
             v_ts[i] = load_i64(p + MAX_TIMESTAMP_OFF)
             v_attr[i] = load_i16(p + ATTRIBUTES_OFF)
+            if discontinuity < 0 and i > 0 and (
+                    v_base[i] != v_last[i - 1] + 1 or v_epoch[i] < v_epoch[i - 1]):
+                discontinuity = i
             pos += size
     if bad >= 0:
         p = data + pos
@@ -1105,6 +1130,12 @@ def scan_batches(buffer, Py_ssize_t start=0, Py_ssize_t end=-1, *, bint check_cr
     scan.epochs = epochs
     scan.max_timestamps = max_timestamps
     scan.attributes = attributes
+    scan.discontinuity = discontinuity if discontinuity < count else -1
+    starts = []
+    for i in range(count):
+        if i == 0 or v_epoch[i] != v_epoch[i - 1]:
+            starts.append((v_epoch[i], v_base[i]))
+    scan.epoch_starts = starts
     return scan
 
 
@@ -1140,3 +1171,32 @@ def span_batches(buffer, Py_ssize_t start, Py_ssize_t end, Py_ssize_t max_bytes)
             break
         pos += size
     return pos
+
+
+def check_batch_crcs(buffer, Py_ssize_t start=0, Py_ssize_t end=-1):
+    """Position of the first batch in ``buffer[start:end]`` that is malformed or fails its CRC
+    check, or -1 when every batch is sound. Runs without the GIL."""
+    cdef _Buffer buf = _Buffer(buffer)
+    cdef const uint8_t *data = buf.data()
+    cdef Py_ssize_t pos, size, bad = -1
+    cdef int32_t length
+    if end < 0 or end > buf.length():
+        end = buf.length()
+    if start < 0 or start > end:
+        raise ValueError(f"check start {start} is outside the buffer (0..{end})")
+    with nogil:
+        pos = start
+        while pos < end:
+            if end - pos < HEADER_SIZE:
+                bad = pos
+                break
+            length = load_i32(data + pos + LENGTH_OFF)
+            size = <Py_ssize_t>length + LOG_OVERHEAD
+            if length < HEADER_SIZE - LOG_OVERHEAD or size > end - pos or data[pos + MAGIC_OFF] != 2:
+                bad = pos
+                break
+            if rc_crc32c(0, data + pos + ATTRIBUTES_OFF, size - ATTRIBUTES_OFF) != load_u32(data + pos + CRC_OFF):
+                bad = pos
+                break
+            pos += size
+    return bad

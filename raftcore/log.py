@@ -42,6 +42,7 @@ import numpy as np
 
 from raftcore._native.records import (
     RecordBatch,
+    check_batch_crcs,
     encode_batch,
     find_batch,
     iter_batches,
@@ -85,6 +86,9 @@ RECOVERY_POINT_FILE = "recovery-point-checkpoint"
 LOCK_FILE = ".lock"
 CHECKPOINT_VERSION = 0
 INT32_MAX = 0x7FFFFFFF
+# Appends that CRC-check their input do it in pieces of this size right after writing each
+# piece, while its bytes are still in the CPU cache (see _Segment.append).
+VERIFY_PIECE_BYTES = 1 << 20
 
 
 def segment_file_prefix(base_offset: int) -> str:
@@ -267,15 +271,42 @@ class _Segment:
         if self.mapping is not None and self.mapping.capacity > self.size:
             self.drop_mapping()  # remapped at its exact size when next read
 
-    def append(self, data: memoryview | bytes, scan: Any, lo: int, hi: int, interval: int) -> None:
-        """Write batches [lo, hi) of ``scan`` (whose positions index ``data``) at the end."""
+    def append(
+        self, data: memoryview, scan: Any, lo: int, hi: int, interval: int, *, verify: bool
+    ) -> None:
+        """Write batches [lo, hi) of ``scan`` (whose positions index ``data``) at the end.
+
+        With ``verify``, every batch's CRC is checked after its bytes are written but before
+        they become visible (size, end offset, index): the check then reads bytes the write just
+        brought into the CPU cache. A failed check cuts the file back to where this append began
+        and raises; nothing was exposed. (A crash in between leaves the bytes past the clean
+        point, where recovery checks them again.)
+        """
         start = int(scan.positions[lo])
         end = int(scan.positions[hi - 1] + scan.sizes[hi - 1])
         position = self.size
         try:
-            write_at(self.fd, data[start:end], position)
-        except OSError:
-            # Do not leave a partial batch behind: cut back to where we began.
+            piece = start
+            while piece < end:
+                stop = min(end, piece + VERIFY_PIECE_BYTES) if verify else end
+                if verify and stop < end:
+                    # cut on a batch boundary
+                    k = int(np.searchsorted(scan.positions, stop, side="right")) - 1
+                    stop = max(int(scan.positions[k]), int(scan.positions[lo]))
+                    if stop <= piece:
+                        stop = int(scan.positions[k] + scan.sizes[k])
+                write_at(self.fd, data[piece:stop], position + (piece - start))
+                if verify:
+                    bad = check_batch_crcs(data, piece, stop)
+                    if bad >= 0:
+                        raise CorruptRecordError(
+                            f"refusing an append to segment {self.base_offset}: the batch at "
+                            f"byte {bad} of the input fails its CRC check",
+                            bad,
+                        )
+                piece = stop
+        except BaseException:
+            # Do not leave a partial or unchecked batch behind: cut back to where we began.
             with contextlib.suppress(OSError):
                 os.ftruncate(self.fd, position)
             raise
@@ -359,32 +390,20 @@ class _Segment:
 def _epoch_changes(scan: Any, n: int) -> list[tuple[int, int]]:
     """(epoch, start offset) for the first of the first ``n`` scanned batches and for every
     batch whose leader epoch differs from the one before it."""
-    if n == 0:
-        return []
-    epochs = scan.epochs[:n]
-    starts = [0, *(np.flatnonzero(np.diff(epochs)) + 1).tolist()]
-    return [(int(epochs[k]), int(scan.base_offsets[k])) for k in starts]
+    if n == scan.count:
+        return scan.epoch_starts
+    return [(e, s) for e, s in scan.epoch_starts if s <= int(scan.base_offsets[n - 1])]
 
 
 def first_discontinuity(scan: Any, expected_first: int) -> tuple[int, str] | None:
     """Index of the first scanned batch that does not follow its predecessor (offsets
     contiguous, leader epochs non-decreasing), with the reason; None if all follow."""
-    base = scan.base_offsets
-    last = scan.last_offsets
-    epochs = scan.epochs
-    if int(base[0]) != expected_first:
-        return 0, f"batch at offset {int(base[0])} where offset {expected_first} was expected"
-    gaps = np.flatnonzero(base[1:] != last[:-1] + 1)
-    drops = np.flatnonzero(epochs[1:] < epochs[:-1])
-    k = min(
-        int(gaps[0]) + 1 if gaps.size else scan.count,
-        int(drops[0]) + 1 if drops.size else scan.count,
-    )
-    if k >= scan.count:
+    first = int(scan.base_offsets[0])
+    if first != expected_first:
+        return 0, f"batch at offset {first} where offset {expected_first} was expected"
+    if scan.discontinuity < 0:
         return None
-    if int(base[k]) != int(last[k - 1]) + 1:
-        return k, f"batch at offset {int(base[k])} does not follow offset {int(last[k - 1])}"
-    return k, f"leader epoch drops from {int(epochs[k - 1])} to {int(epochs[k])}"
+    return scan.discontinuity, scan.discontinuity_reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -939,7 +958,7 @@ class SegmentedLog:
                     f"{self._config.max_message_bytes}"
                 )
             scan = scan_batches(data, check_crc=False)
-            self._write(data, scan)
+            self._write(data, scan, verify=False)
             return base, int(scan.last_offsets[0])
 
     def append_as_follower(self, batches: bytes | bytearray | memoryview) -> tuple[int, int] | None:
@@ -952,7 +971,8 @@ class SegmentedLog:
         """
         with self._lock:
             self._check_open()
-            scan = scan_batches(batches, check_crc=True)
+            # Structure first (headers only); the CRCs are checked as the bytes are written.
+            scan = scan_batches(batches, check_crc=False)
             if scan.error is not None:
                 raise CorruptRecordError(
                     f"log {self._dir}: refusing a follower append: {scan.error}",
@@ -976,19 +996,37 @@ class SegmentedLog:
                     f"log {self._dir}: batch at offset {end} has leader epoch {first_epoch}, "
                     f"older than the log's last batch epoch {self._last_batch_epoch}"
                 )
-            self._write(batches, scan)
+            self._write(batches, scan, verify=True)
             return end, int(scan.last_offsets[-1])
 
-    def _write(self, data: Any, scan: Any) -> None:
-        """Assign epochs, then write the scanned batches, rolling segments as they fill."""
-        for epoch, start in _epoch_changes(scan, scan.count):
-            self._epochs.assign(epoch, start)
+    def _write(self, data: Any, scan: Any, *, verify: bool) -> None:
+        """Write the scanned batches, rolling segments as they fill, then record their epochs.
+        With ``verify``, CRCs are checked and nothing is kept unless every batch passes."""
         view = memoryview(data)
         if view.ndim != 1 or view.itemsize != 1:
             view = view.cast("B")
         ends = scan.positions + scan.sizes
         seg_bytes = self._config.segment_bytes
+        seg = self._segments[-1]
+        total = int(ends[-1] - scan.positions[0])
+        fits = (seg.size == 0 or seg.size + total <= seg_bytes) and int(
+            scan.last_offsets[-1]
+        ) - seg.base_offset <= INT32_MAX
+        if verify and not fits:
+            # Spanning segments: check everything before writing anything, so that a bad batch
+            # never leaves an earlier segment half-extended.
+            bad = check_batch_crcs(view, int(scan.positions[0]), int(ends[-1]))
+            if bad >= 0:
+                raise CorruptRecordError(
+                    f"log {self._dir}: refusing a follower append: the batch at byte {bad} of "
+                    f"the input fails its CRC check",
+                    bad,
+                )
+            verify = False
         i, n = 0, scan.count
+        if fits:
+            seg.append(view, scan, 0, n, self._config.index_interval_bytes, verify=verify)
+            i = n
         while i < n:
             seg = self._segments[-1]
             room = seg_bytes - seg.size
@@ -1010,10 +1048,12 @@ class SegmentedLog:
                 else:
                     self._roll()
                     continue
-            seg.append(view, scan, i, j, self._config.index_interval_bytes)
+            seg.append(view, scan, i, j, self._config.index_interval_bytes, verify=verify)
             i = j
+        for epoch, start in _epoch_changes(scan, scan.count):
+            self._epochs.assign(epoch, start)
         self._last_batch_epoch = int(scan.epochs[-1])
-        self._unchecked_bytes += int(ends[-1] - scan.positions[0])
+        self._unchecked_bytes += total
 
     def _roll(self) -> None:
         """Start a new segment at the log end offset. The finished segment is fsynced and its

@@ -110,6 +110,32 @@ def test_append_as_follower_refuses_a_batch_with_a_bad_crc_and_writes_nothing(lo
     assert log.size_in_bytes == 0
 
 
+def test_a_refused_append_leaves_no_bytes_in_the_segment_file(log):
+    log.append_as_follower(encode_batch(records(3), base_offset=0, leader_epoch=1))
+    size = log.size_in_bytes
+    bad = bytearray(encode_batch(records(3), base_offset=3, leader_epoch=1))
+    bad[70] ^= 0x10
+    with pytest.raises(CorruptRecordError):
+        log.append_as_follower(bytes(bad))
+    assert (log.directory / f"{0:020d}.log").stat().st_size == size
+    log.append_as_follower(encode_batch(records(3), base_offset=3, leader_epoch=1))
+    assert [r[0] for r in read_all(log)] == list(range(6))
+
+
+def test_a_refused_append_spanning_segments_changes_no_segment(log):
+    log.append_as_leader(records(3), epoch=1)
+    good = b"".join(
+        encode_batch(records(3), base_offset=3 + 3 * i, leader_epoch=1) for i in range(60)
+    )
+    bad = bytearray(encode_batch(records(3), base_offset=183, leader_epoch=1))
+    bad[-2] ^= 0x01
+    before = {p.name: p.stat().st_size for p in log.directory.glob("*.log")}
+    with pytest.raises(CorruptRecordError, match="CRC"):
+        log.append_as_follower(good + bytes(bad))
+    assert {p.name: p.stat().st_size for p in log.directory.glob("*.log")} == before
+    assert log.end_offset == 3
+
+
 def test_append_as_follower_refuses_a_first_batch_not_at_the_log_end(log):
     log.append_as_follower(encode_batch(records(3), base_offset=0, leader_epoch=1))
     with pytest.raises(InvalidAppendError, match="offset 4"):

@@ -1,11 +1,15 @@
 from typing import Final
 
+from typing_extensions import final
+
 UNDEFINED_EPOCH: Final[int]
 UNDEFINED_EPOCH_OFFSET: Final[int]
 
+@final
 class EpochEndOffset(tuple[int, int]):
     """(epoch, end_offset): a struct sequence."""
 
+    __match_args__ = ("epoch", "end_offset")
     n_fields: Final[int]
     n_sequence_fields: Final[int]
     n_unnamed_fields: Final[int]
@@ -15,6 +19,7 @@ class EpochEndOffset(tuple[int, int]):
     @property
     def end_offset(self) -> int: ...
 
+@final
 class EpochCache:
     def __init__(self) -> None: ...
     def assign(self, epoch: int, start_offset: int) -> bool: ...
@@ -32,4 +37,4 @@ class EpochCache:
     def earliest_epoch(self) -> int: ...
     def entries(self) -> list[tuple[int, int]]: ...
     def copy(self) -> EpochCache: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __eq__(self, other: object, /) -> bool: ...

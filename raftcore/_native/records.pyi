@@ -3,7 +3,7 @@ from typing import Final
 
 import numpy as np
 import numpy.typing as npt
-from typing_extensions import Buffer
+from typing_extensions import Buffer, final
 
 MAGIC: Final[int]
 RECORD_BATCH_OVERHEAD: Final[int]
@@ -16,15 +16,16 @@ COMPRESSION_NAMES: Final[tuple[str, ...]]
 GZIP_LEVEL: Final[int]
 ZSTD_LEVEL: Final[int]
 
-Header = tuple[str, bytes | None]
-RecordInput = (
+_Header = tuple[str, bytes | None]
+_RecordInput = (
     tuple[Buffer | None, Buffer | None]
-    | tuple[Buffer | None, Buffer | None, Sequence[Header] | None]
+    | tuple[Buffer | None, Buffer | None, Sequence[_Header] | None]
 )
 
 def set_max_decompressed_size(size: int) -> None: ...
 def get_max_decompressed_size() -> int: ...
 
+@final
 class BatchBuilder:
     def __init__(
         self,
@@ -47,17 +48,17 @@ class BatchBuilder:
         self,
         key: Buffer | None,
         value: Buffer | None,
-        headers: Sequence[Header] | None = None,
+        headers: Sequence[_Header] | None = None,
         timestamp_ms: int | None = None,
     ) -> None: ...
-    def extend(self, records: Iterable[RecordInput]) -> None: ...
+    def extend(self, records: Iterable[_RecordInput]) -> None: ...
     def extend_kv(
         self, keys: Sequence[Buffer | None] | None, values: Sequence[Buffer | None]
     ) -> None: ...
     def build(self) -> bytes: ...
 
 def encode_batch(
-    records: Iterable[RecordInput],
+    records: Iterable[_RecordInput],
     *,
     base_offset: int = 0,
     leader_epoch: int = 0,
@@ -82,6 +83,7 @@ def encode_batch_kv(
     base_sequence: int = -1,
 ) -> bytes: ...
 
+@final
 class Record:
     @property
     def offset(self) -> int: ...
@@ -92,11 +94,13 @@ class Record:
     @property
     def value(self) -> bytes | None: ...
     @property
-    def headers(self) -> tuple[Header, ...]: ...
-    def __eq__(self, other: object) -> bool: ...
+    def headers(self) -> tuple[_Header, ...]: ...
+    def __eq__(self, other: object, /) -> bool: ...
     def __hash__(self) -> int: ...
 
+@final
 class RecordBatch:
+    def __init__(self, *args: object) -> None: ...
     @property
     def size_in_bytes(self) -> int: ...
     @property
@@ -151,6 +155,7 @@ class RecordBatch:
 
 def iter_batches(buffer: Buffer, base_position: int = 0) -> Iterator[RecordBatch]: ...
 
+@final
 class BatchScan:
     @property
     def count(self) -> int: ...
@@ -176,6 +181,12 @@ class BatchScan:
     def max_timestamps(self) -> npt.NDArray[np.int64]: ...
     @property
     def attributes(self) -> npt.NDArray[np.int16]: ...
+    @property
+    def discontinuity(self) -> int: ...
+    @property
+    def discontinuity_reason(self) -> str | None: ...
+    @property
+    def epoch_starts(self) -> list[tuple[int, int]]: ...
     def raise_error(self) -> None: ...
 
 def scan_batches(
@@ -187,4 +198,5 @@ def scan_batches(
     base_position: int = 0,
 ) -> BatchScan: ...
 def find_batch(buffer: Buffer, target_offset: int, start: int = 0, end: int = -1) -> int: ...
+def check_batch_crcs(buffer: Buffer, start: int = 0, end: int = -1) -> int: ...
 def span_batches(buffer: Buffer, start: int, end: int, max_bytes: int) -> int: ...

@@ -1,0 +1,23 @@
+"""The .pyi stubs of the compiled modules match the modules (mypy's stubtest, as py-lmdb does)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+MODULES = [
+    "raftcore._native.crc32c",
+    "raftcore._native.records",
+    "raftcore._native.segment",
+    "raftcore._native.epoch_cache",
+]
+
+
+def test_native_stubs_match_the_compiled_modules():
+    allowlist = Path(__file__).with_name("stubtest-allowlist.txt")
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy.stubtest", *MODULES, "--allowlist", str(allowlist)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
