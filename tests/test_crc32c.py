@@ -53,6 +53,7 @@ def test_forcing_the_software_path_by_environment(tmp_path):
     out = subprocess.run(
         [sys.executable, "-c", code],
         env={**os.environ, "RAFTCORE_CRC32C": "software"},
+        cwd=tmp_path,  # not the checkout: the child must import the installed raftcore
         capture_output=True,
         text=True,
         check=True,

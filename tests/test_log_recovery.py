@@ -258,6 +258,7 @@ def test_a_log_survives_kill_9_during_appends_losing_only_an_incomplete_tail(tmp
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        cwd=tmp_path,  # not the checkout: the child must import the installed raftcore
     )
     try:
         acknowledged = -1
@@ -309,7 +310,7 @@ def test_a_writer_killed_mid_batch_leaves_a_torn_tail_that_recovery_cuts(tmp_pat
         """
     )
     proc = subprocess.run(
-        [sys.executable, "-c", script, str(path)], capture_output=True, check=False
+        [sys.executable, "-c", script, str(path)], capture_output=True, check=False, cwd=tmp_path
     )
     assert proc.returncode == -signal.SIGKILL
     with SegmentedLog.open(path) as log:
