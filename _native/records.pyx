@@ -393,6 +393,12 @@ cdef class BatchBuilder:
         if headers:
             hsize = self._headers_size(headers, &hcount)
         _value_ref(key, &kdata, &klen, &kview, &krel, "key")
+        if self.control and klen < 4:
+            if krel:
+                PyBuffer_Release(&kview)
+            raise ValueError(
+                f"a control record's key is a version int16 and a type int16 (4 bytes), got "
+                f"{'null' if klen < 0 else f'{klen} bytes'}")
         try:
             _value_ref(value, &vdata, &vlen, &vview, &vrel, "value")
             body = (1 + varlong_size(ts_delta) + varint_size(self.count)
