@@ -69,13 +69,15 @@ def _iter_file_batches(path: Path) -> Iterator[RecordBatch]:
 
 def dump_log(
     directory: str | os.PathLike[str],
-    out: TextIO = sys.stdout,
+    out: TextIO | None = None,
     *,
     records: bool = False,
     segment: int | None = None,
 ) -> int:
-    """Print one line per batch (and, with ``records``, one per record). Returns the number of
-    batches printed. A corrupt batch ends that segment's listing with an error line."""
+    """Print one line per batch (and, with ``records``, one per record) to ``out`` (default:
+    the current ``sys.stdout``). Returns the number of batches printed. A malformed batch ends
+    that segment's listing with an error line."""
+    out = sys.stdout if out is None else out
     count = 0
     for base, path in segment_files(directory):
         if segment is not None and base != segment:
@@ -211,10 +213,10 @@ def verify_log(
 class Progress:
     """A one-line progress display on a terminal (nothing when not a terminal)."""
 
-    def __init__(self, label: str, stream: TextIO = sys.stderr) -> None:
+    def __init__(self, label: str, stream: TextIO | None = None) -> None:
         self.label = label
-        self.stream = stream
-        self.enabled = stream.isatty()
+        self.stream = sys.stderr if stream is None else stream
+        self.enabled = self.stream.isatty()
         self.started = time.monotonic()
         self.last = 0.0
 
