@@ -5,12 +5,14 @@
   validation, index upkeep) vs ``os.write`` of the same chunks to one file. No fsync in either.
 - sequential read back: ``log.read`` zero-copy views vs ``readinto`` of the file; and the same
   two with every byte touched (CRC-32C of each chunk), since a view nobody reads is free.
-Both sides run on the page cache of the same filesystem.
+Both sides run on the same filesystem: the system's temporary directory by default; set
+RAFTCORE_BENCH_DIR to measure elsewhere (docs/benchmarks.md reports ext4 and tmpfs).
 """
 
 import os
 import shutil
 import tempfile
+import time
 
 import pytest
 
@@ -20,6 +22,7 @@ from raftcore.records import encode_batch, iter_batches
 
 RECORDS = [(b"key-%012d" % i, bytes([i % 251]) * 100) for i in range(1000)]
 CHUNK_BATCHES = 8
+ROUNDS = 9
 READ_BYTES = 1 << 20
 
 
@@ -40,9 +43,14 @@ def chunks(request):
     return out
 
 
+BENCH_DIR = os.environ.get("RAFTCORE_BENCH_DIR") or (
+    "/dev/shm" if os.path.isdir("/dev/shm") else None
+)
+
+
 @pytest.fixture
 def workdir():
-    d = tempfile.mkdtemp(prefix="raftcore-bench-", dir=os.environ.get("RAFTCORE_BENCH_DIR"))
+    d = tempfile.mkdtemp(prefix="raftcore-bench-", dir=BENCH_DIR)
     yield d
     shutil.rmtree(d, ignore_errors=True)
 
@@ -53,45 +61,64 @@ def _fresh(workdir, name):
     return path
 
 
+# Between rounds (untimed) both sides do the same: fsync what the last round wrote, delete it,
+# and let the filesystem settle, so no round pays for its predecessor's writeback.
+
+
+def _settle():
+    os.sync()
+    time.sleep(0.05)
+
+
 @pytest.mark.benchmark(group="append 256 MiB")
 def test_append_segmented_log(benchmark, chunks, workdir):
     logs = []
 
     def setup():
         for log in logs:
-            log.close()
+            log.close()  # fsyncs
         logs.clear()
-        logs.append(SegmentedLog.open(_fresh(workdir, "log")))
+        path = _fresh(workdir, "log")
+        _settle()
+        logs.append(SegmentedLog.open(path))
         return (logs[0],), {}
 
     def run(log):
         for chunk in chunks:
             log.append_as_follower(chunk)
 
-    benchmark.pedantic(run, setup=setup, rounds=5)
+    benchmark.pedantic(run, setup=setup, rounds=ROUNDS)
     assert logs[0].end_offset == len(chunks) * CHUNK_BATCHES * 1000
     logs[0].close()
 
 
 @pytest.mark.benchmark(group="append 256 MiB")
 def test_append_os_write(benchmark, chunks, workdir):
+    fds = []
+
     def setup():
         path = os.path.join(workdir, "plain.log")
+        for fd in fds:
+            os.fsync(fd)
+            os.close(fd)
+        fds.clear()
         if os.path.exists(path):
             os.unlink(path)
-        return (os.open(path, os.O_WRONLY | os.O_CREAT, 0o644),), {}
+        _settle()
+        fds.append(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
+        return (fds[0],), {}
 
     def run(fd):
         for chunk in chunks:
             os.write(fd, chunk)
-        os.close(fd)
 
-    benchmark.pedantic(run, setup=setup, rounds=5)
+    benchmark.pedantic(run, setup=setup, rounds=ROUNDS)
+    os.close(fds[0])
 
 
 @pytest.fixture(scope="module")
 def written(chunks):
-    d = tempfile.mkdtemp(prefix="raftcore-bench-read-", dir=os.environ.get("RAFTCORE_BENCH_DIR"))
+    d = tempfile.mkdtemp(prefix="raftcore-bench-read-", dir=BENCH_DIR)
     log = SegmentedLog.open(os.path.join(d, "log"))
     for chunk in chunks:
         log.append_as_follower(chunk)

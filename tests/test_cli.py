@@ -12,11 +12,15 @@ from raftcore.records import ControlRecordType, control_record_key
 
 def make_log(path):
     with SegmentedLog.open(path, segment_bytes=2048) as log:
-        log.append_as_leader([(control_record_key(ControlRecordType.LEADER_CHANGE), b"")], 1,
-                             control=True)
+        log.append_as_leader(
+            [(control_record_key(ControlRecordType.LEADER_CHANGE), b"")], 1, control=True
+        )
         for i in range(30):
-            log.append_as_leader([(b"k%d" % i, b"value-%d" % i)] * 3, 1 + i // 10,
-                                 compression=("none", "zstd")[i % 2])
+            log.append_as_leader(
+                [(b"k%d" % i, b"value-%d" % i)] * 3,
+                1 + i // 10,
+                compression=("none", "zstd")[i % 2],
+            )
 
 
 def fingerprint(path):
@@ -80,9 +84,21 @@ def test_a_missing_directory_is_a_clear_error(tmp_path, capsys):
 
 def test_the_demo_builds_tears_recovers_and_verifies_a_log(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "raftcore.cli", "demo", "--dir", str(tmp_path / "demo"),
-         "--records", "6000"],
-        capture_output=True, text=True, check=False, timeout=120, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "raftcore.cli",
+            "demo",
+            "--dir",
+            str(tmp_path / "demo"),
+            "--records",
+            "6000",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
     assert "verify-log: OK" in result.stdout
