@@ -1153,6 +1153,8 @@ def find_batch(buffer, int64_t target_offset, Py_ssize_t start=0, Py_ssize_t end
     cdef Py_ssize_t pos, size
     if end < 0 or end > buf.length():
         end = buf.length()
+    if start < 0:
+        raise ValueError(f"find_batch start {start} is negative")
     pos = start
     while pos < end:
         _check_header(data + pos, end - pos, pos, &size)
@@ -1170,6 +1172,8 @@ def span_batches(buffer, Py_ssize_t start, Py_ssize_t end, Py_ssize_t max_bytes)
     cdef Py_ssize_t pos, size
     if end < 0 or end > buf.length():
         end = buf.length()
+    if start < 0:
+        raise ValueError(f"span_batches start {start} is negative")
     pos = start
     while pos < end:
         _check_header(data + pos, end - pos, pos, &size)
