@@ -318,7 +318,10 @@ cdef class BatchBuilder:
             raise ValueError("a record batch holds at most 2**31-1 records")
         return 0
 
-    cdef int _headers_size(self, object headers, int32_t *hcount) except -1:
+    cdef int _headers_size(self, object headers, list checked, int32_t *hcount) except -1:
+        """Size the headers and collect them into ``checked`` as (key, None-or-bytes) pairs:
+        the write pass reads that list, never ``headers`` again, so a one-shot iterable or a
+        value resized meanwhile cannot make it write other bytes than were counted."""
         cdef Py_ssize_t total = 0
         cdef Py_ssize_t klen, vlen, n = 0
         cdef const char *kdata
@@ -336,9 +339,14 @@ cdef class BatchBuilder:
             else:
                 raise TypeError(f"a header key must be str, got {type(hk).__name__}")
             release = False
-            _value_ref(hv, &vdata, &vlen, &view, &release, "header value")
-            if release:
-                PyBuffer_Release(&view)
+            try:
+                _value_ref(hv, &vdata, &vlen, &view, &release, "header value")
+                if release:  # a buffer object: keep a private, immutable copy
+                    hv = PyBytes_FromStringAndSize(<const char *>vdata, vlen)
+            finally:
+                if release:
+                    PyBuffer_Release(&view)
+            checked.append((hk, hv))
             total += varint_size(<int32_t>klen) + klen + varint_size(<int32_t>vlen)
             if vlen > 0:
                 total += vlen
@@ -348,7 +356,7 @@ cdef class BatchBuilder:
         hcount[0] = <int32_t>n
         return <int>total
 
-    cdef uint8_t *_write_headers(self, uint8_t *p, object headers) except NULL:
+    cdef uint8_t *_write_headers(self, uint8_t *p, list headers) except NULL:
         cdef Py_ssize_t klen, vlen
         cdef const char *kdata
         cdef const uint8_t *vdata
@@ -383,6 +391,7 @@ cdef class BatchBuilder:
         cdef Py_buffer kview, vview
         cdef bint krel = False, vrel = False
         cdef uint8_t *p
+        cdef list checked_headers = None
         self._check_open()
         if self.count == 0:
             self.base_timestamp = timestamp
@@ -391,7 +400,8 @@ cdef class BatchBuilder:
             self.max_timestamp = timestamp
         ts_delta = timestamp - self.base_timestamp
         if headers:
-            hsize = self._headers_size(headers, &hcount)
+            checked_headers = []
+            hsize = self._headers_size(headers, checked_headers, &hcount)
         _value_ref(key, &kdata, &klen, &kview, &krel, "key")
         if self.control and klen < 4:
             if krel:
@@ -423,7 +433,7 @@ cdef class BatchBuilder:
                 p += vlen
             p = write_varint(p, hcount)
             if hcount:
-                p = self._write_headers(p, headers)
+                p = self._write_headers(p, checked_headers)
             self.buf.len = p - <uint8_t *>rc_bb_data(&self.buf)
             self.count += 1
         finally:
