@@ -387,18 +387,16 @@ cdef class BatchBuilder:
         cdef const uint8_t *vdata
         cdef Py_ssize_t klen, vlen, body, hsize = 0
         cdef int32_t hcount = 0
-        cdef int64_t ts_delta
+        cdef int64_t ts_delta, base_timestamp
         cdef Py_buffer kview, vview
         cdef bint krel = False, vrel = False
         cdef uint8_t *p
         cdef list checked_headers = None
         self._check_open()
-        if self.count == 0:
-            self.base_timestamp = timestamp
-            self.max_timestamp = timestamp
-        elif timestamp > self.max_timestamp:
-            self.max_timestamp = timestamp
-        ts_delta = timestamp - self.base_timestamp
+        # The batch's timestamps change only once the record is written (a refused record
+        # must leave the batch as it was).
+        base_timestamp = timestamp if self.count == 0 else self.base_timestamp
+        ts_delta = timestamp - base_timestamp
         if headers:
             checked_headers = []
             hsize = self._headers_size(headers, checked_headers, &hcount)
@@ -435,6 +433,11 @@ cdef class BatchBuilder:
             if hcount:
                 p = self._write_headers(p, checked_headers)
             self.buf.len = p - <uint8_t *>rc_bb_data(&self.buf)
+            if self.count == 0:
+                self.base_timestamp = timestamp
+                self.max_timestamp = timestamp
+            elif timestamp > self.max_timestamp:
+                self.max_timestamp = timestamp
             self.count += 1
         finally:
             if krel:
