@@ -30,6 +30,7 @@ from cpython.bytes cimport (
     PyBytes_GET_SIZE,
 )
 from cpython.object cimport PyObject
+from cpython.pyport cimport PY_SSIZE_T_MAX
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeUTF8
 from libc.stdint cimport (
     INT32_MAX,
@@ -831,7 +832,8 @@ cdef object _decompress(int codec, const uint8_t *data, Py_ssize_t size, Py_ssiz
     if codec == COMPRESSION_GZIP:
         try:
             d = zlib.decompressobj(47)  # gzip or zlib framing, detected from the header
-            out = d.decompress(src, limit + 1)
+            # One byte more than the limit shows an overflow (without overflowing Py_ssize_t).
+            out = d.decompress(src, limit + 1 if limit < PY_SSIZE_T_MAX else limit)
         except zlib.error as exc:
             raise _corrupt(f"gzip payload does not decompress: {exc}", position) from None
         if len(out) > limit:
