@@ -862,10 +862,12 @@ cdef object _decompress(int codec, const uint8_t *data, Py_ssize_t size, Py_ssiz
         except zstandard.ZstdError as exc:
             raise _corrupt(f"zstd payload does not decompress: {exc}", position) from None
         return parts[0] if len(parts) == 1 else b"".join(parts)
-    name = COMPRESSION_NAMES[codec] if codec < 5 else f"codec {codec}"
+    if codec > COMPRESSION_ZSTD:
+        # Not a codec raftcore lacks: no Kafka codec has this id, so the batch is corrupt.
+        raise _corrupt(f"record batch has unknown compression codec id {codec}", position)
     raise UnsupportedCompressionError(
-        f"record batch at byte position {position} uses {name} compression; raftcore reads "
-        f"none, gzip and zstd")
+        f"record batch at byte position {position} uses {COMPRESSION_NAMES[codec]} "
+        f"compression; raftcore reads none, gzip and zstd")
 
 
 @cython.final
