@@ -1,4 +1,67 @@
-"""Shared fixtures. Importing raftcore here makes a missing native build a loud collection
-error for the whole suite, never a quiet skip or a slow fallback."""
+"""Shared test setup.
 
-import raftcore._native  # noqa: F401  (raises ImportError with instructions when not built)
+raftcore has no pure-Python fallback, so a missing, half-built or stale native build must stop
+the run with an error -- never turn into skipped tests or a quiet slow path (aiokafka's
+conftest does the same for its C extension).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import re
+from pathlib import Path
+
+import pytest
+
+NATIVE_MODULES = ("crc32c", "records", "segment", "epoch_cache")
+SOURCE_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _native_problem() -> str | None:
+    """Why the native build is unusable, or None when every compiled module loaded."""
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    for name in NATIVE_MODULES:
+        qualified = f"raftcore._native.{name}"
+        try:
+            module = importlib.import_module(qualified)
+        except ImportError as exc:
+            return f"{qualified} did not import: {exc}"
+        path = Path(getattr(module, "__file__", "") or "")
+        if not path.name.endswith(suffixes):
+            return f"{qualified} was loaded from {path}, which is not a compiled extension"
+        # In a source checkout (modules built in place), an extension older than the sources
+        # it is built from is stale: the tests would check other code than the checkout's.
+        if path.resolve().is_relative_to(SOURCE_ROOT):
+            newer = [s.name for s in _sources_of(name) if s.stat().st_mtime > path.stat().st_mtime]
+            if newer:
+                return f"{qualified} ({path}) is older than {', '.join(newer)} (stale build)"
+    return None
+
+
+def _sources_of(name: str) -> list[Path]:
+    """The .pyx of a native module and the shared files it cimports or includes."""
+    native = SOURCE_ROOT / "_native"
+    pyx = native / f"{name}.pyx"
+    if not pyx.exists():
+        return []
+    text = pyx.read_text(encoding="utf-8")
+    stems = set(re.findall(r"^\s*from\s+(\w+)\s+cimport", text, re.MULTILINE))
+    files = {f"{stem}.pxd" for stem in stems} | {f"{stem}.c" for stem in stems}
+    files |= set(re.findall(r'extern from "([\w.]+)"', text))
+    return [pyx, *(native / f for f in sorted(files) if (native / f).exists())]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    problem = _native_problem()
+    if problem is not None:
+        raise pytest.UsageError(
+            f"raftcore's native build is unusable: {problem}. Build it with "
+            "`python setup.py build_ext --inplace` (or `pip install .`)."
+        )
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    records = importlib.import_module("raftcore._native.records")
+    crc = importlib.import_module("raftcore._native.crc32c")
+    return f"raftcore native: {Path(records.__file__).parent} (crc32c: {crc.implementation()})"

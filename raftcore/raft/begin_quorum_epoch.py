@@ -1,0 +1,56 @@
+"""BeginQuorumEpoch (KIP-595): a new leader tells every voter, and keeps telling them (every
+half fetch timeout) as a heartbeat for leader discovery."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from raftcore.error_codes import Errors
+from raftcore.raft.messages import BeginQuorumEpochRequest, BeginQuorumEpochResponse
+from raftcore.raft.states import LeaderState
+
+if TYPE_CHECKING:
+    from raftcore.raft.core import RaftCore
+
+
+def build_request(core: RaftCore, voter_id: int) -> BeginQuorumEpochRequest:
+    return BeginQuorumEpochRequest(
+        core.config.cluster_id, core.node_id, core.quorum.epoch, voter_id
+    )
+
+
+def _response(core: RaftCore, error: int) -> BeginQuorumEpochResponse:
+    leader = core.quorum.leader_id
+    return BeginQuorumEpochResponse(error, -1 if leader is None else leader, core.quorum.epoch)
+
+
+def handle_request(
+    core: RaftCore, request: BeginQuorumEpochRequest, now: int
+) -> BeginQuorumEpochResponse:
+    if not core.has_valid_cluster_id(request.cluster_id):
+        return _response(core, Errors.INCONSISTENT_CLUSTER_ID)
+    error = core.validate_voter_only_request(request.leader_id, request.leader_epoch)
+    if error is not None:
+        return _response(core, error)
+    core.maybe_transition(
+        request.leader_id, request.leader_epoch, now, f"BeginQuorumEpoch from {request.leader_id}"
+    )
+    if request.voter_id >= 0 and request.voter_id != core.node_id:
+        return _response(core, Errors.INVALID_VOTER_KEY)
+    return _response(core, Errors.NONE)
+
+
+def handle_response(
+    core: RaftCore, source: int, response: BeginQuorumEpochResponse, now: int
+) -> bool:
+    handled = core.maybe_handle_common_response(
+        response.error_code, response.leader_id, response.leader_epoch, now
+    )
+    if handled is not None:
+        return handled
+    if response.error_code != Errors.NONE:
+        return False
+    state = core.quorum.state
+    if isinstance(state, LeaderState):
+        state.acknowledged.add(source)
+    return True

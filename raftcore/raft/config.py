@@ -1,0 +1,102 @@
+"""Configuration of the Raft core, with Kafka's names and defaults (QuorumConfig)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+__all__ = ["QuorumConfig"]
+
+# Kafka names (with or without the "controller." prefix) -> field names.
+_KAFKA_NAMES = {
+    "quorum.voters": "voters",
+    "quorum.election.timeout.ms": "election_timeout_ms",
+    "quorum.fetch.timeout.ms": "fetch_timeout_ms",
+    "quorum.election.backoff.max.ms": "election_backoff_max_ms",
+    "quorum.request.timeout.ms": "request_timeout_ms",
+    "quorum.retry.backoff.ms": "retry_backoff_ms",
+    "quorum.append.linger.ms": "append_linger_ms",
+}
+
+
+@dataclass(frozen=True)
+class QuorumConfig:
+    """Timeouts and limits of the quorum.
+
+    - ``voters``: ids of the voting replicas (``controller.quorum.voters`` without the
+      endpoints, which are the network layer's business).
+    - ``election_timeout_ms`` (1000): a voter that hears from no leader for a random time in
+      [T, 2T) starts an election.
+    - ``fetch_timeout_ms`` (2000): a follower that gets no successful fetch response for this
+      long starts an election; a leader that no majority fetched from for 1.5x this long
+      resigns (check quorum); the leader re-sends BeginQuorumEpoch every half of it.
+    - ``election_backoff_max_ms`` (1000): cap of the randomized exponential backoff after a
+      lost election.
+    - ``request_timeout_ms`` (2000) and ``retry_backoff_ms`` (20): per-request timeout, and
+      the pause before retrying a destination after a failure.
+    - ``append_linger_ms`` (25): how long the node batches client appends (used by the node).
+    - ``fetch_max_wait_ms`` (500) and ``fetch_max_bytes`` (8 MiB): the follower's fetch
+      long-poll and size, Kafka's MAX_FETCH_WAIT_MS and MAX_FETCH_SIZE_BYTES.
+    - ``cluster_id``: checked on every raft request (INCONSISTENT_CLUSTER_ID).
+    """
+
+    voters: frozenset[int] = field(default_factory=frozenset)
+    election_timeout_ms: int = 1000
+    fetch_timeout_ms: int = 2000
+    election_backoff_max_ms: int = 1000
+    request_timeout_ms: int = 2000
+    retry_backoff_ms: int = 20
+    append_linger_ms: int = 25
+    fetch_max_wait_ms: int = 500
+    fetch_max_bytes: int = 8 << 20
+    cluster_id: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "voters", frozenset(int(v) for v in self.voters))
+        for f in fields(self):
+            if f.name.endswith(("_ms", "_bytes")):
+                value = getattr(self, f.name)
+                if not isinstance(value, int) or value < 0:
+                    raise ValueError(f"{f.name} must be a non-negative int, got {value!r}")
+        if self.fetch_timeout_ms == 0 or self.request_timeout_ms == 0:
+            raise ValueError("fetch_timeout_ms and request_timeout_ms must be positive")
+        if any(v < 0 for v in self.voters):
+            raise ValueError(f"voter ids must be >= 0, got {sorted(self.voters)}")
+
+    @property
+    def majority(self) -> int:
+        return len(self.voters) // 2 + 1
+
+    @property
+    def check_quorum_timeout_ms(self) -> int:
+        """A leader resigns when no majority fetched within this (1.5 x the fetch timeout)."""
+        return self.fetch_timeout_ms * 3 // 2
+
+    @property
+    def begin_quorum_epoch_interval_ms(self) -> int:
+        return self.fetch_timeout_ms // 2
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, Any]) -> QuorumConfig:
+        """Build from Kafka property names (``controller.quorum.election.timeout.ms``, ...)
+        or field names. ``quorum.voters`` takes ``id@host:port,...`` or ids."""
+        names = {f.name for f in fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for key, value in props.items():
+            short = key.removeprefix("controller.")
+            name = _KAFKA_NAMES.get(short, key)
+            if name not in names:
+                raise ValueError(f"unknown quorum config {key!r}")
+            if name == "voters":
+                ids = (
+                    [item.split("@")[0] for item in value.split(",") if item]
+                    if isinstance(value, str)
+                    else value
+                )
+                kwargs[name] = frozenset(int(v) for v in ids)
+            elif name == "cluster_id":
+                kwargs[name] = str(value)
+            else:
+                kwargs[name] = int(value)
+        return cls(**kwargs)

@@ -1,0 +1,657 @@
+"""RaftCore: KRaft's replica logic as a deterministic state machine (Kafka's KafkaRaftClient,
+etcd-raft's RawNode in shape).
+
+Inputs: ``handle(source, correlation_id, message, now)`` for every request and response, and
+``poll(now)`` for the passage of time; ``append`` on the leader. Outputs: an :class:`Output`
+with the messages to send (each perhaps waiting for the log to be durable, see
+:class:`Outbound`) and the time of the next deadline. No sockets, threads, sleeps or clocks:
+time is passed in, randomness is a constructor argument, the log and the quorum-state store
+are collaborators. The same inputs give the same outputs.
+
+The rules of each RPC live in their own module: :mod:`raftcore.raft.vote`,
+:mod:`raftcore.raft.begin_quorum_epoch`, :mod:`raftcore.raft.end_quorum_epoch`,
+:mod:`raftcore.raft.fetch`. Transitions live in :class:`QuorumState`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random as random_module
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from raftcore.error_codes import Errors, error_name
+from raftcore.errors import RaftcoreError
+from raftcore.raft import begin_quorum_epoch, end_quorum_epoch, fetch, vote
+from raftcore.raft.config import QuorumConfig
+from raftcore.raft.control_records import leader_change_record
+from raftcore.raft.messages import (
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    FetchRequest,
+    FetchResponse,
+    Outbound,
+    RaftRequest,
+    RaftResponse,
+    VoteRequest,
+    VoteResponse,
+)
+from raftcore.raft.quorum_state import QuorumState
+from raftcore.raft.quorum_store import QuorumStateStore
+from raftcore.raft.replicated_log import ReplicatedLog
+from raftcore.raft.request_manager import RequestManager
+from raftcore.raft.states import (
+    CandidateState,
+    EpochState,
+    FollowerState,
+    LeaderState,
+    ResignedState,
+    UnattachedState,
+    VotedState,
+)
+from raftcore.raft.values import LeaderAndEpoch
+from raftcore.records import Record, iter_batches
+
+__all__ = [
+    "CommittedBatch",
+    "Listener",
+    "NotLeaderError",
+    "Output",
+    "RaftCore",
+    "RaftInvariantError",
+]
+
+logger = logging.getLogger(__name__)
+
+INF = float("inf")
+# Kafka's RETRY_BACKOFF_BASE_MS: the unit of the randomized election backoff.
+ELECTION_BACKOFF_BASE_MS = 100
+LISTENER_READ_BYTES = 1 << 20
+
+
+class NotLeaderError(RaftcoreError):
+    """An append on a replica that is not the leader; ``leader`` is who it thinks leads
+    (KIP-595 NOT_LEADER, with the leader to retry at)."""
+
+    def __init__(self, leader: LeaderAndEpoch, message: str = "") -> None:
+        super().__init__(
+            message
+            or f"not the leader; leader is {leader.leader_id if leader.known else 'unknown'} "
+            f"in epoch {leader.epoch}"
+        )
+        self.leader = leader
+
+
+class RaftInvariantError(RaftcoreError):
+    """A message that only a bug could produce (two leaders in an epoch, a truncation below
+    the high watermark, an INVALID_REQUEST answer). The replica must stop, not guess."""
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedBatch:
+    """A committed data batch handed to the listener."""
+
+    base_offset: int
+    last_offset: int
+    epoch: int
+    append_timestamp: int
+    records: list[Record]
+
+
+class Listener(Protocol):
+    """The application's view of the log (Kafka's RaftClient.Listener).
+
+    ``handle_commit`` receives every committed data batch exactly once and in order, from the
+    listener's start offset up to the high watermark (control batches are skipped; their
+    offsets still advance). ``handle_leader_change`` is called at most once per epoch; on the
+    leader only after the listener has read everything committed before the epoch began, so
+    the application sees the whole committed state before it writes as leader (KAFKA-15345).
+    """
+
+    def handle_commit(self, batches: list[CommittedBatch]) -> None: ...
+
+    def handle_leader_change(self, leader: LeaderAndEpoch) -> None: ...
+
+
+@dataclass(slots=True)
+class Output:
+    """What one call into the core produced: messages to send, and when to poll next."""
+
+    messages: list[Outbound] = field(default_factory=list)
+    next_deadline: float = INF
+
+
+@dataclass(slots=True)
+class _Parked:
+    """A fetch the leader holds until there is something to answer (or it waited long
+    enough): Kafka's fetch purgatory."""
+
+    source: int
+    correlation_id: int
+    request: FetchRequest
+    deadline: int
+
+
+class RaftCore:
+    """One replica of the quorum. See the module docstring."""
+
+    def __init__(
+        self,
+        node_id: int,
+        config: QuorumConfig,
+        log: ReplicatedLog,
+        store: QuorumStateStore,
+        *,
+        rng: random_module.Random | None = None,
+        listener: Listener | None = None,
+        listener_start_offset: int | None = None,
+        log_prefix: str | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.config = config
+        self.log = log
+        self.store = store
+        self.rng = rng or random_module.Random()
+        self.prefix = log_prefix or f"[node {node_id}]"
+        self.quorum = QuorumState(node_id, config, store, log, rng=self.rng, log_prefix=self.prefix)
+        self.requests = RequestManager(config.retry_backoff_ms, config.request_timeout_ms)
+        self.listener = listener
+        self.listener_next_offset = (
+            log.log_start_offset if listener_start_offset is None else listener_start_offset
+        )
+        self._last_fired: LeaderAndEpoch | None = None
+        self._outbox: list[Outbound] = []
+        self._correlation = 0
+        self._parked: list[_Parked] = []
+        self._shutting_down = False
+        self._started = False
+
+    # ---- public state ------------------------------------------------------------------------
+
+    @property
+    def state(self) -> EpochState:
+        return self.quorum.state
+
+    @property
+    def epoch(self) -> int:
+        return self.quorum.epoch
+
+    def leader_and_epoch(self) -> LeaderAndEpoch:
+        return self.quorum.leader_and_epoch()
+
+    def is_leader(self) -> bool:
+        return self.quorum.is_leader()
+
+    @property
+    def high_watermark(self) -> int | None:
+        """The offset below which everything is committed, as far as this replica knows."""
+        return self.quorum.state.high_watermark
+
+    # ---- entry points ------------------------------------------------------------------------
+
+    def start(self, now: int) -> Output:
+        """Read the stored state and start (Kafka's initialize)."""
+        self.quorum.initialize(now)
+        self._started = True
+        return self._finish(now)
+
+    def handle(
+        self, source: int, correlation_id: int, message: RaftRequest | RaftResponse, now: int
+    ) -> Output:
+        """Process one request or response from ``source``."""
+        kind = type(message)
+        if kind is FetchRequest:
+            fetch.handle_request(self, source, correlation_id, message, now)  # type: ignore[arg-type]
+        elif kind is VoteRequest:
+            self._reply(source, correlation_id, vote.handle_request(self, message, now))  # type: ignore[arg-type]
+        elif kind is BeginQuorumEpochRequest:
+            self._reply(
+                source,
+                correlation_id,
+                begin_quorum_epoch.handle_request(self, message, now),  # type: ignore[arg-type]
+            )
+        elif kind is EndQuorumEpochRequest:
+            self._reply(
+                source,
+                correlation_id,
+                end_quorum_epoch.handle_request(self, message, now),  # type: ignore[arg-type]
+            )
+        elif kind in _RESPONSE_HANDLERS:
+            if self.requests.accept_response(source, correlation_id):
+                ok = _RESPONSE_HANDLERS[kind](self, source, message, now)
+                if not ok:
+                    self.requests.on_failure(source, now)
+            else:
+                logger.debug(
+                    "%s ignoring an unexpected %s from %d (correlation %d)",
+                    self.prefix,
+                    kind.__name__,
+                    source,
+                    correlation_id,
+                )
+        else:
+            raise TypeError(f"not a raft message: {message!r}")
+        return self._finish(now)
+
+    def poll(self, now: int) -> Output:
+        """Let time pass: timers fire, requests go out, commits reach the listener."""
+        return self._finish(now)
+
+    def append(
+        self, records: Iterable[Any], now: int, *, epoch: int | None = None
+    ) -> tuple[int, int]:
+        """Append records as one batch (leader only). Returns (first offset, last offset).
+
+        Raises NotLeaderError (with the known leader) on any other replica, or when ``epoch``
+        is given and is not the current one. The records are committed once the high watermark
+        passes the last offset. Call ``poll`` afterwards to send what the append triggers.
+        """
+        state = self.quorum.state
+        if not isinstance(state, LeaderState) or state.resign_requested or self._shutting_down:
+            raise NotLeaderError(self.leader_and_epoch())
+        if epoch is not None and epoch != state.epoch:
+            raise NotLeaderError(self.leader_and_epoch(), f"epoch {epoch} is not current")
+        first, last = self.log.append_as_leader(records, state.epoch)
+        self._complete_parked(now)
+        return first, last
+
+    def resign(self, now: int) -> Output:
+        """Step down gracefully (leader only): tell the voters with EndQuorumEpoch, naming the
+        best placed successors first."""
+        state = self.quorum.state
+        if isinstance(state, LeaderState):
+            state.resign_requested = True
+        return self._finish(now)
+
+    def begin_shutdown(self, now: int) -> Output:
+        """Stop taking appends and, if leading, resign first."""
+        self._shutting_down = True
+        return self.resign(now)
+
+    # ---- helpers used by the RPC modules -----------------------------------------------------
+
+    def next_correlation_id(self) -> int:
+        self._correlation += 1
+        return self._correlation
+
+    def send_request(
+        self, destination: int, message: RaftRequest, now: int, after_flush: int = -1
+    ) -> None:
+        cid = self.next_correlation_id()
+        self.requests.on_sent(destination, cid, now)
+        self._outbox.append(Outbound(destination, cid, message, after_flush, True))
+
+    def _reply(self, destination: int, correlation_id: int, message: RaftResponse) -> None:
+        self._outbox.append(Outbound(destination, correlation_id, message))
+
+    def reply(self, destination: int, correlation_id: int, message: RaftResponse) -> None:
+        self._reply(destination, correlation_id, message)
+
+    def has_valid_cluster_id(self, cluster_id: str | None) -> bool:
+        """A request without a cluster id is accepted (as Kafka does)."""
+        return cluster_id is None or cluster_id == self.config.cluster_id
+
+    def validate_voter_only_request(self, remote_id: int, request_epoch: int) -> int | None:
+        """Checks shared by Vote, BeginQuorumEpoch and EndQuorumEpoch: an older epoch is
+        fenced; a sender or receiver outside the voter set is refused
+        (INCONSISTENT_VOTER_SET)."""
+        if request_epoch < self.quorum.epoch:
+            return Errors.FENCED_LEADER_EPOCH
+        if remote_id < 0:
+            return Errors.INVALID_REQUEST
+        if self.quorum.is_observer or remote_id not in self.config.voters:
+            return Errors.INCONSISTENT_VOTER_SET
+        return None
+
+    def validate_leader_only_request(self, request_epoch: int) -> int | None:
+        """Fetch (and FetchSnapshot) go to the leader of the requester's epoch only."""
+        if request_epoch < self.quorum.epoch:
+            return Errors.FENCED_LEADER_EPOCH
+        if request_epoch > self.quorum.epoch:
+            return Errors.UNKNOWN_LEADER_EPOCH
+        if not self.quorum.is_leader():
+            return Errors.NOT_LEADER_OR_FOLLOWER
+        if self._shutting_down:
+            return Errors.BROKER_NOT_AVAILABLE
+        return None
+
+    def maybe_transition(self, leader_id: int | None, epoch: int, now: int, reason: str) -> None:
+        """Follow what a message says about the leader of ``epoch`` (Kafka's maybeTransition),
+        refusing what would mean two leaders in one epoch."""
+        quorum = self.quorum
+        if leader_id is not None and epoch == quorum.epoch:
+            known = quorum.leader_id
+            if leader_id == self.node_id and not isinstance(
+                quorum.state, (LeaderState, ResignedState)
+            ):
+                raise RaftInvariantError(
+                    f"{self.prefix} a message names this replica leader of epoch {epoch}, "
+                    f"but it is {quorum.state!r}"
+                )
+            if known is not None and known != leader_id:
+                raise RaftInvariantError(
+                    f"{self.prefix} epoch {epoch}: leader {leader_id} reported, {known} known"
+                )
+        if epoch > quorum.epoch:
+            if leader_id is not None and leader_id != self.node_id:
+                self.transition_to_follower(epoch, leader_id, now, reason)
+            elif leader_id == self.node_id:
+                raise RaftInvariantError(
+                    f"{self.prefix} a message names this replica leader of future epoch {epoch}"
+                )
+            else:
+                self.transition_to_unattached(epoch, now, reason)
+        elif leader_id is not None and quorum.leader_id is None and leader_id != self.node_id:
+            self.transition_to_follower(epoch, leader_id, now, reason)
+
+    def maybe_handle_common_response(
+        self, error: int, leader_id: int, epoch: int, now: int
+    ) -> bool | None:
+        """What every response says before its own content (Kafka's maybeHandleCommonResponse).
+
+        Returns True/False when the response is fully handled (success/failure), or None when
+        its own handler should go on.
+        """
+        leader = None if leader_id < 0 else leader_id
+        if epoch < self.quorum.epoch or error == Errors.UNKNOWN_LEADER_EPOCH:
+            return True  # stale
+        if epoch > self.quorum.epoch or error in (
+            Errors.FENCED_LEADER_EPOCH,
+            Errors.NOT_LEADER_OR_FOLLOWER,
+        ):
+            self.maybe_transition(
+                leader, epoch, now, f"a response in epoch {epoch} ({error_name(error)})"
+            )
+            return True
+        if leader is not None and self.quorum.leader_id is None and leader != self.node_id:
+            self.transition_to_follower(epoch, leader, now, f"{leader} leads epoch {epoch}")
+            return None if error == Errors.NONE else True
+        if error == Errors.BROKER_NOT_AVAILABLE:
+            return False
+        if error == Errors.INVALID_REQUEST:
+            raise RaftInvariantError(f"{self.prefix} a peer found our request invalid")
+        if error == Errors.INCONSISTENT_CLUSTER_ID:
+            logger.error(
+                "%s a peer belongs to another cluster (INCONSISTENT_CLUSTER_ID)", self.prefix
+            )
+            return False
+        return None
+
+    # ---- transitions with their side effects ---------------------------------------------------
+
+    def _left(self, old: EpochState, now: int) -> None:
+        """After any transition: old requests no longer matter; a former leader answers the
+        fetches it held."""
+        self.requests.reset()
+        if isinstance(old, LeaderState):
+            parked, self._parked = self._parked, []
+            for p in parked:
+                self._reply(
+                    p.source,
+                    p.correlation_id,
+                    fetch.error_response(self, Errors.NOT_LEADER_OR_FOLLOWER),
+                )
+
+    def _carry_high_watermark(self, old: EpochState) -> None:
+        # Non-leader states keep the high watermark they knew (it never moves back); a new
+        # leader starts without one.
+        new = self.quorum.state
+        if not isinstance(new, LeaderState) and new is not old:
+            new.high_watermark = old.high_watermark
+
+    def transition_to_unattached(self, epoch: int, now: int, reason: str) -> None:
+        old = self.quorum.state
+        self.quorum.transition_to_unattached(epoch, now, reason)
+        self._carry_high_watermark(old)
+        self._left(old, now)
+
+    def transition_to_follower(self, epoch: int, leader_id: int, now: int, reason: str) -> None:
+        old = self.quorum.state
+        self.quorum.transition_to_follower(epoch, leader_id, now, reason)
+        if self.quorum.state is not old:
+            self._carry_high_watermark(old)
+            self._left(old, now)
+
+    def transition_to_voted(self, candidate_id: int, now: int) -> None:
+        old = self.quorum.state
+        self.quorum.transition_to_voted(candidate_id, now)
+        self._carry_high_watermark(old)
+
+    def transition_to_candidate(self, now: int, reason: str) -> None:
+        old = self.quorum.state
+        self.quorum.transition_to_candidate(now, reason)
+        self._carry_high_watermark(old)
+        self._left(old, now)
+
+    def _become_leader(self, now: int) -> None:
+        """Lead: record the epoch's start in the log (KAFKA-7415), then write the LeaderChange
+        control record, so that the high watermark can pass the epoch start as soon as the
+        quorum has it."""
+        old = self.quorum.state
+        epoch_start = self.log.end_offset
+        state = self.quorum.transition_to_leader(epoch_start, now)
+        self._left(old, now)
+        self.log.initialize_leader_epoch(state.epoch)
+        key, value = leader_change_record(self.node_id, self.config.voters, state.granting_voters)
+        self.log.append_as_leader([(key, value)], state.epoch, control=True)
+        logger.info("%s leader of epoch %d from offset %d", self.prefix, state.epoch, epoch_start)
+
+    def _resign(self, state: LeaderState, now: int, reason: str) -> None:
+        self.quorum.transition_to_resigned(
+            state.non_leader_voters_by_descending_fetch_offset(), now, reason
+        )
+        self._left(state, now)
+        logger.info("%s resigned epoch %d: %s", self.prefix, state.epoch, reason)
+
+    def on_high_watermark_changed(self, now: int) -> None:
+        """The leader's high watermark moved: held fetches that wait for it may go."""
+        self._complete_parked(now)
+
+    # ---- the fetch purgatory ------------------------------------------------------------------
+
+    def park(self, source: int, correlation_id: int, request: FetchRequest, now: int) -> None:
+        self._parked.append(_Parked(source, correlation_id, request, now + request.max_wait_ms))
+
+    def _complete_parked(self, now: int, *, expired_only: bool = False) -> None:
+        if not self._parked or not isinstance(self.quorum.state, LeaderState):
+            return
+        waiting = self._parked
+        self._parked = []
+        for p in waiting:
+            force = now >= p.deadline
+            if expired_only and not force:
+                self._parked.append(p)
+                continue
+            response = fetch.try_complete(self, p.request, now, force=force)
+            if response is None:
+                self._parked.append(p)
+            else:
+                self._reply(p.source, p.correlation_id, response)
+
+    # ---- polling ------------------------------------------------------------------------------
+
+    def _finish(self, now: int) -> Output:
+        if not self._started:
+            raise RaftcoreError(f"{self.prefix} call start() first")
+        deadline = self._poll_state(now)
+        self._update_listener()
+        if self._parked:
+            self._complete_parked(now, expired_only=True)
+            deadline = min(deadline, min(p.deadline for p in self._parked) if self._parked else INF)
+        deadline = min(deadline, self.requests.next_deadline())
+        out = Output(self._outbox, max(deadline, now + 1) if deadline != INF else INF)
+        self._outbox = []
+        return out
+
+    def _poll_state(self, now: int) -> float:
+        # A transition inside one poll may call for another (e.g. candidate -> leader); run
+        # the new state's poll too, a bounded number of times.
+        for _ in range(4):
+            state = self.quorum.state
+            deadline = _POLLERS[type(state)](self, state, now)
+            if self.quorum.state is state:
+                return deadline
+        return now + 1
+
+    def _poll_leader(self, state: LeaderState, now: int) -> float:
+        if state.resign_requested or self._shutting_down:
+            self._resign(state, now, "resignation requested")
+            return now
+        if state.check_quorum_expired(now):
+            self._resign(
+                state, now, f"no majority fetched within {self.config.check_quorum_timeout_ms} ms"
+            )
+            return now
+        if state.update_local_state(self.log.flushed_offset, now):
+            self.on_high_watermark_changed(now)
+        self._maybe_fire_leader_change()
+        if state.begin_quorum_due(now):
+            for voter in sorted(state.voters):
+                if voter != self.node_id and self.requests.is_ready(voter, now):
+                    self.send_request(voter, begin_quorum_epoch.build_request(self, voter), now)
+            state.reset_begin_quorum_timer(now)
+        return min(
+            state.begin_quorum_deadline,
+            state.check_quorum_deadline if len(state.voters) > 1 else INF,
+        )
+
+    def _poll_candidate(self, state: CandidateState, now: int) -> float:
+        if state.is_vote_granted():
+            self._become_leader(now)
+            return now
+        if state.backing_off:
+            if state.backoff_complete(now):
+                self.transition_to_candidate(now, "election backoff completed")
+                return now
+            return state.backoff_deadline  # type: ignore[return-value]
+        if state.election_expired(now):
+            self.start_election_backoff(state, now, "election timed out")
+            return state.backoff_deadline  # type: ignore[return-value]
+        for voter in sorted(state.unrecorded_voters()):
+            if voter != self.node_id and self.requests.is_ready(voter, now):
+                self.send_request(voter, vote.build_request(self, voter), now)
+        return state.election_deadline
+
+    def start_election_backoff(self, state: CandidateState, now: int, reason: str) -> None:
+        """Kafka's binary exponential backoff: min(100 ms * random[0, 2^retries), max)."""
+        span = 2 << min(20, state.retries - 1)
+        backoff = min(
+            ELECTION_BACKOFF_BASE_MS * self.rng.randrange(span), self.config.election_backoff_max_ms
+        )
+        state.start_backoff(now, backoff)
+        logger.info(
+            "%s %s in epoch %d; backing off %d ms", self.prefix, reason, state.epoch, backoff
+        )
+
+    def _poll_follower(self, state: FollowerState, now: int) -> float:
+        if self.quorum.is_voter and state.fetch_expired(now):
+            self.transition_to_candidate(
+                now,
+                f"no fetch response from leader {state.leader} "
+                f"within {self.config.fetch_timeout_ms} ms",
+            )
+            return now
+        if self.requests.is_ready(state.leader, now):
+            request = fetch.build_request(self, state)
+            # The fetch offset acknowledges the log up to it: send only once it is durable
+            # (KAFKA-10533; every replica flushes, KAFKA-13884).
+            self.send_request(state.leader, request, now, after_flush=request.fetch_offset)
+        return state.fetch_deadline if self.quorum.is_voter else INF
+
+    def _poll_unattached(self, state: UnattachedState | VotedState, now: int) -> float:
+        if self.quorum.is_voter:
+            if state.election_expired(now):
+                self.transition_to_candidate(now, "election timeout expired")
+                return now
+            return state.election_deadline
+        # An observer without a leader asks a voter, which answers with the leader it knows.
+        voters = sorted(self.config.voters - {self.node_id})
+        if voters:
+            target = voters[self.rng.randrange(len(voters))]
+            if self.requests.is_ready(target, now):
+                self.send_request(target, fetch.build_discovery_request(self), now)
+        return now + self.config.retry_backoff_ms
+
+    def _poll_resigned(self, state: ResignedState, now: int) -> float:
+        for voter in sorted(state.unacknowledged):
+            if self.requests.is_ready(voter, now):
+                self.send_request(voter, end_quorum_epoch.build_request(self, state), now)
+        if state.election_expired(now):
+            if self.quorum.is_voter and not self._shutting_down:
+                self.transition_to_candidate(now, "resigned and the election timeout expired")
+            elif self.quorum.is_observer:
+                self.transition_to_unattached(state.epoch + 1, now, "resigned non-voter")
+            return now
+        return state.election_deadline
+
+    # ---- the listener -------------------------------------------------------------------------
+
+    def _maybe_fire_leader_change(self) -> None:
+        if self.listener is None:
+            return
+        current = self.quorum.leader_and_epoch()
+        if current == self._last_fired:
+            return
+        state = self.quorum.state
+        # On the leader: only once the listener has read everything committed before the epoch.
+        if isinstance(state, LeaderState) and self.listener_next_offset < state.epoch_start_offset:
+            return
+        self._last_fired = current
+        self.listener.handle_leader_change(current)
+
+    def _update_listener(self) -> None:
+        """Hand committed batches to the listener: everything below the high watermark, each
+        batch once and in order, CRC-checked (KAFKA-14104)."""
+        listener = self.listener
+        if listener is None:
+            return
+        hw = self.quorum.state.high_watermark
+        while hw is not None and self.listener_next_offset < hw:
+            data = self.log.read(self.listener_next_offset, LISTENER_READ_BYTES)
+            committed: list[CommittedBatch] = []
+            next_offset = self.listener_next_offset
+            for batch in iter_batches(data):
+                if batch.base_offset >= hw:
+                    break
+                batch.validate()
+                if not batch.is_control:
+                    records = [r for r in batch.records() if r.offset >= next_offset]
+                    committed.append(
+                        CommittedBatch(
+                            batch.base_offset,
+                            batch.last_offset,
+                            batch.partition_leader_epoch,
+                            batch.max_timestamp,
+                            records,
+                        )
+                    )
+                next_offset = batch.last_offset + 1
+            if next_offset == self.listener_next_offset:
+                break  # nothing readable (should not happen below the high watermark)
+            self.listener_next_offset = next_offset
+            if committed:
+                listener.handle_commit(committed)
+        self._maybe_fire_leader_change()
+
+    def __repr__(self) -> str:
+        return f"RaftCore({self.node_id}, {self.quorum.state!r}, end={self.log.end_offset})"
+
+
+_POLLERS = {
+    LeaderState: RaftCore._poll_leader,
+    CandidateState: RaftCore._poll_candidate,
+    FollowerState: RaftCore._poll_follower,
+    UnattachedState: RaftCore._poll_unattached,
+    VotedState: RaftCore._poll_unattached,
+    ResignedState: RaftCore._poll_resigned,
+}
+
+_RESPONSE_HANDLERS = {
+    FetchResponse: fetch.handle_response,
+    VoteResponse: vote.handle_response,
+    BeginQuorumEpochResponse: begin_quorum_epoch.handle_response,
+    EndQuorumEpochResponse: end_quorum_epoch.handle_response,
+}

@@ -1,0 +1,242 @@
+"""Fetch (KIP-595 pull replication, KIP-279 divergence): the rules of both ends.
+
+On the leader, a fetch is validated in order:
+1. the cluster id, then the request's own sanity (offsets and epochs not negative, the last
+   fetched epoch not above the fetcher's current epoch) -- INVALID_REQUEST;
+2. the epoch: older than ours is FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH, and a
+   replica that does not lead answers NOT_LEADER_OR_FOLLOWER -- always with the leader it
+   knows, so the fetcher can move on at once;
+3. divergence: FetchOffset must not pass the end of LastFetchedEpoch in the leader's log.
+   If it does, or the leader never had that epoch, the answer is DivergingEpoch = the largest
+   epoch <= the fetcher's in the leader's log and where it ends; the fetcher truncates there
+   and asks again (one round per divergent epoch at most);
+4. only a valid fetch counts: it acknowledges the fetcher's log up to FetchOffset (a voter's
+   acknowledgement may move the high watermark), keeps the leader's quorum alive, and reads
+   records from FetchOffset. Observers get records but never count toward the high watermark.
+   A sender that says it is a voter (``is_follower``) but is not one is answered with
+   INCONSISTENT_VOTER_SET -- the records are still good -- so that it steps down.
+
+An answer with nothing to say waits (long poll) until records arrive, the high watermark
+passes what the fetcher knows, or MaxWaitMs ends.
+
+On the follower: the common checks (epoch, leader) first; then, in this order, truncation on
+DivergingEpoch (never below the high watermark, and before any high watermark update --
+KAFKA-14704), or the records appended (CRC-checked, no batch from a later epoch than the
+leader's -- KAFKA-18723) followed by high watermark = min(leader's, local end offset).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from raftcore.error_codes import Errors
+from raftcore.errors import CorruptRecordError, InvalidAppendError
+from raftcore.raft.messages import FetchRequest, FetchResponse
+from raftcore.raft.replicated_log import truncate_to_end_offset, validate_offset_and_epoch
+from raftcore.raft.states import FollowerState, LeaderState
+from raftcore.raft.values import LeaderAndEpoch, ValidationKind
+from raftcore.records import scan_batches
+
+if TYPE_CHECKING:
+    from raftcore.raft.core import RaftCore
+
+logger = logging.getLogger(__name__)
+
+
+# ---- the follower's request -------------------------------------------------------------------
+
+
+def build_request(core: RaftCore, state: FollowerState) -> FetchRequest:
+    hw = state.high_watermark
+    return FetchRequest(
+        cluster_id=core.config.cluster_id,
+        replica_id=core.node_id,
+        fetch_offset=core.log.end_offset,
+        last_fetched_epoch=core.log.last_fetched_epoch,
+        current_leader_epoch=state.epoch,
+        max_wait_ms=core.config.fetch_max_wait_ms,
+        max_bytes=core.config.fetch_max_bytes,
+        is_follower=core.quorum.is_voter,
+        high_watermark=-1 if hw is None else hw,
+    )
+
+
+def build_discovery_request(core: RaftCore) -> FetchRequest:
+    """An observer with no leader asks a voter; the answer names the leader (or says none is
+    known). Nothing is read: max_wait 0 and an epoch the voter will not lead."""
+    return FetchRequest(
+        cluster_id=core.config.cluster_id,
+        replica_id=core.node_id,
+        fetch_offset=core.log.end_offset,
+        last_fetched_epoch=core.log.last_fetched_epoch,
+        current_leader_epoch=core.quorum.epoch,
+        max_wait_ms=0,
+        max_bytes=core.config.fetch_max_bytes,
+        is_follower=False,
+    )
+
+
+# ---- the leader's answer ----------------------------------------------------------------------
+
+
+def _leader(core: RaftCore) -> LeaderAndEpoch:
+    return core.quorum.leader_and_epoch()
+
+
+def error_response(core: RaftCore, error: int) -> FetchResponse:
+    hw = core.quorum.state.high_watermark
+    return FetchResponse(
+        error_code=error,
+        high_watermark=-1 if hw is None else hw,
+        log_start_offset=core.log.log_start_offset,
+        current_leader=_leader(core),
+    )
+
+
+def handle_request(
+    core: RaftCore, source: int, correlation_id: int, request: FetchRequest, now: int
+) -> None:
+    if not core.has_valid_cluster_id(request.cluster_id):
+        core.reply(source, correlation_id, error_response(core, Errors.INCONSISTENT_CLUSTER_ID))
+        return
+    if (
+        request.max_wait_ms < 0
+        or request.fetch_offset < 0
+        or request.last_fetched_epoch < 0
+        or request.last_fetched_epoch > request.current_leader_epoch
+    ):
+        core.reply(source, correlation_id, error_response(core, Errors.INVALID_REQUEST))
+        return
+    error = core.validate_leader_only_request(request.current_leader_epoch)
+    if error is not None:
+        core.reply(source, correlation_id, error_response(core, error))
+        return
+    response = try_complete(core, request, now, force=request.max_wait_ms == 0)
+    if response is None:
+        core.park(source, correlation_id, request, now)
+    else:
+        core.reply(source, correlation_id, response)
+
+
+def try_complete(
+    core: RaftCore, request: FetchRequest, now: int, *, force: bool = False
+) -> FetchResponse | None:
+    """The answer to a fetch, or None when it should wait (nothing to say yet)."""
+    state = core.quorum.state
+    assert isinstance(state, LeaderState)
+    log = core.log
+    validation = validate_offset_and_epoch(log, request.fetch_offset, request.last_fetched_epoch)
+    if validation.kind is ValidationKind.DIVERGING:
+        return FetchResponse(
+            error_code=Errors.NONE,
+            high_watermark=-1 if state.high_watermark is None else state.high_watermark,
+            log_start_offset=log.log_start_offset,
+            current_leader=_leader(core),
+            diverging_epoch=validation.offset_and_epoch,
+        )
+    if validation.kind is ValidationKind.SNAPSHOT:
+        return FetchResponse(
+            error_code=Errors.NONE,
+            high_watermark=-1 if state.high_watermark is None else state.high_watermark,
+            log_start_offset=log.log_start_offset,
+            current_leader=_leader(core),
+            snapshot_id=validation.offset_and_epoch,
+        )
+    replica = request.replica_id
+    if replica in state.voters:
+        state.update_check_quorum(replica, now)
+    end = log.end_offset
+    if state.update_replica_state(replica, request.fetch_offset, end, now):
+        core.on_high_watermark_changed(now)
+    records = (
+        log.read(request.fetch_offset, request.max_bytes) if request.fetch_offset < end else b""
+    )
+    hw = state.high_watermark
+    error = Errors.NONE
+    if request.is_follower and replica not in state.voters:
+        # The seed's NOT_FOLLOWER rule: the records are good, but the sender must stop
+        # acting as a voter.
+        error = Errors.INCONSISTENT_VOTER_SET
+        force = True
+    if not (force or len(records) > 0 or (hw is not None and hw > request.high_watermark)):
+        return None
+    return FetchResponse(
+        error_code=error,
+        high_watermark=-1 if hw is None else hw,
+        log_start_offset=log.log_start_offset,
+        current_leader=_leader(core),
+        records=records,
+    )
+
+
+# ---- the follower's handling of the answer ------------------------------------------------
+
+
+def handle_response(core: RaftCore, source: int, response: FetchResponse, now: int) -> bool:
+    leader = response.current_leader
+    handled = core.maybe_handle_common_response(
+        response.error_code, -1 if leader.leader_id is None else leader.leader_id, leader.epoch, now
+    )
+    if handled is not None:
+        return handled
+    state = core.quorum.state
+    if not isinstance(state, FollowerState) or state.leader != source:
+        return True  # an observer's discovery answer, or a leader we no longer follow
+    error = response.error_code
+    if error == Errors.INCONSISTENT_VOTER_SET:
+        core.quorum.demote(f"leader {source} does not count replica {core.node_id} as a voter")
+    elif error != Errors.NONE:
+        logger.info("%s fetch from %d failed: %d", core.prefix, source, error)
+        return False
+    log = core.log
+    if response.diverging_epoch is not None:
+        diverging = response.diverging_epoch
+        hw = state.high_watermark
+        if hw is not None and diverging.offset < hw:
+            from raftcore.raft.core import RaftInvariantError
+
+            raise RaftInvariantError(
+                f"{core.prefix} leader {source} asks to truncate to {diverging.offset}, below "
+                f"the high watermark {hw}"
+            )
+        offset = truncate_to_end_offset(log, diverging)
+        logger.info(
+            "%s truncated to offset %d (leader %d: epoch %d ends at %d)",
+            core.prefix,
+            offset,
+            source,
+            diverging.epoch,
+            diverging.offset,
+        )
+    elif response.snapshot_id is not None:
+        logger.warning(
+            "%s leader %d sent snapshot %r; snapshots are not supported yet",
+            core.prefix,
+            source,
+            response.snapshot_id,
+        )
+        return False
+    else:
+        records = response.records
+        if len(records) > 0 and not _append(core, state, records, source):
+            return False
+        if response.high_watermark >= 0:
+            state.update_high_watermark(min(response.high_watermark, log.end_offset))
+    state.reset_fetch_timeout(now)
+    return True
+
+
+def _append(core: RaftCore, state: FollowerState, records: bytes | memoryview, source: int) -> bool:
+    try:
+        scan = scan_batches(records, check_crc=False)
+        scan.raise_error()
+        if scan.count and int(scan.epochs.max()) > state.epoch:
+            raise InvalidAppendError(
+                f"a batch of epoch {int(scan.epochs.max())} from the leader of epoch {state.epoch}"
+            )
+        core.log.append_as_follower(records)
+    except (CorruptRecordError, InvalidAppendError) as exc:
+        logger.error("%s refusing records from leader %d: %s", core.prefix, source, exc)
+        return False
+    return True

@@ -1,0 +1,153 @@
+"""The messages of the Raft core, one value per Kafka RPC (single partition, fields named after
+Kafka's message specs; the network layer maps them to and from the wire).
+
+- Vote (api key 52), BeginQuorumEpoch (53), EndQuorumEpoch (54): KIP-595's election RPCs.
+- Fetch (1) with the KRaft fields: the follower's pull, which also acknowledges
+  (FetchOffset is how far the follower's log is durable) and carries divergence
+  (DivergingEpoch) and leader discovery (CurrentLeader) back.
+
+Requests and responses travel with a correlation id and the sender's id, outside the value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from raftcore.error_codes import Errors
+from raftcore.raft.values import LeaderAndEpoch, OffsetAndEpoch
+
+__all__ = [
+    "BeginQuorumEpochRequest",
+    "BeginQuorumEpochResponse",
+    "EndQuorumEpochRequest",
+    "EndQuorumEpochResponse",
+    "FetchRequest",
+    "FetchResponse",
+    "Outbound",
+    "RaftRequest",
+    "RaftResponse",
+    "VoteRequest",
+    "VoteResponse",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class VoteRequest:
+    """A candidate asks for a vote. ``last_offset_epoch``/``last_offset`` describe the
+    candidate's log (its last fetched epoch and end offset); ``voter_id`` is the receiver."""
+
+    cluster_id: str | None
+    candidate_epoch: int
+    candidate_id: int
+    last_offset_epoch: int
+    last_offset: int
+    voter_id: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class VoteResponse:
+    error_code: int
+    leader_id: int  # -1: unknown
+    leader_epoch: int
+    vote_granted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class BeginQuorumEpochRequest:
+    """A new leader announces itself to every voter (and repeats it as a heartbeat until each
+    has answered)."""
+
+    cluster_id: str | None
+    leader_id: int
+    leader_epoch: int
+    voter_id: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class BeginQuorumEpochResponse:
+    error_code: int
+    leader_id: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class EndQuorumEpochRequest:
+    """A resigning leader tells the voters; ``preferred_successors`` lists the other voters by
+    how far they have replicated, best first, so the best placed one runs first."""
+
+    cluster_id: str | None
+    leader_id: int
+    leader_epoch: int
+    preferred_successors: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class EndQuorumEpochResponse:
+    error_code: int
+    leader_id: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchRequest:
+    """A replica pulls from the leader.
+
+    ``fetch_offset`` is the fetcher's log end offset -- for a voter also an acknowledgement
+    that everything below it is durable -- and ``last_fetched_epoch`` the epoch of its last
+    record: together they let the leader detect divergence. ``current_leader_epoch`` fences
+    stale leaders and fetchers. ``is_follower`` says the sender considers itself a voter (the
+    KIP-595 draft's IsFollower); a leader that does not count it among the voters answers
+    INCONSISTENT_VOTER_SET so that it stops acting as one. ``high_watermark`` is the
+    fetcher's known high watermark (-1: unknown); the leader answers a parked fetch as soon as
+    its own high watermark is past it (Kafka's Fetch v18 field).
+    """
+
+    cluster_id: str | None
+    replica_id: int
+    fetch_offset: int
+    last_fetched_epoch: int
+    current_leader_epoch: int
+    max_wait_ms: int = 500
+    max_bytes: int = 8 << 20
+    is_follower: bool = False
+    high_watermark: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResponse:
+    """The leader's answer. Exactly one of: records (maybe empty), ``diverging_epoch`` (truncate
+    to where this epoch ends, then fetch again), ``snapshot_id`` (fetch this snapshot first),
+    or an error with ``current_leader`` to follow."""
+
+    error_code: int
+    high_watermark: int
+    log_start_offset: int
+    current_leader: LeaderAndEpoch
+    records: bytes | memoryview = b""
+    diverging_epoch: OffsetAndEpoch | None = None
+    snapshot_id: OffsetAndEpoch | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error_code == Errors.NONE
+
+
+RaftRequest = VoteRequest | BeginQuorumEpochRequest | EndQuorumEpochRequest | FetchRequest
+RaftResponse = VoteResponse | BeginQuorumEpochResponse | EndQuorumEpochResponse | FetchResponse
+
+
+@dataclass(slots=True)
+class Outbound:
+    """A message the core wants sent.
+
+    ``after_flush``: send only once the local log is durable up to this offset (-1: at once).
+    This is how the persist-before-send rule lives in a data structure: a follower's next
+    Fetch acknowledges its log end offset, so it waits for the fsync that makes it true; the
+    node may group many fsyncs into one but can never send such a message early.
+    """
+
+    destination: int
+    correlation_id: int
+    message: RaftRequest | RaftResponse
+    after_flush: int = -1
+    is_request: bool = field(default=False)

@@ -1,0 +1,121 @@
+"""The quorum-state file (KIP-595): the epoch, the leader or this node's vote, and the voters.
+
+A voter may never vote twice in an epoch, even across a restart, so the vote is written --
+temp file, fsync, rename, directory fsync -- before the message that depends on it leaves.
+The layout is Kafka's (FileQuorumStateStore, QuorumStateData v0), one JSON line:
+
+    {"clusterId":"","leaderId":1,"leaderEpoch":2,"votedId":-1,"appliedOffset":0,
+     "currentVoters":[{"voterId":1},{"voterId":2},{"voterId":3}],"data_version":0}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Protocol
+
+from raftcore.checkpoint import write_atomically
+from raftcore.errors import CorruptCheckpointError
+from raftcore.raft.values import ElectionState
+
+__all__ = ["FileQuorumStateStore", "MemoryQuorumStateStore", "QuorumStateStore"]
+
+FILE_NAME = "quorum-state"
+DATA_VERSION = 0
+
+
+class QuorumStateStore(Protocol):
+    def read(self) -> ElectionState | None:
+        """The last state written, or None if none was."""
+
+    def write(self, state: ElectionState) -> None:
+        """Make ``state`` durable before returning."""
+
+    def clear(self) -> None: ...
+
+
+def to_json(state: ElectionState, cluster_id: str = "") -> str:
+    return json.dumps(
+        {
+            "clusterId": cluster_id,
+            "leaderId": -1 if state.leader_id is None else state.leader_id,
+            "leaderEpoch": state.epoch,
+            "votedId": -1 if state.voted_id is None else state.voted_id,
+            "appliedOffset": 0,
+            "currentVoters": [{"voterId": v} for v in sorted(state.voters)],
+            "data_version": DATA_VERSION,
+        },
+        separators=(",", ":"),
+    )
+
+
+def from_json(text: str, where: str = "quorum-state") -> ElectionState:
+    """Parse the first line of a quorum-state file; CorruptCheckpointError names what is
+    wrong."""
+    line = text.split("\n", 1)[0]
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise CorruptCheckpointError(f"{where}: not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise CorruptCheckpointError(f"{where}: expected a JSON object")
+    version = data.get("data_version")
+    if version not in (0, 1):
+        raise CorruptCheckpointError(f"{where}: unsupported data_version {version!r}")
+    try:
+        epoch = int(data["leaderEpoch"])
+        leader = int(data.get("leaderId", -1))
+        voted = int(data.get("votedId", -1))
+        voters = frozenset(int(v["voterId"]) for v in data.get("currentVoters") or [])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptCheckpointError(f"{where}: bad field ({exc!r})") from None
+    try:
+        return ElectionState(
+            epoch=epoch,
+            leader_id=None if leader < 0 else leader,
+            voted_id=None if voted < 0 else voted,
+            voters=voters,
+        )
+    except ValueError as exc:
+        raise CorruptCheckpointError(f"{where}: {exc}") from None
+
+
+class FileQuorumStateStore:
+    """``<directory>/quorum-state``, replaced atomically and durably on every write."""
+
+    def __init__(self, directory: str | os.PathLike[str], cluster_id: str = "") -> None:
+        self.path = Path(directory) / FILE_NAME
+        self.cluster_id = cluster_id
+
+    def read(self) -> ElectionState | None:
+        try:
+            text = self.path.read_text("utf-8")
+        except FileNotFoundError:
+            return None
+        return from_json(text, str(self.path))
+
+    def write(self, state: ElectionState) -> None:
+        write_atomically(self.path, (to_json(state, self.cluster_id) + "\n").encode("utf-8"))
+
+    def clear(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+class MemoryQuorumStateStore:
+    """The simulation's store: what was written survives a crash of the node (the write
+    would have been fsynced before returning)."""
+
+    def __init__(self) -> None:
+        self._state: ElectionState | None = None
+        self.writes = 0
+
+    def read(self) -> ElectionState | None:
+        return self._state
+
+    def write(self, state: ElectionState) -> None:
+        self._state = state
+        self.writes += 1
+
+    def clear(self) -> None:
+        self._state = None

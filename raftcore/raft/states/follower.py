@@ -1,0 +1,53 @@
+"""Follower: this replica knows the leader of this epoch and fetches from it."""
+
+from __future__ import annotations
+
+from raftcore.raft.states.base import EpochState
+from raftcore.raft.values import ElectionState
+
+
+class FollowerState(EpochState):
+    name = "follower"
+
+    def __init__(
+        self, epoch: int, voters: frozenset[int], leader: int, fetch_timeout_ms: int, now: int
+    ) -> None:
+        super().__init__(epoch, voters)
+        self.leader = leader
+        self.fetch_timeout_ms = fetch_timeout_ms
+        self.fetch_deadline = now + fetch_timeout_ms
+        self.high_watermark: int | None = None
+        self.has_fetched = False
+
+    @property
+    def leader_id(self) -> int | None:
+        return self.leader
+
+    def election_state(self) -> ElectionState:
+        return ElectionState(epoch=self.epoch, leader_id=self.leader, voters=self.voters)
+
+    def fetch_expired(self, now: int) -> bool:
+        return now >= self.fetch_deadline
+
+    def reset_fetch_timeout(self, now: int) -> None:
+        self.fetch_deadline = now + self.fetch_timeout_ms
+        self.has_fetched = True
+
+    def override_fetch_timeout(self, now: int, timeout_ms: int) -> None:
+        """After the leader resigned (EndQuorumEpoch): stand for election sooner, by rank."""
+        self.fetch_deadline = now + timeout_ms
+
+    def update_high_watermark(self, high_watermark: int | None) -> bool:
+        """Set the high watermark; it never moves backwards (a regression is a bug)."""
+        if high_watermark is None:
+            return False
+        if self.high_watermark is not None and high_watermark < self.high_watermark:
+            raise ValueError(
+                f"high watermark would move back from {self.high_watermark} to {high_watermark}"
+            )
+        changed = high_watermark != self.high_watermark
+        self.high_watermark = high_watermark
+        return changed
+
+    def __repr__(self) -> str:
+        return f"Follower(epoch={self.epoch}, leader={self.leader}, hw={self.high_watermark})"

@@ -1,0 +1,186 @@
+"""Leader: this replica leads this epoch. It tracks how far each replica has fetched, computes
+the high watermark, and watches that a majority keeps fetching (check quorum)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from raftcore.raft.states.base import EpochState
+from raftcore.raft.values import ElectionState
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class ReplicaState:
+    """What the leader knows of one replica (DescribeQuorum reports these)."""
+
+    replica_id: int
+    is_voter: bool
+    end_offset: int | None = None  # acknowledged: the last fetch offset (durable there)
+    last_fetch_ms: int = -1
+    last_caught_up_ms: int = -1
+    leader_end_at_last_fetch: int = -1
+
+    def update(self, fetch_offset: int, leader_end_offset: int, now: int) -> None:
+        """Record a fetch. The caught-up time (KIP-595 LastCaughtUpTimeMs) is now if the fetch
+        reached the leader's end, or else the previous fetch's time if this fetch reached the
+        end the leader had then."""
+        if fetch_offset >= leader_end_offset:
+            self.last_caught_up_ms = max(self.last_caught_up_ms, now)
+        elif self.leader_end_at_last_fetch > 0 and fetch_offset >= self.leader_end_at_last_fetch:
+            self.last_caught_up_ms = max(self.last_caught_up_ms, self.last_fetch_ms)
+        self.leader_end_at_last_fetch = leader_end_offset
+        self.last_fetch_ms = max(self.last_fetch_ms, now)
+        self.end_offset = fetch_offset
+
+
+class LeaderState(EpochState):
+    name = "leader"
+
+    def __init__(
+        self,
+        epoch: int,
+        voters: frozenset[int],
+        *,
+        local_id: int,
+        epoch_start_offset: int,
+        granting_voters: frozenset[int],
+        check_quorum_timeout_ms: int,
+        begin_quorum_interval_ms: int,
+        now: int,
+    ) -> None:
+        super().__init__(epoch, voters)
+        self.local_id = local_id
+        self.epoch_start_offset = epoch_start_offset
+        self.granting_voters = granting_voters
+        # A new leader starts without a high watermark: it never inherits the previous
+        # leader's, which keeps the cluster-wide high watermark monotonic.
+        self.high_watermark: int | None = None
+        self.voter_states = {v: ReplicaState(v, True) for v in voters}
+        self.observer_states: dict[int, ReplicaState] = {}
+        self.check_quorum_timeout_ms = check_quorum_timeout_ms
+        self.check_quorum_deadline = now + check_quorum_timeout_ms
+        self.fetched_voters: set[int] = set()
+        self.begin_quorum_interval_ms = begin_quorum_interval_ms
+        self.begin_quorum_deadline = now  # the first BeginQuorumEpoch goes at once
+        self.acknowledged: set[int] = {local_id}
+        self.resign_requested = False
+        self.leader_change_fired = False
+
+    @property
+    def leader_id(self) -> int | None:
+        return self.local_id
+
+    def election_state(self) -> ElectionState:
+        return ElectionState(epoch=self.epoch, leader_id=self.local_id, voters=self.voters)
+
+    # ---- replication progress and the high watermark ---------------------------------------
+
+    def replica(self, replica_id: int) -> ReplicaState:
+        state = self.voter_states.get(replica_id)
+        if state is None:
+            state = self.observer_states.get(replica_id)
+            if state is None:
+                state = self.observer_states[replica_id] = ReplicaState(replica_id, False)
+        return state
+
+    def update_local_state(self, durable_end_offset: int, now: int) -> bool:
+        """The leader's own log is durable up to ``durable_end_offset``; True when the high
+        watermark moved."""
+        local = self.voter_states.get(self.local_id)
+        if local is None:
+            return False
+        local.end_offset = durable_end_offset
+        local.last_fetch_ms = local.last_caught_up_ms = now
+        return self.maybe_update_high_watermark()
+
+    def update_replica_state(
+        self, replica_id: int, fetch_offset: int, leader_end_offset: int, now: int
+    ) -> bool:
+        """A replica fetched from ``fetch_offset`` (valid fetches only): it acknowledges
+        everything below. True when the high watermark moved. Negative ids (consumers)
+        are not tracked."""
+        if replica_id < 0 or replica_id == self.local_id:
+            return False
+        state = self.replica(replica_id)
+        if state.end_offset is not None and fetch_offset < state.end_offset:
+            logger.warning(
+                "replica %d fetch offset went back from %d to %d in epoch %d",
+                replica_id,
+                state.end_offset,
+                fetch_offset,
+                self.epoch,
+            )
+        state.update(fetch_offset, leader_end_offset, now)
+        return state.is_voter and self.maybe_update_high_watermark()
+
+    def majority_end_offset(self) -> int | None:
+        """The largest offset a majority of voters (the leader included) has reached."""
+        offsets = sorted(
+            (s.end_offset if s.end_offset is not None else -1 for s in self.voter_states.values()),
+            reverse=True,
+        )
+        value = offsets[len(offsets) // 2]
+        return None if value < 0 else value
+
+    def maybe_update_high_watermark(self) -> bool:
+        """Move the high watermark to the majority's end offset -- but only once that passes the
+        start of this epoch strictly, i.e. once a record of this leader's own epoch (the
+        LeaderChange record) is committed (KIP-595; KAFKA-12619), and never backwards."""
+        candidate = self.majority_end_offset()
+        if candidate is None or candidate <= self.epoch_start_offset:
+            return False
+        if self.high_watermark is None or candidate > self.high_watermark:
+            self.high_watermark = candidate
+            return True
+        if candidate < self.high_watermark:
+            logger.info(
+                "computed high watermark %d is below the current %d in epoch %d; ignored",
+                candidate,
+                self.high_watermark,
+                self.epoch,
+            )
+        return False
+
+    def non_leader_voters_by_descending_fetch_offset(self) -> tuple[int, ...]:
+        """The other voters, most caught up first: the preferred successors on resignation."""
+        others = [s for v, s in self.voter_states.items() if v != self.local_id]
+        others.sort(
+            key=lambda s: (-(s.end_offset if s.end_offset is not None else -1), s.replica_id)
+        )
+        return tuple(s.replica_id for s in others)
+
+    # ---- check quorum -----------------------------------------------------------------------
+
+    def update_check_quorum(self, voter_id: int, now: int) -> None:
+        """A voter fetched: once a majority has (counting the leader), the check-quorum timer
+        starts over (KAFKA-15489)."""
+        if voter_id not in self.voter_states or voter_id == self.local_id:
+            return
+        self.fetched_voters.add(voter_id)
+        needed = len(self.voter_states) // 2 + 1
+        if self.local_id in self.voter_states:
+            needed -= 1
+        if len(self.fetched_voters) >= needed:
+            self.fetched_voters.clear()
+            self.check_quorum_deadline = now + self.check_quorum_timeout_ms
+
+    def check_quorum_expired(self, now: int) -> bool:
+        if len(self.voter_states) == 1:
+            return False  # a lone voter never loses its quorum
+        return now >= self.check_quorum_deadline
+
+    # ---- BeginQuorumEpoch -------------------------------------------------------------------
+
+    def begin_quorum_due(self, now: int) -> bool:
+        return now >= self.begin_quorum_deadline
+
+    def reset_begin_quorum_timer(self, now: int) -> None:
+        self.begin_quorum_deadline = now + self.begin_quorum_interval_ms
+
+    def __repr__(self) -> str:
+        return (
+            f"Leader(epoch={self.epoch}, start={self.epoch_start_offset}, hw={self.high_watermark})"
+        )

@@ -1,0 +1,30 @@
+"""Voted: this replica voted for a candidate in this epoch and knows no leader yet."""
+
+from __future__ import annotations
+
+from raftcore.raft.states.base import EpochState
+from raftcore.raft.values import ElectionState
+
+
+class VotedState(EpochState):
+    name = "voted"
+
+    def __init__(
+        self, epoch: int, voters: frozenset[int], voted_id: int, election_deadline: float
+    ) -> None:
+        super().__init__(epoch, voters)
+        self.voted_id = voted_id
+        self.election_deadline = election_deadline
+
+    def election_state(self) -> ElectionState:
+        return ElectionState(epoch=self.epoch, voted_id=self.voted_id, voters=self.voters)
+
+    def can_grant_vote(self, candidate_id: int, log_up_to_date: bool) -> bool:
+        # One vote per epoch: only the same candidate gets it again (a retried request).
+        return candidate_id == self.voted_id
+
+    def election_expired(self, now: int) -> bool:
+        return now >= self.election_deadline
+
+    def __repr__(self) -> str:
+        return f"Voted(epoch={self.epoch}, voted_for={self.voted_id})"

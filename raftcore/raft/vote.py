@@ -1,0 +1,97 @@
+"""Vote (KIP-595): a candidate asks each voter for its vote in a new epoch.
+
+A voter grants at most one vote per epoch -- persisted before the answer leaves -- and only to
+a candidate whose log is at least as up to date as its own, compared by last epoch first and
+then end offset.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from raftcore.error_codes import Errors
+from raftcore.raft.messages import VoteRequest, VoteResponse
+from raftcore.raft.replicated_log import end_offset_and_epoch
+from raftcore.raft.states import CandidateState, UnattachedState
+from raftcore.raft.values import OffsetAndEpoch
+
+if TYPE_CHECKING:
+    from raftcore.raft.core import RaftCore
+
+logger = logging.getLogger(__name__)
+
+
+def build_request(core: RaftCore, voter_id: int) -> VoteRequest:
+    return VoteRequest(
+        cluster_id=core.config.cluster_id,
+        candidate_epoch=core.quorum.epoch,
+        candidate_id=core.node_id,
+        last_offset_epoch=core.log.last_fetched_epoch,
+        last_offset=core.log.end_offset,
+        voter_id=voter_id,
+    )
+
+
+def _response(core: RaftCore, error: int, granted: bool = False) -> VoteResponse:
+    leader = core.quorum.leader_id
+    return VoteResponse(error, -1 if leader is None else leader, core.quorum.epoch, granted)
+
+
+def handle_request(core: RaftCore, request: VoteRequest, now: int) -> VoteResponse:
+    """Kafka's handleVoteRequest, in order: cluster id; a sane last offset and epoch (the
+    epoch below the candidate's); the voter-only checks (older epoch fenced, non-voters
+    refused); a higher epoch moves us to it first (durably); the request must be meant for
+    us; then the vote itself."""
+    if not core.has_valid_cluster_id(request.cluster_id):
+        return _response(core, Errors.INCONSISTENT_CLUSTER_ID)
+    if (
+        request.last_offset < 0
+        or request.last_offset_epoch < 0
+        or request.last_offset_epoch >= request.candidate_epoch
+    ):
+        return _response(core, Errors.INVALID_REQUEST)
+    error = core.validate_voter_only_request(request.candidate_id, request.candidate_epoch)
+    if error is not None:
+        return _response(core, error)
+    if request.candidate_epoch > core.quorum.epoch:
+        core.transition_to_unattached(
+            request.candidate_epoch, now, f"vote request from {request.candidate_id}"
+        )
+    if request.voter_id >= 0 and request.voter_id != core.node_id:
+        return _response(core, Errors.INVALID_VOTER_KEY)
+    candidate_log = OffsetAndEpoch(request.last_offset, request.last_offset_epoch)
+    up_to_date = candidate_log >= end_offset_and_epoch(core.log)
+    granted = core.quorum.state.can_grant_vote(request.candidate_id, up_to_date)
+    if granted and isinstance(core.quorum.state, UnattachedState):
+        # Durable before the answer is returned: the vote survives a crash.
+        core.transition_to_voted(request.candidate_id, now)
+    logger.info(
+        "%s vote for %d in epoch %d %s (its log %s, ours %s)",
+        core.prefix,
+        request.candidate_id,
+        request.candidate_epoch,
+        "granted" if granted else "refused",
+        candidate_log,
+        end_offset_and_epoch(core.log),
+    )
+    return _response(core, Errors.NONE, granted)
+
+
+def handle_response(core: RaftCore, source: int, response: VoteResponse, now: int) -> bool:
+    handled = core.maybe_handle_common_response(
+        response.error_code, response.leader_id, response.leader_epoch, now
+    )
+    if handled is not None:
+        return handled
+    if response.error_code != Errors.NONE:
+        return False
+    state = core.quorum.state
+    if isinstance(state, CandidateState) and response.leader_epoch == state.epoch:
+        if response.vote_granted:
+            state.record_granted(source)
+        else:
+            state.record_rejected(source)
+            if state.is_vote_rejected() and not state.backing_off:
+                core.start_election_backoff(state, now, "lost the election")
+    return True

@@ -1,0 +1,453 @@
+"""A seeded, deterministic simulation of a raftcore quorum: N RaftCores over a simulated
+network and clock, with in-memory logs that lose unflushed data on a crash.
+
+One event queue, one clock, one random generator (everything derives from the seed), so a
+seed replays exactly. Faults: message loss, delay and reordering (random delivery times),
+duplication, partitions that come and go, crash-restarts, slow disks. The invariants in
+:mod:`raftcore.sim.invariants` are checked after every event.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import random
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from raftcore.errors import RaftcoreError
+from raftcore.raft import (
+    CommittedBatch,
+    InMemoryLog,
+    LeaderAndEpoch,
+    MemoryQuorumStateStore,
+    NotLeaderError,
+    Outbound,
+    QuorumConfig,
+    RaftCore,
+)
+from raftcore.raft.states import LeaderState
+from raftcore.sim.invariants import Invariants, Violation
+
+__all__ = ["Scenario", "Simulation", "SimResult"]
+
+logger = logging.getLogger(__name__)
+
+INF = float("inf")
+
+
+@dataclass
+class Scenario:
+    """One randomized run, drawn from the seed (see :meth:`Scenario.from_seed`)."""
+
+    seed: int
+    voters: int = 3
+    observers: int = 0
+    drop: float = 0.0
+    duplicate: float = 0.0
+    delay_ms: tuple[int, int] = (1, 5)
+    partitions: bool = False
+    crashes: bool = False
+    slow_node: int | None = None
+    style: str = "mixed"
+    crash_every_ms: tuple[int, int] = (1500, 6000)
+    downtime_ms: tuple[int, int] = (200, 3000)
+    crash_after_send: float = 0.0
+    flush_delay_ms: tuple[int, int] = (0, 2)
+    fault_ms: int = 15_000
+    heal_ms: int = 30_000
+    append_every_ms: int = 40
+    records_per_append: int = 3
+
+    @classmethod
+    def from_seed(cls, seed: int, voters: int, observers: int | None = None) -> Scenario:
+        """Draw a scenario. Styles: "mixed" (everything, at a moderate rate), "crashy"
+        (frequent short crashes, sometimes of every node at once, and crashes right after a
+        node sends an acknowledgement or a vote -- the narrow windows where a missing fsync
+        or an unpersisted vote shows), "slow-disk" (fsyncs that take up to 300 ms)."""
+        rng = random.Random(f"scenario-{seed}")
+        style = rng.choice(["mixed", "mixed", "crashy", "slow-disk"])
+        sc = cls(
+            seed=seed,
+            voters=voters,
+            observers=rng.choice([0, 0, 1, 2]) if observers is None else observers,
+            drop=rng.choice([0.0, 0.0, 0.01, 0.05, 0.1]),
+            duplicate=rng.choice([0.0, 0.01, 0.05]),
+            delay_ms=rng.choice([(1, 3), (1, 10), (2, 40), (5, 100)]),
+            partitions=rng.random() < 0.7,
+            crashes=rng.random() < 0.7,
+            slow_node=rng.choice([None, None, 1]),
+            style=style,
+            fault_ms=rng.choice([8_000, 15_000, 25_000]),
+        )
+        if style == "crashy":
+            sc.crashes = True
+            sc.crash_every_ms = (150, 1500)
+            sc.downtime_ms = (10, 800)
+            sc.crash_after_send = rng.choice([0.01, 0.03])
+            sc.flush_delay_ms = (0, 30)
+        elif style == "slow-disk":
+            sc.flush_delay_ms = (0, 300)
+        return sc
+
+    def describe(self) -> str:
+        return (
+            f"{self.style}: {self.voters} voters + {self.observers} observers, drop "
+            f"{self.drop}, dup {self.duplicate}, delay {self.delay_ms}, partitions "
+            f"{self.partitions}, crashes {self.crashes} every {self.crash_every_ms}, "
+            f"crash-after-send {self.crash_after_send}, flush {self.flush_delay_ms}, "
+            f"slow {self.slow_node}, faults {self.fault_ms} ms"
+        )
+
+
+# Kafka's RaftEventSimulationTest uses these timings.
+SIM_QUORUM = dict(
+    election_timeout_ms=1000,
+    election_backoff_max_ms=100,
+    fetch_timeout_ms=3000,
+    retry_backoff_ms=50,
+    request_timeout_ms=3000,
+    fetch_max_wait_ms=100,
+    cluster_id="sim-cluster",
+)
+
+
+class SimListener:
+    """Records what the core commits, for the invariants."""
+
+    def __init__(self, node: SimNode) -> None:
+        self.node = node
+        self.next_offset: int | None = None
+        self.leaders: list[LeaderAndEpoch] = []
+
+    def handle_commit(self, batches: list[CommittedBatch]) -> None:
+        self.node.sim.invariants.on_commit(self.node, batches)
+
+    def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
+        self.node.sim.invariants.on_leader_change(self.node, leader)
+        self.leaders.append(leader)
+
+
+@dataclass
+class SimNode:
+    sim: Simulation
+    node_id: int
+    is_voter: bool
+    log: InMemoryLog = field(default_factory=InMemoryLog)
+    store: MemoryQuorumStateStore = field(default_factory=MemoryQuorumStateStore)
+    core: RaftCore | None = None
+    listener: SimListener | None = None
+    alive: bool = False
+    incarnation: int = 0
+    flush_delay: tuple[int, int] = (0, 2)
+    pending: list[Outbound] = field(default_factory=list)
+    flush_scheduled: bool = False
+    poll_at: float = INF
+
+    def start(self, now: int) -> None:
+        self.incarnation += 1
+        self.alive = True
+        self.pending = []
+        self.flush_scheduled = False
+        self.poll_at = INF
+        self.listener = SimListener(self)
+        cfg = QuorumConfig(voters=self.sim.voter_ids, **SIM_QUORUM)
+        self.core = RaftCore(
+            self.node_id,
+            cfg,
+            self.log,
+            self.store,
+            rng=random.Random(f"{self.sim.scenario.seed}-{self.node_id}-{self.incarnation}"),
+            listener=self.listener,
+        )
+        self.sim.invariants.on_start(self)
+        self.sim.process(self, self.core.start(now))
+
+    def crash(self) -> None:
+        self.alive = False
+        self.core = None
+        self.pending = []
+        self.log.crash()
+        self.sim.invariants.on_crash(self)
+
+
+class Simulation:
+    def __init__(self, scenario: Scenario, *, trace: bool = False) -> None:
+        self.scenario = scenario
+        self.rng = random.Random(scenario.seed)
+        self.now = 0
+        self._queue: list[tuple[float, int, str, Any]] = []
+        self._seq = 0
+        n = scenario.voters
+        self.voter_ids = frozenset(range(1, n + 1))
+        self.nodes: dict[int, SimNode] = {}
+        for i in range(1, n + scenario.observers + 1):
+            node = SimNode(self, i, i <= n)
+            node.flush_delay = scenario.flush_delay_ms
+            if scenario.slow_node == i:
+                node.flush_delay = (20, 150)
+            self.nodes[i] = node
+        self.blocked: set[tuple[int, int]] = set()
+        self.faults_active = True
+        self.invariants = Invariants(self)
+        self.trace: deque[str] = deque(maxlen=None if trace else 400)
+        self.appends = 0
+        self.events = 0
+
+    # ---- scheduling ---------------------------------------------------------------------------
+
+    def schedule(self, at: float, kind: str, payload: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self._queue, (at, self._seq, kind, payload))
+
+    def log_event(self, text: str) -> None:
+        self.trace.append(f"{self.now:>7} {text}")
+
+    # ---- the network --------------------------------------------------------------------------
+
+    def send(self, src: SimNode, out: Outbound) -> None:
+        dst = out.destination
+        kind = type(out.message).__name__
+        if (src.node_id, dst) in self.blocked:
+            self.log_event(f"{src.node_id}->{dst} {kind} blocked")
+            return
+        sc = self.scenario
+        if self.faults_active and sc.drop and self.rng.random() < sc.drop:
+            self.log_event(f"{src.node_id}->{dst} {kind} dropped")
+            return
+        copies = (
+            2 if self.faults_active and sc.duplicate and self.rng.random() < sc.duplicate else 1
+        )
+        for _ in range(copies):
+            delay = self.rng.randint(*sc.delay_ms) if self.faults_active else self.rng.randint(1, 3)
+            self.schedule(
+                self.now + delay, "deliver", (src.node_id, dst, out.correlation_id, out.message)
+            )
+        if (
+            self.faults_active
+            and sc.crash_after_send
+            and type(out.message).__name__ in ("FetchRequest", "VoteResponse")
+            and self.rng.random() < sc.crash_after_send
+        ):
+            # Die right after an acknowledgement or a vote left: the narrowest windows.
+            self.schedule(self.now, "fault", ("crash", src.node_id))
+            self.schedule(
+                self.now + self.rng.randint(*sc.downtime_ms), "fault", ("restart", src.node_id)
+            )
+
+    def process(self, node: SimNode, output: Any) -> None:
+        """Send or hold what a core produced, and arrange its next poll and flush."""
+        for out in output.messages:
+            if out.after_flush >= 0 and out.after_flush > node.log.flushed_offset:
+                node.pending.append(out)
+            else:
+                self.send(node, out)
+        if node.log.end_offset > node.log.flushed_offset and not node.flush_scheduled:
+            node.flush_scheduled = True
+            delay = self.rng.randint(*node.flush_delay)
+            self.schedule(self.now + delay, "flush", (node.node_id, node.incarnation))
+        deadline = output.next_deadline
+        if deadline < node.poll_at:
+            node.poll_at = deadline
+            self.schedule(deadline, "poll", (node.node_id, node.incarnation))
+
+    # ---- events -------------------------------------------------------------------------------
+
+    def _deliver(self, payload: tuple) -> SimNode | None:
+        src, dst, cid, message = payload
+        node = self.nodes[dst]
+        if not node.alive or (src, dst) in self.blocked:
+            return None
+        self.log_event(f"{src}->{dst} {_short(message)}")
+        self.process(node, node.core.handle(src, cid, message, self.now))
+        return node
+
+    def _poll(self, payload: tuple) -> SimNode | None:
+        node_id, incarnation = payload
+        node = self.nodes[node_id]
+        if not node.alive or node.incarnation != incarnation or self.now < node.poll_at:
+            return None
+        node.poll_at = INF
+        self.process(node, node.core.poll(self.now))
+        return node
+
+    def _flush(self, payload: tuple) -> SimNode | None:
+        node_id, incarnation = payload
+        node = self.nodes[node_id]
+        if not node.alive or node.incarnation != incarnation:
+            return None
+        node.flush_scheduled = False
+        flushed = node.log.flush()
+        ready = [o for o in node.pending if o.after_flush <= flushed]
+        node.pending = [o for o in node.pending if o.after_flush > flushed]
+        for out in ready:
+            self.send(node, out)
+        self.process(node, node.core.poll(self.now))
+        return node
+
+    def _append(self, _payload: Any) -> SimNode | None:
+        if self.faults_active or self.now < self.heal_started + 2_000:
+            self.schedule(self.now + self.scenario.append_every_ms, "append", None)
+        for node in self.nodes.values():
+            if node.alive and isinstance(node.core.state, LeaderState):
+                self.appends += 1
+                values = [
+                    (b"k", b"%d-%d" % (self.appends, i))
+                    for i in range(self.scenario.records_per_append)
+                ]
+                try:
+                    first, last = node.core.append(values, self.now)
+                except NotLeaderError:
+                    return None
+                self.invariants.on_append(node, first, last, values)
+                self.log_event(f"append {first}..{last} at {node.node_id}")
+                self.process(node, node.core.poll(self.now))
+                return node
+        return None
+
+    def _fault(self, payload: tuple) -> SimNode | None:
+        action, arg = payload
+        if not self.faults_active and action in ("partition", "crash"):
+            return None  # drawn past the end of the fault phase
+        if action == "partition":
+            groups = arg
+            self.blocked = {
+                (a, b) for ga in groups for gb in groups if ga is not gb for a in ga for b in gb
+            }
+            self.log_event(f"partition {groups}")
+        elif action == "heal-partition":
+            self.blocked = set()
+            self.log_event("partition healed")
+        elif action == "crash":
+            node = self.nodes[arg]
+            if node.alive:
+                self.log_event(f"crash {arg}")
+                node.crash()
+        elif action == "restart":
+            node = self.nodes[arg]
+            if not node.alive:
+                self.log_event(f"restart {arg}")
+                node.start(self.now)
+                return node
+        return None
+
+    _HANDLERS: ClassVar[dict[str, Any]] = {
+        "deliver": _deliver,
+        "poll": _poll,
+        "flush": _flush,
+        "append": _append,
+        "fault": _fault,
+    }
+
+    # ---- the run ------------------------------------------------------------------------------
+
+    def _plan_faults(self) -> None:
+        sc = self.scenario
+        ids = sorted(self.nodes)
+        t = 500
+        while sc.partitions and t < sc.fault_ms:
+            t += self.rng.randint(1000, 4000)
+            shuffled = ids[:]
+            self.rng.shuffle(shuffled)
+            cut = self.rng.randint(1, len(shuffled) - 1)
+            groups = (frozenset(shuffled[:cut]), frozenset(shuffled[cut:]))
+            self.schedule(t, "fault", ("partition", groups))
+            t += self.rng.randint(500, 4000)
+            self.schedule(min(t, sc.fault_ms), "fault", ("heal-partition", None))
+        t = 1000
+        while sc.crashes and t < sc.fault_ms:
+            t += self.rng.randint(*sc.crash_every_ms)
+            # now and then every node at once (a power loss); all come back
+            victims = ids if self.rng.random() < 0.05 else [self.rng.choice(ids)]
+            for victim in victims:
+                self.schedule(t, "fault", ("crash", victim))
+                back = t + self.rng.randint(*sc.downtime_ms)
+                self.schedule(min(back, sc.fault_ms), "fault", ("restart", victim))
+
+    def run(self) -> SimResult:
+        sc = self.scenario
+        self.heal_started = INF
+        for node in self.nodes.values():
+            node.start(0)
+        self._plan_faults()
+        self.schedule(200, "append", None)
+        heal_at = sc.fault_ms
+        self.schedule(heal_at, "heal", None)
+        deadline = heal_at + sc.heal_ms
+        try:
+            while self._queue:
+                at, _, kind, payload = heapq.heappop(self._queue)
+                if at > deadline:
+                    break
+                self.now = int(at)
+                self.events += 1
+                if kind == "heal":
+                    self._heal()
+                    continue
+                node = self._HANDLERS[kind](self, payload)
+                if node is not None:
+                    self.invariants.after_event(node)
+                if not self.faults_active and self.invariants.settled():
+                    return SimResult(
+                        sc, None, self.events, self.now, self.appends, list(self.trace)
+                    )
+            self.invariants.check_liveness()
+            raise Violation(
+                "liveness", f"no settled quorum {sc.heal_ms} ms after the faults stopped"
+            )
+        except Violation as v:
+            return SimResult(sc, v, self.events, self.now, self.appends, list(self.trace))
+        except RaftcoreError as exc:
+            v = Violation("core-error", f"{type(exc).__name__}: {exc}")
+            return SimResult(sc, v, self.events, self.now, self.appends, list(self.trace))
+
+    def _heal(self) -> None:
+        self.faults_active = False
+        self.heal_started = self.now
+        self.blocked = set()
+        self.log_event("faults stop")
+        for node in self.nodes.values():
+            if not node.alive:
+                node.start(self.now)
+                self.invariants.after_event(node)
+
+
+@dataclass
+class SimResult:
+    scenario: Scenario
+    violation: Violation | None
+    events: int
+    sim_time_ms: int
+    appends: int
+    trace: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return self.violation is None
+
+
+def _short(message: Any) -> str:
+    name = type(message).__name__
+    fields = []
+    for attr in (
+        "candidate_epoch",
+        "leader_epoch",
+        "current_leader_epoch",
+        "fetch_offset",
+        "last_fetched_epoch",
+        "vote_granted",
+        "error_code",
+        "high_watermark",
+        "diverging_epoch",
+    ):
+        value = getattr(message, attr, None)
+        if value is not None and value is not False:
+            fields.append(f"{attr}={value}")
+    leader = getattr(message, "current_leader", None)
+    if leader is not None:
+        fields.append(f"leader={leader.leader_id}@{leader.epoch}")
+    records = getattr(message, "records", None)
+    if records:
+        fields.append(f"bytes={len(records)}")
+    return f"{name}({', '.join(fields)})"

@@ -1,0 +1,217 @@
+"""The properties every simulated run must keep, checked after every event.
+
+- **single leader**: at most one leader per epoch, counting every replica's persisted state;
+- **committed prefixes agree**: the batches below each replica's high watermark are the same
+  batches (offsets, epoch, CRC) on every replica, forever;
+- **committed records never change**: what a listener was handed at an offset is what every
+  listener is ever handed there; each listener gets offsets in order, each once;
+- **high watermark monotonic**: on a live replica it never goes back;
+- **acknowledged appends survive**: an append the leader reported committed is in the log of
+  every later leader;
+- **liveness**: once the faults stop, a leader is elected and every replica catches up to it,
+  high watermark included, within a bounded simulated time.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from raftcore.raft.states import LeaderState
+from raftcore.records import iter_batches
+
+if TYPE_CHECKING:
+    from raftcore.raft import CommittedBatch, LeaderAndEpoch
+    from raftcore.sim.cluster import SimNode, Simulation
+
+__all__ = ["Invariants", "Violation"]
+
+
+class Violation(Exception):
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
+        self.detail = detail
+
+    def __reduce__(self) -> tuple:
+        # Results cross process boundaries (--jobs): rebuild from both fields.
+        return (Violation, (self.kind, self.detail))
+
+
+class Invariants:
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.leaders: dict[int, int] = {}
+        self.committed_batches: dict[int, tuple[int, int, int]] = {}  # base -> (last, epoch, crc)
+        self.committed_records: dict[int, bytes | None] = {}
+        self.acked: dict[int, bytes | None] = {}
+        self.pending_acks: list[tuple[int, int, int, int, int, list]] = []
+        self.hw: dict[int, int] = {}
+        self.checked: dict[int, int] = {}
+        self.listener_next: dict[int, int] = {}
+        self.leader_checked: set[tuple[int, int, int]] = set()
+        self.fired: dict[int, set[int]] = {}
+
+    # ---- per replica lifecycle ---------------------------------------------------------------
+
+    def on_start(self, node: SimNode) -> None:
+        self.hw.pop(node.node_id, None)
+        self.checked[node.node_id] = node.log.log_start_offset
+        self.listener_next[node.node_id] = node.log.log_start_offset
+        self.fired[node.node_id] = set()
+
+    def on_crash(self, node: SimNode) -> None:
+        self.pending_acks = [p for p in self.pending_acks if p[0] != node.node_id]
+
+    # ---- listener callbacks ------------------------------------------------------------------
+
+    def on_commit(self, node: SimNode, batches: list[CommittedBatch]) -> None:
+        nid = node.node_id
+        expected = self.listener_next[nid]
+        for batch in batches:
+            if batch.base_offset < expected:
+                raise Violation(
+                    "listener-order",
+                    f"node {nid} handed batch {batch.base_offset} after offset {expected}",
+                )
+            for r in batch.records:
+                seen = self.committed_records.setdefault(r.offset, r.value)
+                if seen != r.value:
+                    raise Violation(
+                        "committed-record-changed",
+                        f"offset {r.offset}: node {nid} committed {r.value!r}, earlier {seen!r}",
+                    )
+            expected = batch.last_offset + 1
+        self.listener_next[nid] = expected
+
+    def on_leader_change(self, node: SimNode, leader: LeaderAndEpoch) -> None:
+        epochs = self.fired[node.node_id]
+        if leader.leader_id is not None:
+            if leader.epoch in epochs:
+                raise Violation(
+                    "leader-change-twice", f"node {node.node_id} told of epoch {leader.epoch} twice"
+                )
+            epochs.add(leader.epoch)
+
+    def on_append(self, node: SimNode, first: int, last: int, values: list) -> None:
+        self.pending_acks.append(
+            (node.node_id, node.incarnation, node.core.epoch, first, last, [v for _, v in values])
+        )
+
+    # ---- after every event ---------------------------------------------------------------------
+
+    def after_event(self, node: SimNode) -> None:
+        if not node.alive:
+            return
+        core = node.core
+        state = core.state
+        nid = node.node_id
+        # single leader per epoch, over every persisted election state
+        stored = node.store.read()
+        if stored is not None and stored.leader_id is not None:
+            prev = self.leaders.setdefault(stored.epoch, stored.leader_id)
+            if prev != stored.leader_id:
+                raise Violation(
+                    "two-leaders",
+                    f"epoch {stored.epoch}: {prev} and {stored.leader_id} (node {nid}'s view)",
+                )
+        if isinstance(state, LeaderState):
+            prev = self.leaders.setdefault(state.epoch, nid)
+            if prev != nid:
+                raise Violation("two-leaders", f"epoch {state.epoch}: {prev} and {nid}")
+            key = (nid, node.incarnation, state.epoch)
+            if key not in self.leader_checked:
+                self.leader_checked.add(key)
+                self._check_leader_has_acked(node)
+        # high watermark monotonic on a live replica
+        hw = core.high_watermark
+        if hw is not None:
+            prev_hw = self.hw.get(nid)
+            if prev_hw is not None and hw < prev_hw:
+                raise Violation("hw-backwards", f"node {nid}: {prev_hw} -> {hw}")
+            self.hw[nid] = hw
+            if hw > node.log.end_offset:
+                raise Violation(
+                    "hw-past-log-end", f"node {nid}: hw {hw} > end {node.log.end_offset}"
+                )
+            self._check_committed_prefix(node, hw)
+        # acknowledgements
+        if self.pending_acks and isinstance(state, LeaderState) and hw is not None:
+            keep = []
+            for p in self.pending_acks:
+                pnode, inc, epoch, first, last, values = p
+                if pnode == nid and inc == node.incarnation and epoch == state.epoch and hw > last:
+                    for i, value in enumerate(values):
+                        self.acked[first + i] = value
+                else:
+                    keep.append(p)
+            self.pending_acks = keep
+
+    def _check_committed_prefix(self, node: SimNode, hw: int) -> None:
+        nid = node.node_id
+        start = self.checked.get(nid, 0)
+        if start >= hw:
+            return
+        data = node.log.read(start, 1 << 30)
+        for batch in iter_batches(data):
+            if batch.base_offset >= hw:
+                break
+            entry = (batch.last_offset, batch.partition_leader_epoch, batch.crc)
+            seen = self.committed_batches.setdefault(batch.base_offset, entry)
+            if seen != entry:
+                raise Violation(
+                    "committed-prefix-differs",
+                    f"node {nid} batch at {batch.base_offset} is {entry}, committed "
+                    f"elsewhere as {seen}",
+                )
+        self.checked[nid] = hw
+
+    def _check_leader_has_acked(self, node: SimNode) -> None:
+        if not self.acked:
+            return
+        values: dict[int, bytes | None] = {}
+        if node.log.end_offset > node.log.log_start_offset:
+            for batch in iter_batches(node.log.read(node.log.log_start_offset, 1 << 30)):
+                if not batch.is_control:
+                    for r in batch.records():
+                        if r.offset in self.acked:
+                            values[r.offset] = r.value
+        for offset, value in self.acked.items():
+            if values.get(offset) != value:
+                raise Violation(
+                    "acked-write-lost",
+                    f"new leader {node.node_id} (epoch {node.core.epoch}) has "
+                    f"{values.get(offset)!r} at acknowledged offset {offset}, "
+                    f"expected {value!r}",
+                )
+
+    # ---- liveness -------------------------------------------------------------------------------
+
+    def settled(self) -> bool:
+        """One leader, every replica alive, caught up to it, and its high watermark at the end
+        of its log."""
+        nodes = self.sim.nodes.values()
+        leaders = [n for n in nodes if n.alive and isinstance(n.core.state, LeaderState)]
+        if len(leaders) != 1:
+            return False
+        leader = leaders[0]
+        end = leader.log.end_offset
+        if leader.core.high_watermark != end:
+            return False
+        for n in nodes:
+            if not n.alive or n.log.end_offset != end or n.core.high_watermark != end:
+                return False
+            if n.core.epoch != leader.core.epoch:
+                return False
+        return True
+
+    def check_liveness(self) -> None:
+        if self.settled():
+            return
+        parts = []
+        for n in self.sim.nodes.values():
+            parts.append(
+                f"{n.node_id}: {n.core.state!r} end={n.log.end_offset} hw={n.core.high_watermark}"
+                if n.alive
+                else f"{n.node_id}: down"
+            )
+        raise Violation("liveness", "; ".join(parts))

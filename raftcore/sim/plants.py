@@ -1,0 +1,96 @@
+"""Deliberately broken variants of the core, to show that the simulation catches them.
+
+Each plant replaces one rule by a plausible-looking wrong one (by monkeypatching, in the
+simulation's process only; the real code stays correct). ``python -m raftcore.sim --plant
+NAME`` runs against it; docs/testing.md lists which seed catches each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from raftcore.raft import fetch, replicated_log
+from raftcore.raft.core import RaftCore
+from raftcore.raft.states import LeaderState, VotedState
+
+__all__ = ["PLANTS", "apply"]
+
+
+def _hw_without_own_epoch_rule() -> None:
+    """The leader exposes the majority offset without waiting for a record of its own epoch
+    (KIP-595's extra commit rule; KAFKA-12619)."""
+
+    def maybe_update_high_watermark(self: LeaderState) -> bool:
+        candidate = self.majority_end_offset()
+        if candidate is None:
+            return False
+        if self.high_watermark is None or candidate > self.high_watermark:
+            self.high_watermark = candidate
+            return True
+        return False
+
+    LeaderState.maybe_update_high_watermark = maybe_update_high_watermark  # type: ignore[method-assign]
+
+
+def _second_vote_in_epoch() -> None:
+    """A voter that already voted grants again to any candidate whose log is up to date."""
+
+    def can_grant_vote(self: VotedState, candidate_id: int, log_up_to_date: bool) -> bool:
+        return log_up_to_date
+
+    VotedState.can_grant_vote = can_grant_vote  # type: ignore[method-assign]
+
+
+def _truncate_one_too_far() -> None:
+    """On divergence the follower truncates one offset further than the leader said."""
+    original = replicated_log.truncate_to_end_offset
+
+    def truncate(log, diverging):  # type: ignore[no-untyped-def]
+        offset = original(log, diverging)
+        if offset > 0:
+            log.truncate_to(offset - 1)
+            return min(offset - 1, log.end_offset)
+        return offset
+
+    fetch.truncate_to_end_offset = truncate  # type: ignore[assignment]
+
+
+def _ack_before_flush() -> None:
+    """The follower's next Fetch (its acknowledgement) leaves before the fsync that makes it
+    true (KAFKA-10533)."""
+    original = RaftCore.send_request
+
+    def send_request(self, destination, message, now, after_flush=-1):  # type: ignore[no-untyped-def]
+        return original(self, destination, message, now, -1)
+
+    RaftCore.send_request = send_request  # type: ignore[method-assign]
+
+
+def _forget_vote_on_restart() -> None:
+    """The vote is not written to the quorum-state store (as raftos and early PySyncObj)."""
+    from raftcore.raft.quorum_state import QuorumState
+
+    original = QuorumState._persist
+
+    def persist(self, state):  # type: ignore[no-untyped-def]
+        if isinstance(state, VotedState):
+            return
+        original(self, state)
+
+    QuorumState._persist = persist  # type: ignore[method-assign]
+
+
+PLANTS: dict[str, Callable[[], None]] = {
+    "hw-without-own-epoch": _hw_without_own_epoch_rule,
+    "second-vote": _second_vote_in_epoch,
+    "truncate-one-too-far": _truncate_one_too_far,
+    "ack-before-flush": _ack_before_flush,
+    "forget-vote": _forget_vote_on_restart,
+}
+
+
+def apply(name: str) -> None:
+    try:
+        PLANTS[name]()
+    except KeyError:
+        raise SystemExit(f"unknown plant {name!r}; choose from {', '.join(PLANTS)}") from None
