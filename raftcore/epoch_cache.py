@@ -68,35 +68,40 @@ class LeaderEpochFileCache:
             for epoch, start in read_epoch_checkpoint(self.path) or []:
                 self._cache.assign(epoch, start)
 
-    def _persist(self) -> None:
-        write_epoch_checkpoint(self.path, self._cache.entries())
+    def _change(self, operation: str, *args: int) -> bool:
+        """Apply a change to a copy, write the copy, and only then adopt it: if the write
+        fails, memory still agrees with the file."""
+        trial = self._cache.copy()
+        changed = bool(getattr(trial, operation)(*args))
+        if changed:
+            write_epoch_checkpoint(self.path, trial.entries())
+            self._cache = trial
+        return changed
 
     def assign(self, epoch: int, start_offset: int) -> bool:
         """Record that ``epoch`` starts at ``start_offset`` (dropping entries that would break
         the order, as Kafka does); persisted before returning when it changed anything."""
-        changed = self._cache.assign(epoch, start_offset)
-        if changed:
-            self._persist()
-        return changed
+        cache = self._cache
+        if len(cache) and cache.latest_epoch == epoch and start_offset >= cache.latest_start_offset:
+            if start_offset < 0:
+                raise ValueError(f"epoch cache entry ({epoch}, {start_offset}): negative offset")
+            return False  # the common case on every append: nothing to write
+        return self._change("assign", epoch, start_offset)
 
     def truncate_from_end(self, end_offset: int) -> bool:
         """The log was truncated to ``end_offset``: forget epochs that start at or after it."""
-        changed = self._cache.truncate_from_end(end_offset)
-        if changed:
-            self._persist()
-        return changed
+        return self._change("truncate_from_end", end_offset)
 
     def truncate_from_start(self, start_offset: int) -> bool:
         """The log start moved to ``start_offset``: the epoch in force there now starts there."""
-        changed = self._cache.truncate_from_start(start_offset)
-        if changed:
-            self._persist()
-        return changed
+        return self._change("truncate_from_start", start_offset)
 
-    def clear(self) -> None:
-        if len(self._cache):
-            self._cache.clear()
-            self._persist()
+    def clear(self) -> bool:
+        if not len(self._cache):
+            return False
+        write_epoch_checkpoint(self.path, [])
+        self._cache = EpochCache()
+        return True
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> EpochEndOffset:
         """Kafka's ``endOffsetFor``: (largest epoch <= ``epoch``, where it ends); see

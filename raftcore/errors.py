@@ -49,3 +49,9 @@ class RecordTooLargeError(InvalidAppendError):
 
 class LogClosedError(LogError):
     """An operation on a log that was closed."""
+
+
+class RaftInvariantError(RaftcoreError):
+    """A message that only a bug could produce (two leaders in an epoch, a truncation below
+    the high watermark, a high watermark moving back, an INVALID_REQUEST answer). The replica
+    must stop, not guess."""

@@ -212,3 +212,20 @@ def test_a_leftover_temporary_file_does_not_disturb_loading(tmp_path):
     LeaderEpochFileCache(tmp_path).assign(2, 7)
     (tmp_path / (CHECKPOINT_FILE + ".tmp")).write_text("0\n1\n9 9")  # a crash mid-write
     assert LeaderEpochFileCache(tmp_path).entries() == [(2, 7)]
+
+
+def test_a_failed_checkpoint_write_leaves_memory_as_the_file_says(tmp_path, monkeypatch):
+    import raftcore.epoch_cache as module
+
+    cache = LeaderEpochFileCache(tmp_path)
+    cache.assign(1, 0)
+
+    def fail(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(module, "write_epoch_checkpoint", fail)
+    with pytest.raises(OSError):
+        cache.assign(2, 10)
+    with pytest.raises(OSError):
+        cache.truncate_from_end(0)
+    assert cache.entries() == [(1, 0)] == read_epoch_checkpoint(tmp_path / CHECKPOINT_FILE)

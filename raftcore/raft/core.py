@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from raftcore.error_codes import Errors, error_name
-from raftcore.errors import RaftcoreError
+from raftcore.errors import RaftcoreError, RaftInvariantError
 from raftcore.raft import begin_quorum_epoch, end_quorum_epoch, fetch, vote
 from raftcore.raft.config import QuorumConfig
 from raftcore.raft.control_records import leader_change_record
@@ -83,11 +83,6 @@ class NotLeaderError(RaftcoreError):
             f"in epoch {leader.epoch}"
         )
         self.leader = leader
-
-
-class RaftInvariantError(RaftcoreError):
-    """A message that only a bug could produce (two leaders in an epoch, a truncation below
-    the high watermark, an INVALID_REQUEST answer). The replica must stop, not guess."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +157,7 @@ class RaftCore:
         self.listener_next_offset = (
             log.log_start_offset if listener_start_offset is None else listener_start_offset
         )
-        self._last_fired: LeaderAndEpoch | None = None
+        self._last_fired = LeaderAndEpoch(None, 0)
         self._outbox: list[Outbound] = []
         self._correlation = 0
         self._parked: list[_Parked] = []
@@ -593,7 +588,11 @@ class RaftCore:
         if self.listener is None:
             return
         current = self.quorum.leader_and_epoch()
-        if current == self._last_fired:
+        last = self._last_fired
+        # Kafka's shouldFireLeaderChange: a newer epoch, or this epoch's leader becoming known.
+        if current.epoch < last.epoch or current == last:
+            return
+        if current.epoch == last.epoch and (current.leader_id is None or last.known):
             return
         state = self.quorum.state
         # On the leader: only once the listener has read everything committed before the epoch.

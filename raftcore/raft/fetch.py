@@ -31,7 +31,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from raftcore.error_codes import Errors
-from raftcore.errors import CorruptRecordError, InvalidAppendError
+from raftcore.errors import CorruptRecordError, InvalidAppendError, RaftInvariantError
 from raftcore.raft.messages import FetchRequest, FetchResponse
 from raftcore.raft.replicated_log import truncate_to_end_offset, validate_offset_and_epoch
 from raftcore.raft.states import FollowerState, LeaderState
@@ -144,8 +144,7 @@ def try_complete(
             snapshot_id=validation.offset_and_epoch,
         )
     replica = request.replica_id
-    if replica in state.voters:
-        state.update_check_quorum(replica, now)
+    state.update_check_quorum(replica, now)  # voters only: the state knows who counts
     end = log.end_offset
     if state.update_replica_state(replica, request.fetch_offset, end, now):
         core.on_high_watermark_changed(now)
@@ -194,8 +193,6 @@ def handle_response(core: RaftCore, source: int, response: FetchResponse, now: i
         diverging = response.diverging_epoch
         hw = state.high_watermark
         if hw is not None and diverging.offset < hw:
-            from raftcore.raft.core import RaftInvariantError
-
             raise RaftInvariantError(
                 f"{core.prefix} leader {source} asks to truncate to {diverging.offset}, below "
                 f"the high watermark {hw}"

@@ -54,6 +54,7 @@ class Scenario:
     crash_every_ms: tuple[int, int] = (1500, 6000)
     downtime_ms: tuple[int, int] = (200, 3000)
     crash_after_send: float = 0.0
+    crash_after: tuple[str, ...] = ("FetchRequest", "VoteResponse")
     flush_delay_ms: tuple[int, int] = (0, 2)
     fault_ms: int = 15_000
     heal_ms: int = 30_000
@@ -65,9 +66,11 @@ class Scenario:
         """Draw a scenario. Styles: "mixed" (everything, at a moderate rate), "crashy"
         (frequent short crashes, sometimes of every node at once, and crashes right after a
         node sends an acknowledgement or a vote -- the narrow windows where a missing fsync
-        or an unpersisted vote shows), "slow-disk" (fsyncs that take up to 300 ms)."""
+        or an unpersisted vote shows), "slow-disk" (fsyncs that take up to 300 ms),
+        "vote-crash" (a voter often dies right after granting a vote and is back within
+        milliseconds, while a competing candidate's request is still on its way)."""
         rng = random.Random(f"scenario-{seed}")
-        style = rng.choice(["mixed", "mixed", "crashy", "slow-disk"])
+        style = rng.choice(["mixed", "mixed", "crashy", "slow-disk", "vote-crash"])
         sc = cls(
             seed=seed,
             voters=voters,
@@ -89,6 +92,13 @@ class Scenario:
             sc.flush_delay_ms = (0, 30)
         elif style == "slow-disk":
             sc.flush_delay_ms = (0, 300)
+        elif style == "vote-crash":
+            sc.crashes = True
+            sc.crash_every_ms = (800, 3000)
+            sc.downtime_ms = (1, 60)
+            sc.crash_after_send = 0.3
+            sc.crash_after = ("VoteResponse",)
+            sc.delay_ms = (5, 100)
         return sc
 
     def describe(self) -> str:
@@ -227,7 +237,7 @@ class Simulation:
         if (
             self.faults_active
             and sc.crash_after_send
-            and type(out.message).__name__ in ("FetchRequest", "VoteResponse")
+            and type(out.message).__name__ in sc.crash_after
             and self.rng.random() < sc.crash_after_send
         ):
             # Die right after an acknowledgement or a vote left: the narrowest windows.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from raftcore.errors import RaftInvariantError
 from raftcore.raft.states.base import EpochState
 from raftcore.raft.values import ElectionState
 
@@ -42,8 +43,9 @@ class FollowerState(EpochState):
         if high_watermark is None:
             return False
         if self.high_watermark is not None and high_watermark < self.high_watermark:
-            raise ValueError(
-                f"high watermark would move back from {self.high_watermark} to {high_watermark}"
+            raise RaftInvariantError(
+                f"the high watermark would move back from {self.high_watermark} to "
+                f"{high_watermark} in epoch {self.epoch}"
             )
         changed = high_watermark != self.high_watermark
         self.high_watermark = high_watermark

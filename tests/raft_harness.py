@@ -1,0 +1,217 @@
+"""Drive one RaftCore by hand: deliver messages, let time pass, look at what it sent.
+
+The other replicas are played by the test, which writes their messages itself.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from raftcore.error_codes import Errors
+from raftcore.raft import (
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    FetchRequest,
+    FetchResponse,
+    InMemoryLog,
+    LeaderAndEpoch,
+    MemoryQuorumStateStore,
+    Outbound,
+    QuorumConfig,
+    RaftCore,
+    VoteRequest,
+    VoteResponse,
+)
+from raftcore.raft.states import CandidateState, LeaderState
+from raftcore.records import encode_batch
+
+CLUSTER = "test-cluster"
+
+
+@dataclass
+class RecordingListener:
+    committed: list = field(default_factory=list)  # (offset, value)
+    batches: list = field(default_factory=list)
+    leaders: list[LeaderAndEpoch] = field(default_factory=list)
+
+    def handle_commit(self, batches: list) -> None:
+        self.batches.extend(batches)
+        for b in batches:
+            self.committed.extend((r.offset, r.value) for r in b.records)
+
+    def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
+        self.leaders.append(leader)
+
+
+class Harness:
+    def __init__(
+        self,
+        node_id: int = 1,
+        voters: tuple[int, ...] = (1, 2, 3),
+        *,
+        log: InMemoryLog | None = None,
+        store: MemoryQuorumStateStore | None = None,
+        seed: int = 7,
+        listener: RecordingListener | None = None,
+        start: bool = True,
+        **config: Any,
+    ) -> None:
+        self.node_id = node_id
+        self.now = 1_000
+        self.log = log if log is not None else InMemoryLog()
+        self.store = store if store is not None else MemoryQuorumStateStore()
+        defaults = dict(
+            election_timeout_ms=1000,
+            fetch_timeout_ms=2000,
+            election_backoff_max_ms=1000,
+            request_timeout_ms=2000,
+            retry_backoff_ms=20,
+            fetch_max_wait_ms=500,
+        )
+        defaults.update(config)
+        self.config = QuorumConfig(voters=frozenset(voters), cluster_id=CLUSTER, **defaults)
+        self.listener = listener if listener is not None else RecordingListener()
+        self.core = RaftCore(
+            node_id,
+            self.config,
+            self.log,
+            self.store,
+            rng=random.Random(seed),
+            listener=self.listener,
+        )
+        self.sent: list[Outbound] = []
+        self.deadline = float("inf")
+        if start:
+            self._take(self.core.start(self.now))
+
+    # ---- driving -----------------------------------------------------------------------------
+
+    def _take(self, out) -> None:
+        self.sent.extend(out.messages)
+        self.deadline = out.next_deadline
+
+    def poll(self) -> None:
+        self._take(self.core.poll(self.now))
+
+    def advance(self, ms: int) -> None:
+        self.now += ms
+        self.poll()
+
+    def deliver(self, source: int, message: Any, correlation_id: int = 999) -> None:
+        self._take(self.core.handle(source, correlation_id, message, self.now))
+
+    def flush(self) -> None:
+        self.log.flush()
+        self.poll()
+
+    def request(self, source: int, message: Any, correlation_id: int = 4242) -> Any:
+        """Deliver a request and return the response to it (asserting there is one)."""
+        self.deliver(source, message, correlation_id)
+        replies = [
+            o
+            for o in self.sent
+            if o.destination == source and o.correlation_id == correlation_id and not o.is_request
+        ]
+        assert replies, f"no response to {message!r}; sent {self.sent!r}"
+        self.sent.remove(replies[-1])
+        return replies[-1].message
+
+    def take(self, kind: type, destination: int | None = None) -> list[Outbound]:
+        """Remove and return the sent messages of ``kind`` (to ``destination``)."""
+        found = [
+            o
+            for o in self.sent
+            if isinstance(o.message, kind) and (destination is None or o.destination == destination)
+        ]
+        for o in found:
+            self.sent.remove(o)
+        return found
+
+    def respond(self, outbound: Outbound, response: Any) -> None:
+        self.deliver(outbound.destination, response, outbound.correlation_id)
+
+    # ---- shortcuts -----------------------------------------------------------------------------
+
+    @property
+    def state(self):
+        return self.core.state
+
+    @property
+    def epoch(self) -> int:
+        return self.core.epoch
+
+    def time_out_election(self) -> None:
+        """Let the election timeout (at most 2T) pass."""
+        self.advance(2 * self.config.election_timeout_ms)
+
+    def become_candidate(self) -> None:
+        self.time_out_election()
+        assert isinstance(self.state, CandidateState), self.state
+
+    def grant_votes(self, *voters: int) -> None:
+        for out in self.take(VoteRequest):
+            if out.destination in voters:
+                self.respond(out, VoteResponse(Errors.NONE, -1, out.message.candidate_epoch, True))
+
+    def become_leader(self) -> LeaderState:
+        self.become_candidate()
+        others = [v for v in self.config.voters if v != self.node_id]
+        self.grant_votes(*others)
+        assert isinstance(self.state, LeaderState), self.state
+        return self.state
+
+    def fetch(
+        self,
+        replica: int,
+        offset: int,
+        last_epoch: int,
+        *,
+        epoch: int | None = None,
+        max_wait_ms: int = 0,
+        is_follower: bool = True,
+        high_watermark: int = -1,
+        correlation_id: int = 4242,
+    ) -> FetchResponse | None:
+        """A fetch from ``replica``; returns the response, or None if the leader holds it."""
+        request = FetchRequest(
+            CLUSTER,
+            replica,
+            offset,
+            last_epoch,
+            self.epoch if epoch is None else epoch,
+            max_wait_ms,
+            is_follower=is_follower,
+            high_watermark=high_watermark,
+        )
+        self.deliver(replica, request, correlation_id)
+        replies = [
+            o
+            for o in self.sent
+            if o.destination == replica and o.correlation_id == correlation_id and not o.is_request
+        ]
+        for r in replies:
+            self.sent.remove(r)
+        return replies[-1].message if replies else None
+
+    def begin_quorum_epoch(self, leader: int, epoch: int) -> BeginQuorumEpochResponse:
+        return self.request(leader, BeginQuorumEpochRequest(CLUSTER, leader, epoch, self.node_id))
+
+
+def batch(base: int, epoch: int, n: int = 1, value: bytes = b"v") -> bytes:
+    return encode_batch(
+        [(b"k", value + b"%d" % i) for i in range(n)],
+        base_offset=base,
+        leader_epoch=epoch,
+        timestamp_ms=1,
+    )
+
+
+def log_with(*epochs: int) -> InMemoryLog:
+    """A log with one single-record batch per epoch listed (in order), flushed."""
+    log = InMemoryLog()
+    for epoch in epochs:
+        log.append_as_follower(batch(log.end_offset, epoch))
+    log.flush()
+    return log
