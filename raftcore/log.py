@@ -351,12 +351,7 @@ class _Segment:
         # Views handed out before must not fault on the pages the file is about to lose.
         self.retire_mappings(position)
         os.ftruncate(self.fd, position)
-        keep = 0
-        n = self.index_entries
-        while (
-            keep < n and int.from_bytes(self.index[keep * 8 + 4 : keep * 8 + 8], "big") < position
-        ):
-            keep += 1
+        keep = entries_before(self.index, position)
         del self.index[keep * 8 :]
         if self.index_persisted > len(self.index):
             self.index_persisted = len(self.index)
@@ -386,6 +381,14 @@ class _Segment:
             f"_Segment(base={self.base_offset}, next={self.next_offset}, size={self.size}, "
             f"index_entries={self.index_entries})"
         )
+
+
+def entries_before(index: bytearray, position: int) -> int:
+    """How many leading index entries point before byte ``position`` (positions increase)."""
+    keep = len(index) // 8
+    while keep > 0 and int.from_bytes(index[keep * 8 - 4 : keep * 8], "big") >= position:
+        keep -= 1
+    return keep
 
 
 def _epoch_changes(scan: Any, n: int) -> list[tuple[int, int]]:
@@ -706,10 +709,7 @@ class SegmentedLog:
         usable = len(raw) - len(raw) % 8
         index = bytearray(raw[:usable])
         # Keep the entries that point inside the trusted part.
-        n = len(index) // 8
-        keep = n
-        while keep > 0 and int.from_bytes(index[keep * 8 - 4 : keep * 8], "big") >= trusted:
-            keep -= 1
+        keep = entries_before(index, trusted)
         del index[keep * 8 :]
         problem = check_index(index, trusted) if trusted else None
         if problem is not None or usable != len(raw):

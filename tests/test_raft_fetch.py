@@ -334,6 +334,18 @@ def test_an_observer_follower_never_stands_for_election():
     assert isinstance(h.state, FollowerState) and h.epoch == 4
 
 
+def test_an_observer_whose_leader_went_silent_asks_a_voter_who_leads_now():
+    h = Harness(node_id=9, fetch_timeout_ms=2000)
+    [out] = h.take(FetchRequest)
+    reply(h, out, error=Errors.NOT_LEADER_OR_FOLLOWER, leader=LeaderAndEpoch(2, 4))
+    h.take(FetchRequest)
+    h.advance(2000)  # leader 2 answers nothing for a whole fetch timeout
+    asks = [o for o in h.take(FetchRequest) if o.destination != 2]
+    assert asks and asks[0].destination in (1, 3) and asks[0].message.max_wait_ms == 0
+    reply(h, asks[0], error=Errors.NOT_LEADER_OR_FOLLOWER, leader=LeaderAndEpoch(3, 5))
+    assert isinstance(h.state, FollowerState) and (h.state.leader, h.epoch) == (3, 5)
+
+
 def test_begin_quorum_epoch_to_an_observer_is_refused():
     h = Harness(node_id=9)
     assert h.begin_quorum_epoch(2, 4).error_code == Errors.INCONSISTENT_VOTER_SET

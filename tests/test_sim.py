@@ -2,6 +2,7 @@
 planted bug caught by its seed, and runs that replay exactly."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -11,15 +12,17 @@ from raftcore.sim import Scenario, Simulation
 
 SIM_SEEDS = int(os.environ.get("RAFTCORE_SIM_SEEDS", "1000"))
 
-# The planted bugs of raftcore.sim.plants and the first seed that catches each
-# (python -m raftcore.sim --nodes 3,5 --seeds 5000 --plant NAME; see docs/testing.md).
-PLANTED = [
-    ("hw-without-own-epoch", 0, 3),
-    ("second-vote", 3, 5),
-    ("truncate-one-too-far", 6, 3),
-    ("ack-before-flush", 69, 5),
-    ("forget-vote", 504, 3),
+# The planted bugs of raftcore.sim.plants. Which seed catches one first moves whenever the
+# core's behaviour changes the simulated runs; the test asks for a catch within PLANT_SEEDS
+# seeds (docs/testing.md records the seeds of one commit).
+PLANTS = [
+    "hw-without-own-epoch",
+    "second-vote",
+    "truncate-one-too-far",
+    "ack-before-flush",
+    "forget-vote",
 ]
+PLANT_SEEDS = int(os.environ.get("RAFTCORE_PLANT_SEEDS", "3000"))
 
 
 def run_sim(tmp_path, *args):
@@ -50,25 +53,36 @@ def test_a_thousand_seeds_of_3_and_5_voters_with_every_fault_keep_every_invarian
     assert f"{SIM_SEEDS} seeds ok" in result.stdout
 
 
-@pytest.mark.parametrize(("plant", "seed", "nodes"), PLANTED, ids=[p[0] for p in PLANTED])
-def test_the_simulation_catches_a_planted_bug(tmp_path, plant, seed, nodes):
+@pytest.mark.parametrize("plant", PLANTS)
+def test_the_simulation_catches_a_planted_bug(tmp_path, plant):
     result = run_sim(
-        tmp_path, "--nodes", str(nodes), "--seeds", "1", "--start-seed", str(seed), "--plant", plant
+        tmp_path,
+        "--nodes",
+        "3,5",
+        "--seeds",
+        str(PLANT_SEEDS),
+        "--start-seed",
+        "0",
+        "--plant",
+        plant,
+        "--jobs",
+        str(min(4, os.cpu_count() or 1)),
+        "--quiet",
     )
-    assert result.returncode == 1, result.stdout[-3000:]
-    assert f"VIOLATION at seed {seed}" in result.stdout
-    # a one-line replay command, and the end of the event trace
+    assert result.returncode == 1, f"{plant} survived {PLANT_SEEDS} seeds"
+    caught = re.search(r"VIOLATION at seed (\d+): (.*)", result.stdout)
+    assert caught, result.stdout[-3000:]
+    seed = int(caught.group(1))
+    nodes = 3 if seed % 2 == 0 else 5
+    # the report ends with the scenario, the last events and a one-line replay command
     assert (
         f"replay: python -m raftcore.sim --nodes {nodes} --seeds 1 --start-seed {seed} "
         f"--trace --plant {plant}"
     ) in result.stdout
     assert "last events:" in result.stdout
-
-
-def test_the_correct_core_passes_the_seeds_that_catch_the_plants():
-    for _, seed, nodes in PLANTED:
-        result = Simulation(Scenario.from_seed(seed, nodes)).run()
-        assert result.ok, (seed, result.violation)
+    print(f"{plant}: caught at seed {seed} ({nodes} voters): {caught.group(2)}")
+    # and the correct core keeps every invariant on that very seed
+    assert Simulation(Scenario.from_seed(seed, nodes)).run().ok
 
 
 def test_a_seed_replays_exactly():

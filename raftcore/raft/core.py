@@ -542,19 +542,29 @@ class RaftCore:
         )
 
     def _poll_follower(self, state: FollowerState, now: int) -> float:
-        if self.quorum.is_voter and state.fetch_expired(now):
-            self.transition_to_candidate(
-                now,
-                f"no fetch response from leader {state.leader} "
-                f"within {self.config.fetch_timeout_ms} ms",
-            )
-            return now
+        if state.fetch_expired(now):
+            if self.quorum.is_voter:
+                self.transition_to_candidate(
+                    now,
+                    f"no fetch response from leader {state.leader} "
+                    f"within {self.config.fetch_timeout_ms} ms",
+                )
+                return now
+            # An observer never stands; it asks a voter who leads now (a new leader does
+            # not tell observers), while still trying the leader it knows.
+            self._discover_leader(now)
         if self.requests.is_ready(state.leader, now):
             request = fetch.build_request(self, state)
             # The fetch offset acknowledges the log up to it: send only once it is durable
             # (KAFKA-10533; every replica flushes, KAFKA-13884).
             self.send_request(state.leader, request, now, after_flush=request.fetch_offset)
-        return state.fetch_deadline if self.quorum.is_voter else INF
+        if self.quorum.is_voter:
+            return state.fetch_deadline
+        return (
+            state.fetch_deadline
+            if not state.fetch_expired(now)
+            else now + self.config.retry_backoff_ms
+        )
 
     def _poll_unattached(self, state: UnattachedState | VotedState, now: int) -> float:
         if self.quorum.is_voter:
@@ -562,13 +572,18 @@ class RaftCore:
                 self.transition_to_candidate(now, "election timeout expired")
                 return now
             return state.election_deadline
-        # An observer without a leader asks a voter, which answers with the leader it knows.
-        voters = sorted(self.config.voters - {self.node_id})
+        self._discover_leader(now)
+        return now + self.config.retry_backoff_ms
+
+    def _discover_leader(self, now: int) -> None:
+        """An observer without a (live) leader asks a random voter, which answers with the
+        leader it knows."""
+        leader = self.quorum.leader_id
+        voters = sorted(self.config.voters - {self.node_id, leader})
         if voters:
             target = voters[self.rng.randrange(len(voters))]
             if self.requests.is_ready(target, now):
                 self.send_request(target, fetch.build_discovery_request(self), now)
-        return now + self.config.retry_backoff_ms
 
     def _poll_resigned(self, state: ResignedState, now: int) -> float:
         for voter in sorted(state.unacknowledged):

@@ -35,7 +35,7 @@ from raftcore.errors import CorruptRecordError, InvalidAppendError, RaftInvarian
 from raftcore.raft.messages import FetchRequest, FetchResponse
 from raftcore.raft.replicated_log import truncate_to_end_offset, validate_offset_and_epoch
 from raftcore.raft.states import FollowerState, LeaderState
-from raftcore.raft.values import LeaderAndEpoch, ValidationKind
+from raftcore.raft.values import ValidationKind
 from raftcore.records import scan_batches
 
 if TYPE_CHECKING:
@@ -80,18 +80,21 @@ def build_discovery_request(core: RaftCore) -> FetchRequest:
 # ---- the leader's answer ----------------------------------------------------------------------
 
 
-def _leader(core: RaftCore) -> LeaderAndEpoch:
-    return core.quorum.leader_and_epoch()
-
-
-def error_response(core: RaftCore, error: int) -> FetchResponse:
+def answer(core: RaftCore, error: int = Errors.NONE, **fields: object) -> FetchResponse:
+    """A fetch response; every one carries the high watermark, the log start and the leader
+    this replica knows (so a fetcher can follow it at once)."""
     hw = core.quorum.state.high_watermark
     return FetchResponse(
         error_code=error,
         high_watermark=-1 if hw is None else hw,
         log_start_offset=core.log.log_start_offset,
-        current_leader=_leader(core),
+        current_leader=core.quorum.leader_and_epoch(),
+        **fields,  # type: ignore[arg-type]
     )
+
+
+def error_response(core: RaftCore, error: int) -> FetchResponse:
+    return answer(core, error)
 
 
 def handle_request(
@@ -128,21 +131,9 @@ def try_complete(
     log = core.log
     validation = validate_offset_and_epoch(log, request.fetch_offset, request.last_fetched_epoch)
     if validation.kind is ValidationKind.DIVERGING:
-        return FetchResponse(
-            error_code=Errors.NONE,
-            high_watermark=-1 if state.high_watermark is None else state.high_watermark,
-            log_start_offset=log.log_start_offset,
-            current_leader=_leader(core),
-            diverging_epoch=validation.offset_and_epoch,
-        )
+        return answer(core, diverging_epoch=validation.offset_and_epoch)
     if validation.kind is ValidationKind.SNAPSHOT:
-        return FetchResponse(
-            error_code=Errors.NONE,
-            high_watermark=-1 if state.high_watermark is None else state.high_watermark,
-            log_start_offset=log.log_start_offset,
-            current_leader=_leader(core),
-            snapshot_id=validation.offset_and_epoch,
-        )
+        return answer(core, snapshot_id=validation.offset_and_epoch)
     replica = request.replica_id
     state.update_check_quorum(replica, now)  # voters only: the state knows who counts
     end = log.end_offset
@@ -160,13 +151,7 @@ def try_complete(
         force = True
     if not (force or len(records) > 0 or (hw is not None and hw > request.high_watermark)):
         return None
-    return FetchResponse(
-        error_code=error,
-        high_watermark=-1 if hw is None else hw,
-        log_start_offset=log.log_start_offset,
-        current_leader=_leader(core),
-        records=records,
-    )
+    return answer(core, error, records=records)
 
 
 # ---- the follower's handling of the answer ------------------------------------------------
