@@ -504,7 +504,7 @@ def _primitive_codec(t: str, name: str, compact: bool, nullable: bool) -> tuple[
         def enc(v: Any, w: Writer) -> None:
             try:
                 w.put(s.pack(v))
-            except struct.error as exc:
+            except struct.error:
                 raise ProtocolError(f"field {name}: {v!r} does not fit {t}") from None
 
         def dec(r: Reader) -> Any:
