@@ -73,6 +73,9 @@ cdef class EpochCache:
         self.n = 0
         self.cap = 0
 
+    def __init__(self):
+        pass  # takes no arguments: a stray one is a TypeError, not silently ignored
+
     def __dealloc__(self):
         PyMem_Free(self.epochs)
         PyMem_Free(self.starts)

@@ -229,3 +229,8 @@ def test_a_failed_checkpoint_write_leaves_memory_as_the_file_says(tmp_path, monk
     with pytest.raises(OSError):
         cache.truncate_from_end(0)
     assert cache.entries() == [(1, 0)] == read_epoch_checkpoint(tmp_path / CHECKPOINT_FILE)
+
+
+def test_the_native_cache_takes_no_constructor_arguments():
+    with pytest.raises(TypeError):
+        EpochCache([(1, 0)])

@@ -99,6 +99,19 @@ def test_candidate_asks_every_voter_with_its_last_epoch_and_end_offset():
         ) == (3, 1, 2, 3, voter, CLUSTER)
 
 
+def test_a_vote_request_waits_for_the_log_it_claims_to_be_durable():
+    # The request advertises (last epoch, end offset); sent before the fsync, a crash could
+    # make the claim false after a voter believed it.
+    log = log_with(1, 1)
+    from raft_harness import batch
+
+    log.append_as_follower(batch(2, 1, n=3))  # not flushed
+    h = Harness(log=log)
+    h.become_candidate()
+    requests = h.take(VoteRequest)
+    assert requests and all(o.message.last_offset == 5 and o.after_flush == 5 for o in requests)
+
+
 def test_a_majority_of_grants_makes_the_candidate_leader():
     h = Harness(voters=(1, 2, 3, 4, 5))
     h.become_candidate()
