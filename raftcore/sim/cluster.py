@@ -229,11 +229,15 @@ class Simulation:
         copies = (
             2 if self.faults_active and sc.duplicate and self.rng.random() < sc.duplicate else 1
         )
+        cid = out.correlation_id
+        if kind.endswith("Request"):
+            # A request travels on a connection of this incarnation of the sender; its
+            # answer is lost if the sender restarts meanwhile (the connection is gone), just
+            # as over TCP. The incarnation rides in the high bits of the correlation id.
+            cid |= src.incarnation << 32
         for _ in range(copies):
             delay = self.rng.randint(*sc.delay_ms) if self.faults_active else self.rng.randint(1, 3)
-            self.schedule(
-                self.now + delay, "deliver", (src.node_id, dst, out.correlation_id, out.message)
-            )
+            self.schedule(self.now + delay, "deliver", (src.node_id, dst, cid, out.message))
         if (
             self.faults_active
             and sc.crash_after_send
@@ -269,6 +273,11 @@ class Simulation:
         node = self.nodes[dst]
         if not node.alive or (src, dst) in self.blocked:
             return None
+        if not type(message).__name__.endswith("Request"):
+            if cid >> 32 != node.incarnation:
+                self.log_event(f"{src}->{dst} {type(message).__name__} for a previous incarnation")
+                return None
+            cid &= 0xFFFFFFFF
         self.log_event(f"{src}->{dst} {_short(message)}")
         self.process(node, node.core.handle(src, cid, message, self.now))
         return node
