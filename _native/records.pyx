@@ -1026,6 +1026,9 @@ cdef class BatchScan:
     cdef readonly object epochs          # int32: partition leader epoch
     cdef readonly object max_timestamps  # int64
     cdef readonly object attributes      # int16
+    cdef readonly object producer_ids    # int64
+    cdef readonly object producer_epochs # int16
+    cdef readonly object base_sequences  # int32
     cdef readonly Py_ssize_t discontinuity
     cdef readonly list epoch_starts
 
@@ -1098,6 +1101,9 @@ def scan_batches(buffer, Py_ssize_t start=0, Py_ssize_t end=-1, *, bint check_cr
     epochs = np.empty(count, dtype=np.int32)
     max_timestamps = np.empty(count, dtype=np.int64)
     attributes = np.empty(count, dtype=np.int16)
+    producer_ids = np.empty(count, dtype=np.int64)
+    producer_epochs = np.empty(count, dtype=np.int16)
+    base_sequences = np.empty(count, dtype=np.int32)
     cdef int64_t[::1] v_pos = positions
     cdef int64_t[::1] v_size = sizes
     cdef int64_t[::1] v_base = base_offsets
@@ -1105,6 +1111,9 @@ def scan_batches(buffer, Py_ssize_t start=0, Py_ssize_t end=-1, *, bint check_cr
     cdef int32_t[::1] v_epoch = epochs
     cdef int64_t[::1] v_ts = max_timestamps
     cdef int16_t[::1] v_attr = attributes
+    cdef int64_t[::1] v_pid = producer_ids
+    cdef int16_t[::1] v_pepoch = producer_epochs
+    cdef int32_t[::1] v_bseq = base_sequences
     cdef Py_ssize_t bad = -1
     cdef Py_ssize_t discontinuity = -1
     cdef const uint8_t *p
@@ -1124,6 +1133,9 @@ def scan_batches(buffer, Py_ssize_t start=0, Py_ssize_t end=-1, *, bint check_cr
             v_epoch[i] = load_i32(p + EPOCH_OFF)
             v_ts[i] = load_i64(p + MAX_TIMESTAMP_OFF)
             v_attr[i] = load_i16(p + ATTRIBUTES_OFF)
+            v_pid[i] = load_i64(p + PRODUCER_ID_OFF)
+            v_pepoch[i] = load_i16(p + PRODUCER_EPOCH_OFF)
+            v_bseq[i] = load_i32(p + BASE_SEQUENCE_OFF)
             if discontinuity < 0 and i > 0 and (
                     v_base[i] != v_last[i - 1] + 1 or v_epoch[i] < v_epoch[i - 1]):
                 discontinuity = i
@@ -1141,6 +1153,9 @@ def scan_batches(buffer, Py_ssize_t start=0, Py_ssize_t end=-1, *, bint check_cr
         epochs = epochs[:count]
         max_timestamps = max_timestamps[:count]
         attributes = attributes[:count]
+        producer_ids = producer_ids[:count]
+        producer_epochs = producer_epochs[:count]
+        base_sequences = base_sequences[:count]
     scan.count = count
     scan.start = base_position + start
     scan.valid_end = base_position + pos
@@ -1153,6 +1168,9 @@ def scan_batches(buffer, Py_ssize_t start=0, Py_ssize_t end=-1, *, bint check_cr
     scan.epochs = epochs
     scan.max_timestamps = max_timestamps
     scan.attributes = attributes
+    scan.producer_ids = producer_ids
+    scan.producer_epochs = producer_epochs
+    scan.base_sequences = base_sequences
     scan.discontinuity = discontinuity if discontinuity < count else -1
     starts = []
     for i in range(count):
@@ -1227,3 +1245,22 @@ def check_batch_crcs(buffer, Py_ssize_t start=0, Py_ssize_t end=-1):
                 break
             pos += size
     return bad
+
+
+def restamp_batches(buffer, int64_t base_offset, int32_t leader_epoch):
+    """A copy of the batches in ``buffer`` given consecutive offsets from ``base_offset`` and the
+    partition leader epoch ``leader_epoch`` -- what a leader does to batches a producer sent.
+    Both fields lie outside the CRC, which stays valid. Returns (bytes, next offset). Raises
+    CorruptRecordError for malformed batches (the CRCs are not checked here)."""
+    cdef _Buffer buf = _Buffer(buffer)
+    cdef Py_ssize_t n = buf.length(), pos = 0, size
+    cdef int64_t offset = base_offset
+    out = PyBytes_FromStringAndSize(<const char *>buf.data(), n)
+    cdef uint8_t *p = <uint8_t *>PyBytes_AS_STRING(out)
+    while pos < n:
+        _check_header(p + pos, n - pos, pos, &size)
+        store_u64(p + pos + BASE_OFFSET_OFF, <uint64_t>offset)
+        store_u32(p + pos + EPOCH_OFF, <uint32_t>leader_epoch)
+        offset += <int64_t>load_i32(p + pos + LAST_OFFSET_DELTA_OFF) + 1
+        pos += size
+    return out, offset

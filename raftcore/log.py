@@ -46,6 +46,7 @@ from raftcore._native.records import (
     encode_batch,
     find_batch,
     iter_batches,
+    restamp_batches,
     scan_batches,
     span_batches,
 )
@@ -961,6 +962,35 @@ class SegmentedLog:
             scan = scan_batches(data, check_crc=False)
             self._write(data, scan, verify=False)
             return base, int(scan.last_offsets[0])
+
+    def append_batches_as_leader(
+        self, batches: bytes | bytearray | memoryview, epoch: int
+    ) -> tuple[int, int]:
+        """Append batches a producer built: they get offsets from the log end and ``epoch``
+        (both outside the CRC, so it stays valid); every batch's CRC is checked, and nothing is
+        written unless all pass. Returns (first offset, last offset)."""
+        with self._lock:
+            self._check_open()
+            latest = self._epochs.latest_epoch
+            if epoch < max(latest, 0):
+                raise InvalidAppendError(
+                    f"log {self._dir}: cannot append in epoch {epoch}, the log is already in "
+                    f"epoch {latest}"
+                )
+            base = self.end_offset
+            data, _ = restamp_batches(batches, base, epoch)
+            scan = scan_batches(data, check_crc=False)
+            scan.raise_error()
+            if scan.count == 0:
+                raise InvalidAppendError(f"log {self._dir}: no batches to append")
+            biggest = int(scan.sizes.max())
+            if biggest > self._config.max_message_bytes:
+                raise RecordTooLargeError(
+                    f"log {self._dir}: a batch of {biggest} bytes exceeds max_message_bytes "
+                    f"{self._config.max_message_bytes}"
+                )
+            self._write(data, scan, verify=True)
+            return base, int(scan.last_offsets[-1])
 
     def append_as_follower(self, batches: bytes | bytearray | memoryview) -> tuple[int, int] | None:
         """Append whole batches that already carry offsets and epochs (as a follower copies the

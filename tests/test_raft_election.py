@@ -319,3 +319,23 @@ def test_an_observer_never_becomes_a_candidate():
 def test_an_empty_log_reports_epoch_zero_and_offset_zero():
     log = InMemoryLog()
     assert (log.last_fetched_epoch, log.end_offset) == (0, 0)
+
+
+def test_a_refused_connection_to_the_leader_starts_the_election_within_a_fifth_of_the_timeout():
+    h = Harness(node_id=2)
+    h.begin_quorum_epoch(leader=1, epoch=5)
+    assert isinstance(h.state, FollowerState)
+    h._take(h.core.peer_unreachable(1, h.now))
+    h.advance(h.config.election_timeout_ms // 5)
+    assert isinstance(h.state, CandidateState)
+    assert h.epoch == 6
+
+
+def test_a_refused_connection_to_another_voter_changes_no_timer():
+    h = Harness(node_id=2)
+    h.begin_quorum_epoch(leader=1, epoch=5)
+    h._take(h.core.peer_unreachable(3, h.now))
+    h.advance(h.config.fetch_timeout_ms - 1)
+    assert isinstance(h.state, FollowerState)
+    h.advance(1)
+    assert isinstance(h.state, CandidateState)

@@ -48,6 +48,7 @@ from raftcore.records import (
     get_max_decompressed_size,
     iter_batches,
     parse_control_record_key,
+    restamp_batches,
     scan_batches,
     set_max_decompressed_size,
     span_batches,
@@ -1173,3 +1174,22 @@ def test_scan_reports_the_first_offset_gap_or_epoch_drop():
 def test_a_control_batch_refuses_a_record_key_that_cannot_hold_a_control_type(key):
     with pytest.raises(ValueError, match="version int16 and a type int16"):
         encode_batch([(key, b"v")], control=True)
+
+
+def test_restamp_batches_sets_offsets_and_epoch_outside_the_crc():
+    data = encode_batch([(b"k", b"v")] * 3) + encode_batch([(b"k", b"w")])
+    out, next_offset = restamp_batches(data, 100, 9)
+    assert next_offset == 104
+    batches = list(iter_batches(out))
+    assert [(b.base_offset, b.last_offset, b.partition_leader_epoch) for b in batches] == [
+        (100, 102, 9),
+        (103, 103, 9),
+    ]
+    for b in batches:
+        b.validate()
+
+
+def test_restamp_batches_raises_on_a_truncated_buffer():
+    data = encode_batch([(b"k", b"v")] * 3)
+    with pytest.raises(CorruptRecordError):
+        restamp_batches(data[:-5], 0, 1)

@@ -4,10 +4,10 @@ every question the Raft core asks in the same way."""
 import pytest
 from raft_harness import batch
 
-from raftcore.errors import InvalidAppendError, OffsetOutOfRangeError
+from raftcore.errors import CorruptRecordError, InvalidAppendError, OffsetOutOfRangeError
 from raftcore.log import SegmentedLog
 from raftcore.raft import InMemoryLog, OffsetAndEpoch, ReplicatedLog, truncate_to_end_offset
-from raftcore.records import iter_batches
+from raftcore.records import encode_batch, iter_batches
 
 
 @pytest.fixture(params=["segmented", "memory"])
@@ -92,3 +92,27 @@ def test_truncate_fully_and_start_at(log):
 def test_flush_makes_the_end_durable(log):
     fill(log, [1])
     assert log.flush() == 2 and log.flushed_offset == 2
+
+
+def test_append_batches_as_leader_restamps_offsets_and_epoch_and_keeps_the_crc_valid(log):
+    fill(log, [1])
+    produced = encode_batch([(b"a", b"1"), (b"b", b"2")], producer_id=7, base_sequence=0)
+    produced += encode_batch([(b"c", b"3")], producer_id=7, base_sequence=2)
+    assert log.append_batches_as_leader(produced, 2) == (2, 4)
+    batches = list(iter_batches(log.read(2, 1 << 20)))
+    assert [(b.base_offset, b.partition_leader_epoch) for b in batches] == [(2, 2), (4, 2)]
+    for b in batches:
+        b.validate()
+    assert [r.value for b in batches for r in b.records()] == [b"1", b"2", b"3"]
+    assert tuple(log.end_offset_for_epoch(2)) == (2, 5)
+
+
+def test_append_batches_as_leader_refuses_an_older_epoch_and_a_bad_crc(log):
+    fill(log, [3])
+    with pytest.raises(InvalidAppendError):
+        log.append_batches_as_leader(encode_batch([(b"k", b"v")]), 2)
+    corrupt = bytearray(encode_batch([(b"k", b"v")]))
+    corrupt[-1] ^= 0xFF
+    with pytest.raises((InvalidAppendError, CorruptRecordError)):
+        log.append_batches_as_leader(bytes(corrupt), 3)
+    assert log.end_offset == 2

@@ -267,6 +267,29 @@ class RaftCore:
             raise NotLeaderError(self.leader_and_epoch(), f"epoch {epoch} is not current")
         return state
 
+    def peer_unreachable(self, peer_id: int, now: int) -> Output:
+        """The node could not connect to ``peer_id``: the connection was refused, so no process
+        listens there. A voter following that peer stands for election within a random 0-20%
+        of the election timeout instead of waiting out the fetch timeout.
+
+        Kafka waits for the fetch timeout (2 s by default); a refused connection is proof that
+        the leader's process is gone, and waiting only lengthens the failover. A network
+        partition never refuses connections, so it still goes through the fetch timeout. Timers
+        decide liveness only: safety is unchanged.
+        """
+        state = self.quorum.state
+        if isinstance(state, FollowerState) and state.leader == peer_id and self.quorum.is_voter:
+            deadline = now + self.rng.randint(0, self.config.election_timeout_ms // 5)
+            if deadline < state.fetch_deadline:
+                logger.info(
+                    "%s leader %d refuses connections; standing for election within %d ms",
+                    self.prefix,
+                    peer_id,
+                    deadline - now,
+                )
+                state.fetch_deadline = deadline
+        return self._finish(now)
+
     def resign(self, now: int) -> Output:
         """Step down gracefully (leader only): tell the voters with EndQuorumEpoch, naming the
         best placed successors first."""

@@ -10,7 +10,7 @@ from typing import Any
 
 from raftcore._native.epoch_cache import EpochCache, EpochEndOffset
 from raftcore.errors import InvalidAppendError, OffsetOutOfRangeError
-from raftcore.records import encode_batch, scan_batches
+from raftcore.records import encode_batch, restamp_batches, scan_batches
 
 __all__ = ["InMemoryLog"]
 
@@ -73,6 +73,14 @@ class InMemoryLog:
         )
         first = self._end
         self._add(data, check=False)
+        return first, self._end - 1
+
+    def append_batches_as_leader(self, batches: Any, epoch: int) -> tuple[int, int]:
+        if epoch < self._cache.latest_epoch:
+            raise InvalidAppendError(f"epoch {epoch} is older than {self._cache.latest_epoch}")
+        data, _ = restamp_batches(batches, self._end, epoch)
+        first = self._end
+        self._add(data, check=True)
         return first, self._end - 1
 
     def append_as_follower(self, batches: Any) -> tuple[int, int] | None:
