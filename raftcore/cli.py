@@ -45,7 +45,7 @@ def _cmd_verify_log(args: argparse.Namespace) -> int:
     return 1
 
 
-def _cmd_demo(args: argparse.Namespace) -> int:
+def _cmd_storage_demo(args: argparse.Namespace) -> int:
     from raftcore import crc32c  # noqa: F401  (fails loudly without the native build)
     from raftcore._native.crc32c import implementation
     from raftcore.log import SegmentedLog
@@ -115,6 +115,263 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+# ---- cluster commands ------------------------------------------------------------------------
+
+
+def _cmd_node(args: argparse.Namespace) -> int:
+    from raftcore.log import LogConfig
+    from raftcore.node.config import NodeConfig, parse_endpoint, parse_voters
+    from raftcore.node.runner import run_node
+    from raftcore.raft.config import QuorumConfig
+
+    try:
+        voters = parse_voters(args.voters)
+        listen = parse_endpoint(args.listen) if args.listen else None
+        advertised = parse_endpoint(args.advertised) if args.advertised else None
+        quorum = QuorumConfig(
+            election_timeout_ms=args.election_timeout_ms,
+            fetch_timeout_ms=args.fetch_timeout_ms,
+        )
+        log = LogConfig(segment_bytes=args.segment_bytes)
+        config = NodeConfig(
+            node_id=args.id,
+            voters=voters,
+            data_dir=Path(args.data_dir),
+            cluster_id=args.cluster_id,
+            listen=listen,
+            advertised=advertised,
+            topic=args.topic,
+            quorum=quorum,
+            log=log,
+            flush=args.flush,
+            flush_interval_ms=args.flush_interval_ms,
+        )
+    except ValueError as exc:
+        print(f"raftcore node: {exc}", file=sys.stderr)
+        return 2
+    if not args.verbose:
+        logging.getLogger().setLevel(logging.INFO)
+    return run_node(config, ready_file=args.ready_file)
+
+
+def _cmd_describe_quorum(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from raftcore.client import describe_quorum, format_quorum
+
+    info = asyncio.run(
+        describe_quorum(_bootstrap(args), topic=args.topic, timeout_s=args.timeout_ms / 1000)
+    )
+    print(format_quorum(info))
+    return 0
+
+
+def _bootstrap(args: argparse.Namespace) -> list[str]:
+    return [b.strip() for b in args.bootstrap.split(",") if b.strip()]
+
+
+def _cmd_produce(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from raftcore.client import Producer
+
+    def records():  # type: ignore[no-untyped-def]
+        if args.generate:
+            for n in range(args.generate):
+                key = str(n).zfill(12).encode()
+                yield key, (key * (args.size // 12 + 1))[: args.size]
+            return
+        lines = args.values if args.values else (line.rstrip("\n") for line in sys.stdin)
+        for line in lines:
+            if args.key_separator and args.key_separator in line:
+                key, _, value = line.partition(args.key_separator)
+                yield key.encode(), value.encode()
+            else:
+                yield None, line.encode()
+
+    async def run() -> int:
+        total = args.generate or 0
+        progress = Progress("producing", sys.stderr, unit="records") if total else None
+        acked = 0
+        first = last = None
+        started = time.perf_counter()
+        async with Producer(
+            _bootstrap(args),
+            topic=args.topic,
+            acks=args.acks,
+            idempotent=args.acks == -1,
+            compression=args.compression,
+        ) as producer:
+            pending: list = []
+            batch: list = []
+
+            async def drain(limit: int) -> None:
+                nonlocal acked, first, last
+                while len(pending) > limit:
+                    count, fut = pending.pop(0)
+                    lo, hi = await fut
+                    acked += count
+                    first = lo if first is None else first
+                    last = hi
+                    if progress is not None:
+                        progress(acked, total)
+
+            for rec in records():
+                batch.append(rec)
+                if len(batch) >= args.batch:
+                    pending.append((len(batch), producer.send_nowait(batch)))
+                    batch = []
+                    await drain(8)
+            if batch:
+                pending.append((len(batch), producer.send_nowait(batch)))
+            await drain(0)
+        elapsed = time.perf_counter() - started
+        if args.acks == 0:
+            print(f"sent {acked} records (acks=0: offsets unknown)", file=sys.stderr)
+        else:
+            print(
+                f"produced {acked} records at offsets {first}..{last} "
+                f"({acked / max(elapsed, 1e-9):,.0f} records/s)",
+                file=sys.stderr,
+            )
+        return 0
+
+    return asyncio.run(run())
+
+
+def _cmd_consume(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from raftcore.client import Consumer
+
+    start: str | int = args.start if args.start in ("earliest", "latest") else int(args.start)
+
+    async def run() -> int:
+        seen = 0
+        idle_since = time.monotonic()
+        async with Consumer(
+            _bootstrap(args), topic=args.topic, start=start, max_wait_ms=200
+        ) as consumer:
+            while args.max is None or seen < args.max:
+                records = await consumer.poll()
+                if records:
+                    idle_since = time.monotonic()
+                elif (
+                    args.idle_timeout_ms is not None
+                    and (time.monotonic() - idle_since) * 1000 >= args.idle_timeout_ms
+                ):
+                    break
+                for r in records:
+                    value = r.value.decode(errors="replace") if r.value is not None else "null"
+                    if args.print_offsets:
+                        key = r.key.decode(errors="replace") if r.key is not None else "null"
+                        sys.stdout.write(f"{r.offset}\t{key}\t{value}\n")
+                    else:
+                        sys.stdout.write(value + "\n")
+                    seen += 1
+                    if args.max is not None and seen >= args.max:
+                        break
+                sys.stdout.flush()
+        print(f"consumed {seen} records", file=sys.stderr)
+        return 0
+
+    return asyncio.run(run())
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from raftcore.demo import run_demo
+
+    result = run_demo(
+        args.dir,
+        records=args.records,
+        batch=args.batch,
+        size=args.size,
+        keep=args.keep,
+    )
+    return 0 if result.ok else 1
+
+
+def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("node", help="run one node of a cluster (until SIGTERM/SIGINT)")
+    p.add_argument("--id", type=int, required=True, help="this node's id")
+    p.add_argument(
+        "--voters",
+        required=True,
+        help="every voter, as Kafka's controller.quorum.voters: 1@host:port,2@host:port,...",
+    )
+    p.add_argument(
+        "--listen", default=None, help="host:port to listen on (default: this node's voter entry)"
+    )
+    p.add_argument(
+        "--advertised", default=None, help="host:port clients are told (default: listen)"
+    )
+    p.add_argument("--data-dir", required=True, help="the node's data directory")
+    p.add_argument("--cluster-id", required=True, help="the cluster's id (the same on every node)")
+    p.add_argument("--topic", default="raftcore", help="the topic Kafka clients see (partition 0)")
+    p.add_argument("--election-timeout-ms", type=int, default=1000)
+    p.add_argument("--fetch-timeout-ms", type=int, default=2000)
+    p.add_argument("--segment-bytes", type=int, default=1 << 30)
+    p.add_argument(
+        "--flush",
+        choices=("always", "interval"),
+        default="always",
+        help="fsync before acknowledging (always, the default) or every --flush-interval-ms",
+    )
+    p.add_argument("--flush-interval-ms", type=int, default=1000)
+    p.add_argument(
+        "--ready-file", default=None, help="write this file once the node listens (for scripts)"
+    )
+    p.set_defaults(func=_cmd_node)
+
+    def bootstrap(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--bootstrap", required=True, help="host:port[,host:port...] of any node(s)")
+        p.add_argument("--topic", default="raftcore")
+
+    p = sub.add_parser(
+        "describe-quorum", help="leader, epoch, high watermark and every replica's progress"
+    )
+    bootstrap(p)
+    p.add_argument("--timeout-ms", type=int, default=10_000)
+    p.set_defaults(func=_cmd_describe_quorum)
+
+    p = sub.add_parser("produce", help="write records: lines of stdin, the arguments, or generated")
+    bootstrap(p)
+    p.add_argument("values", nargs="*", help="record values (default: one per line of stdin)")
+    p.add_argument("--key-separator", default=None, help="split each line into key and value")
+    p.add_argument("--generate", type=int, default=0, metavar="N", help="write N generated records")
+    p.add_argument("--size", type=int, default=100, help="value size of generated records")
+    p.add_argument("--batch", type=int, default=1000, help="records per batch")
+    p.add_argument("--acks", type=int, choices=(-1, 0, 1), default=-1)
+    p.add_argument(
+        "--compression", choices=("none", "gzip", "snappy", "lz4", "zstd"), default="none"
+    )
+    p.set_defaults(func=_cmd_produce)
+
+    p = sub.add_parser("consume", help="print committed records")
+    bootstrap(p)
+    p.add_argument(
+        "--from", dest="start", default="earliest", help="earliest (default), latest, or an offset"
+    )
+    p.add_argument("--max", type=int, default=None, help="stop after this many records")
+    p.add_argument(
+        "--idle-timeout-ms", type=int, default=None, help="stop when nothing arrives for this long"
+    )
+    p.add_argument("--print-offsets", action="store_true", help="print offset, key and value")
+    p.set_defaults(func=_cmd_consume)
+
+    p = sub.add_parser(
+        "demo",
+        help="3 node processes on loopback: write, SIGKILL the leader midway, restart it, "
+        "check every record on every node",
+    )
+    p.add_argument("--dir", default=None, help="where the nodes keep their data (default: temp)")
+    p.add_argument("--records", type=int, default=200_000)
+    p.add_argument("--batch", type=int, default=1000, help="records per producer batch")
+    p.add_argument("--size", type=int, default=100, help="bytes per record value")
+    p.add_argument("--keep", action="store_true", help="keep the data directory afterwards")
+    p.set_defaults(func=_cmd_demo)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="raftcore",
@@ -142,7 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("directory", help="the log directory")
     p.set_defaults(func=_cmd_verify_log)
 
-    p = sub.add_parser("demo", help="build a sample log, tear it, recover it and show it")
+    p = sub.add_parser("storage-demo", help="build a sample log, tear it, recover it and show it")
     p.add_argument("--dir", default=None, help="where to build it (default: a new temp dir)")
     p.add_argument(
         "--reuse",
@@ -151,7 +408,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="allow a --dir that already holds a log",
     )
     p.add_argument("--records", type=int, default=30_000, help="records to write")
-    p.set_defaults(func=_cmd_demo)
+    p.set_defaults(func=_cmd_storage_demo)
+
+    _add_cluster_commands(sub)
     return parser
 
 

@@ -211,26 +211,55 @@ def verify_log(
 
 
 class Progress:
-    """A one-line progress display on a terminal (nothing when not a terminal)."""
+    """A one-line progress display on a terminal. Elsewhere (a log file, CI) it prints a plain
+    line every ``plain_every`` of the way (default: never)."""
 
-    def __init__(self, label: str, stream: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        label: str,
+        stream: TextIO | None = None,
+        *,
+        unit: str = "bytes",
+        plain_every: float = 0.0,
+    ) -> None:
         self.label = label
         self.stream = sys.stderr if stream is None else stream
         self.enabled = self.stream.isatty()
+        self.unit = unit
+        self.plain_every = plain_every
+        self.next_plain = plain_every
         self.started = time.monotonic()
         self.last = 0.0
 
+    def _rate(self, done: int, now: float) -> str:
+        per_s = done / max(now - self.started, 1e-9)
+        if self.unit == "bytes":
+            return f"{per_s / (1 << 20):8.1f} MiB/s"
+        return f"{per_s:10,.0f} {self.unit}/s"
+
     def __call__(self, done: int, total: int) -> None:
-        if not self.enabled:
-            return
         now = time.monotonic()
+        frac = done / total if total else 1.0
+        if not self.enabled:
+            if self.plain_every > 0 and (frac >= self.next_plain or done >= total):
+                while self.next_plain <= frac:
+                    self.next_plain += self.plain_every
+                self.stream.write(f"{self.label}: {frac:6.1%} {self._rate(done, now)}\n")
+                self.stream.flush()
+            return
         if now - self.last < 0.1 and done < total:
             return
         self.last = now
-        frac = done / total if total else 1.0
-        rate = done / max(now - self.started, 1e-9) / (1 << 20)
         bar = "#" * int(frac * 30)
-        self.stream.write(f"\r{self.label} [{bar:<30}] {frac:6.1%} {rate:8.1f} MiB/s")
+        self.stream.write(f"\r{self.label} [{bar:<30}] {frac:6.1%} {self._rate(done, now)}")
         if done >= total:
             self.stream.write("\n")
         self.stream.flush()
+
+    def interrupt(self, message: str) -> None:
+        """Print ``message`` on a line of its own (the bar continues below it)."""
+        if self.enabled:
+            self.stream.write("\r\x1b[2K")
+        self.stream.write(message + "\n")
+        self.stream.flush()
+        self.last = 0.0

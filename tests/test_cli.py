@@ -82,13 +82,13 @@ def test_a_missing_directory_is_a_clear_error(tmp_path, capsys):
     assert "not a directory" in capsys.readouterr().err
 
 
-def test_the_demo_builds_tears_recovers_and_verifies_a_log(tmp_path):
+def test_the_storage_demo_builds_tears_recovers_and_verifies_a_log(tmp_path):
     result = subprocess.run(
         [
             sys.executable,
             "-m",
             "raftcore.cli",
-            "demo",
+            "storage-demo",
             "--dir",
             str(tmp_path / "demo"),
             "--records",
@@ -103,3 +103,29 @@ def test_the_demo_builds_tears_recovers_and_verifies_a_log(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "verify-log: OK" in result.stdout
     assert "recovered: end offset" in result.stdout
+
+
+def test_the_cluster_demo_survives_a_leader_kill_and_checks_every_record(tmp_path):
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "raftcore",
+            "demo",
+            "--dir",
+            str(tmp_path / "demo"),
+            "--records",
+            "20000",
+            "--batch",
+            "500",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=180,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SIGKILL node" in result.stdout
+    assert "records acknowledged:     20,000 of 20,000" in result.stdout
+    assert "every acknowledged record exactly once, in order, on all three nodes" in result.stdout

@@ -1,0 +1,152 @@
+"""DescribeQuorum from the leader, as data and as the table Kafka's ``kafka-metadata-quorum
+describe --status / --replication`` prints."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from raftcore.client.cluster import ClusterClient
+from raftcore.client.connection import ConnectionClosed
+from raftcore.error_codes import Errors, error_name
+from raftcore.errors import RaftcoreError
+from raftcore.protocol.api import ApiKey, request_spec
+
+__all__ = ["QuorumInfo", "ReplicaInfo", "describe_quorum", "format_quorum"]
+
+DESCRIBE_QUORUM_VERSION = 2
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaInfo:
+    replica_id: int
+    log_end_offset: int
+    lag: int
+    last_fetch_ms: int  # wall clock, -1 unknown
+    last_caught_up_ms: int
+    voter: bool
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumInfo:
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int
+    replicas: list[ReplicaInfo]
+
+    @property
+    def voters(self) -> list[ReplicaInfo]:
+        return [r for r in self.replicas if r.voter]
+
+    @property
+    def observers(self) -> list[ReplicaInfo]:
+        return [r for r in self.replicas if not r.voter]
+
+
+async def describe_quorum(
+    bootstrap: list[str], *, topic: str = "raftcore", timeout_s: float = 10.0
+) -> QuorumInfo:
+    """Ask the leader (found through Metadata) to describe the quorum."""
+    cluster = ClusterClient(bootstrap, topic=topic, request_timeout_ms=int(timeout_s * 1000))
+    deadline = time.monotonic() + timeout_s
+    attempt = 0
+    try:
+        while True:
+            await cluster.refresh_metadata(max(0.1, deadline - time.monotonic()))
+            try:
+                info = await _describe_once(cluster, topic)
+            except (ConnectionClosed, OSError, asyncio.TimeoutError, _NotLeader):
+                info = None
+            if info is not None:
+                return info
+            attempt += 1
+            if time.monotonic() > deadline:
+                raise RaftcoreError("no leader answered DescribeQuorum in time")
+            await asyncio.sleep(cluster.backoff_s(attempt))
+    finally:
+        await cluster.close()
+
+
+class _NotLeader(Exception):
+    pass
+
+
+async def _describe_once(cluster: ClusterClient, topic: str) -> QuorumInfo:
+    conn, _ = await cluster.leader_connection()
+    cls = request_spec(ApiKey.DESCRIBE_QUORUM).cls
+    body = cls(
+        topics=[cls.TopicData(topic_name=topic, partitions=[cls.PartitionData(partition_index=0)])]
+    )
+    resp = await conn.request(ApiKey.DESCRIBE_QUORUM, DESCRIBE_QUORUM_VERSION, body)
+    if resp.error_code != Errors.NONE:
+        raise RaftcoreError(f"DescribeQuorum: {error_name(resp.error_code)}")
+    p = resp.topics[0].partitions[0]
+    if p.error_code in (Errors.NOT_LEADER_OR_FOLLOWER, Errors.LEADER_NOT_AVAILABLE):
+        raise _NotLeader()
+    if p.error_code != Errors.NONE:
+        raise RaftcoreError(f"DescribeQuorum: {error_name(p.error_code)}")
+    leader_end = max((r.log_end_offset for r in p.current_voters), default=-1)
+    for r in p.current_voters:
+        if r.replica_id == p.leader_id:
+            leader_end = r.log_end_offset
+
+    def info(r: object, voter: bool) -> ReplicaInfo:
+        end = r.log_end_offset  # type: ignore[attr-defined]
+        return ReplicaInfo(
+            replica_id=r.replica_id,  # type: ignore[attr-defined]
+            log_end_offset=end,
+            lag=max(0, leader_end - end) if end >= 0 else -1,
+            last_fetch_ms=r.last_fetch_timestamp,  # type: ignore[attr-defined]
+            last_caught_up_ms=r.last_caught_up_timestamp,  # type: ignore[attr-defined]
+            voter=voter,
+        )
+
+    replicas = [info(r, True) for r in p.current_voters] + [info(r, False) for r in p.observers]
+    return QuorumInfo(p.leader_id, p.leader_epoch, p.high_watermark, replicas)
+
+
+def _ago(ts_ms: int, now_ms: int) -> str:
+    if ts_ms < 0:
+        return "never"
+    return f"{max(0, now_ms - ts_ms)} ms ago"
+
+
+def format_quorum(info: QuorumInfo, now_ms: int | None = None) -> str:
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    lines = [
+        f"LeaderId:       {info.leader_id}",
+        f"LeaderEpoch:    {info.leader_epoch}",
+        f"HighWatermark:  {info.high_watermark}",
+        f"CurrentVoters:  {[r.replica_id for r in info.voters]}",
+        f"CurrentObservers: {[r.replica_id for r in info.observers]}",
+        "",
+    ]
+    header = (
+        "NodeId",
+        "LogEndOffset",
+        "Lag",
+        "LastFetchTimestamp",
+        "LastCaughtUpTimestamp",
+        "Status",
+    )
+    rows = [header]
+    for r in info.replicas:
+        status = (
+            "Leader" if r.replica_id == info.leader_id else ("Follower" if r.voter else "Observer")
+        )
+        rows.append(
+            (
+                str(r.replica_id),
+                str(r.log_end_offset),
+                str(r.lag) if r.lag >= 0 else "?",
+                _ago(r.last_fetch_ms, now),
+                _ago(r.last_caught_up_ms, now),
+                status,
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    for row in rows:
+        cells = (cell.ljust(w) for cell, w in zip(row, widths, strict=True))
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)

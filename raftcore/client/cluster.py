@@ -1,0 +1,198 @@
+"""What a client knows of the cluster: the nodes' endpoints and the partition's leader, kept up
+to date by Metadata and by KIP-951 leader hints in Produce/Fetch responses."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from raftcore.client.connection import Connection, ConnectionClosed
+from raftcore.error_codes import Errors
+from raftcore.errors import RaftcoreError
+from raftcore.node.config import Endpoint, parse_endpoint
+from raftcore.protocol.api import ApiKey, request_spec
+
+__all__ = ["ClusterClient", "LeaderHint", "NoLeaderError"]
+
+logger = logging.getLogger(__name__)
+
+METADATA_VERSION = 12
+
+
+class NoLeaderError(RaftcoreError):
+    """No leader could be found before the deadline."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderHint:
+    leader_id: int
+    epoch: int
+
+
+class ClusterClient:
+    """Connections to the nodes, the partition's leader, and backoff for retries.
+
+    KIP-951: ``learn_leader`` takes the CurrentLeader (and NodeEndpoints) of an error
+    response; when its epoch is newer than what the client knew, the caller may retry at once.
+    Retries to a leader the client already knew back off exponentially with jitter.
+    """
+
+    def __init__(
+        self,
+        bootstrap: list[str | Endpoint],
+        *,
+        topic: str = "raftcore",
+        client_id: str = "raftcore-client",
+        request_timeout_ms: int = 30_000,
+        retry_backoff_ms: int = 100,
+        retry_backoff_max_ms: int = 1_000,
+        metadata_max_age_ms: int = 30_000,
+    ) -> None:
+        if not bootstrap:
+            raise ValueError("at least one bootstrap address is needed")
+        self.bootstrap = [parse_endpoint(b) if isinstance(b, str) else b for b in bootstrap]
+        self.topic = topic
+        self.client_id = client_id
+        self.request_timeout_s = request_timeout_ms / 1000
+        self.retry_backoff_ms = retry_backoff_ms
+        self.retry_backoff_max_ms = retry_backoff_max_ms
+        self.metadata_max_age_s = metadata_max_age_ms / 1000
+        self.nodes: dict[int, Endpoint] = {}
+        self.leader: LeaderHint | None = None
+        self.topic_id: bytes | None = None
+        self.cluster_id: str | None = None
+        self._connections: dict[Endpoint, Connection] = {}
+        self._refresh_wanted = asyncio.Event()
+        self._refresh_task: asyncio.Task[None] | None = None
+        self._refreshed = asyncio.Event()
+        self.leader_moves = 0
+        self.metadata_requests = 0
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self, timeout_s: float = 30.0) -> None:
+        await self.refresh_metadata(timeout_s)
+        self._refresh_task = asyncio.ensure_future(self._refresh_loop())
+
+    async def close(self) -> None:
+        if self._refresh_task is not None:
+            self._refresh_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._refresh_task
+        for conn in self._connections.values():
+            await conn.close()
+        self._connections.clear()
+
+    # ---- connections -----------------------------------------------------------------------------
+
+    async def connection(self, endpoint: Endpoint) -> Connection:
+        conn = self._connections.get(endpoint)
+        if conn is None or conn.closed:
+            conn = await Connection.open(endpoint.host, endpoint.port, client_id=self.client_id)
+            self._connections[endpoint] = conn
+        return conn
+
+    async def leader_connection(self) -> tuple[Connection, LeaderHint]:
+        leader = self.leader
+        if leader is None or leader.leader_id not in self.nodes:
+            raise NoLeaderError("no known leader")
+        return await self.connection(self.nodes[leader.leader_id]), leader
+
+    async def request(self, endpoint: Endpoint, api_key: int, version: int, body: Any) -> Any:
+        conn = await self.connection(endpoint)
+        try:
+            return await conn.request(api_key, version, body, timeout_s=self.request_timeout_s)
+        except (ConnectionClosed, OSError, asyncio.TimeoutError):
+            self._connections.pop(endpoint, None)
+            await conn.close()
+            raise
+
+    # ---- metadata and leader hints --------------------------------------------------------------
+
+    def learn_leader(self, leader_id: int, epoch: int, endpoints: list[Any] | None = None) -> bool:
+        """Take a leader hint (KIP-951). True when it advances what the client knew -- then a
+        retry may go to the new leader at once, without backoff."""
+        for ep in endpoints or []:
+            self.nodes[ep.node_id] = Endpoint(ep.host, ep.port)
+        if leader_id < 0:
+            self.request_refresh()
+            return False
+        known = self.leader
+        if known is not None and epoch <= known.epoch:
+            return False
+        self.leader = LeaderHint(leader_id, epoch)
+        self.leader_moves += 1
+        if leader_id not in self.nodes:
+            self.request_refresh()
+            return False
+        self.request_refresh()  # as Kafka's clients do: refresh in the background anyway
+        return True
+
+    def request_refresh(self) -> None:
+        self._refresh_wanted.set()
+
+    async def refresh_metadata(self, timeout_s: float | None = None) -> None:
+        """Ask the nodes, known ones first, until one answers with a leader."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (timeout_s if timeout_s is not None else self.request_timeout_s)
+        attempt = 0
+        while True:
+            candidates = list(dict.fromkeys([*self.nodes.values(), *self.bootstrap]))
+            random.shuffle(candidates)
+            for endpoint in candidates:
+                try:
+                    if await self._metadata_from(endpoint):
+                        return
+                except (ConnectionClosed, OSError, asyncio.TimeoutError, RaftcoreError) as exc:
+                    logger.debug("metadata from %s failed: %s", endpoint, exc)
+            attempt += 1
+            if loop.time() >= deadline:
+                raise NoLeaderError(f"no node of {candidates} knows a leader for {self.topic}")
+            await asyncio.sleep(self.backoff_s(attempt))
+
+    async def _metadata_from(self, endpoint: Endpoint) -> bool:
+        cls = request_spec(ApiKey.METADATA).cls
+        body = cls(
+            topics=[cls.MetadataRequestTopic(name=self.topic)], allow_auto_topic_creation=False
+        )
+        self.metadata_requests += 1
+        resp = await self.request(endpoint, ApiKey.METADATA, METADATA_VERSION, body)
+        self.cluster_id = resp.cluster_id
+        nodes = {b.node_id: Endpoint(b.host, b.port) for b in resp.brokers}
+        if nodes:
+            self.nodes = nodes
+        for topic in resp.topics:
+            if topic.name != self.topic:
+                continue
+            if topic.error_code != Errors.NONE:
+                raise RaftcoreError(f"topic {self.topic}: error {topic.error_code}")
+            self.topic_id = bytes(topic.topic_id)
+            for p in topic.partitions:
+                if p.partition_index == 0 and p.leader_id >= 0:
+                    known = self.leader
+                    if known is None or p.leader_epoch >= known.epoch:
+                        if known is None or known.leader_id != p.leader_id:
+                            self.leader_moves += known is not None
+                        self.leader = LeaderHint(p.leader_id, p.leader_epoch)
+                    self._refreshed.set()
+                    return True
+        return False
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._refresh_wanted.wait(), self.metadata_max_age_s)
+            self._refresh_wanted.clear()
+            try:
+                await self.refresh_metadata()
+            except (NoLeaderError, RaftcoreError, OSError) as exc:
+                logger.debug("background metadata refresh failed: %s", exc)
+
+    def backoff_s(self, attempt: int) -> float:
+        """Exponential backoff with jitter (Kafka's retry.backoff.ms / retry.backoff.max.ms)."""
+        base = min(self.retry_backoff_max_ms, self.retry_backoff_ms * (2 ** max(attempt - 1, 0)))
+        return base * (0.8 + random.random() * 0.4) / 1000

@@ -1,0 +1,123 @@
+"""A client connection to one node: pipelined requests, responses matched by correlation id."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import struct
+from typing import Any
+
+from raftcore.errors import RaftcoreError
+from raftcore.protocol.api import decode_response, encode_request
+
+__all__ = ["Connection", "ConnectionClosed"]
+
+logger = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+
+
+class ConnectionClosed(RaftcoreError, ConnectionError):
+    pass
+
+
+class Connection:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        client_id: str = "raftcore-client",
+        max_frame_bytes: int = 100 * 1024 * 1024,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self.max_frame_bytes = max_frame_bytes
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._pending: dict[int, tuple[asyncio.Future[Any], int, int]] = {}
+        self._ids = itertools.count(1)
+        self._task: asyncio.Task[None] | None = None
+        self.closed = False
+
+    @classmethod
+    async def open(cls, host: str, port: int, *, timeout_s: float = 5.0, **kw: Any) -> Connection:
+        conn = cls(host, port, **kw)
+        conn._reader, conn._writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port), timeout_s
+        )
+        conn._task = asyncio.ensure_future(conn._read_loop())
+        return conn
+
+    async def request(
+        self,
+        api_key: int,
+        version: int,
+        body: Any,
+        *,
+        timeout_s: float = 30.0,
+        expect_response: bool = True,
+    ) -> Any:
+        if self.closed or self._writer is None:
+            raise ConnectionClosed(f"connection to {self.host}:{self.port} is closed")
+        cid = next(self._ids)
+        frame = encode_request(api_key, version, cid, self.client_id, body)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if expect_response:
+            self._pending[cid] = (fut, api_key, version)
+        self._writer.write(_SIZE.pack(len(frame)) + frame)
+        if not expect_response:
+            return None
+        try:
+            return await asyncio.wait_for(fut, timeout_s)
+        finally:
+            self._pending.pop(cid, None)
+
+    async def _read_loop(self) -> None:
+        reader = self._reader
+        assert reader is not None
+        try:
+            while True:
+                (size,) = _SIZE.unpack(await reader.readexactly(4))
+                if size < 4 or size > self.max_frame_bytes:
+                    raise ConnectionClosed(f"bad frame size {size}")
+                frame = await reader.readexactly(size)
+                (cid,) = _SIZE.unpack_from(frame)
+                pending = self._pending.get(cid)
+                if pending is None:
+                    continue
+                fut, api_key, version = pending
+                try:
+                    _, body = decode_response(api_key, version, frame)
+                except Exception as exc:  # a response we cannot read: fail that request
+                    if not fut.done():
+                        fut.set_exception(exc)
+                    continue
+                if not fut.done():
+                    fut.set_result(body)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
+            self._fail(ConnectionClosed(f"connection to {self.host}:{self.port} lost: {exc}"))
+        except asyncio.CancelledError:
+            self._fail(ConnectionClosed(f"connection to {self.host}:{self.port} closed"))
+            raise
+
+    def _fail(self, exc: Exception) -> None:
+        self.closed = True
+        for fut, _, _ in self._pending.values():
+            if not fut.done():
+                fut.set_exception(exc)
+        self._pending.clear()
+        if self._writer is not None:
+            self._writer.close()
+
+    async def close(self) -> None:
+        self.closed = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        if self._writer is not None:
+            self._writer.close()

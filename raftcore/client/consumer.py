@@ -1,0 +1,243 @@
+"""An asyncio consumer for raftcore (and Kafka: Fetch v16 on one assigned partition, no group
+coordinator).
+
+It reads committed records only (a raftcore leader serves nothing above the high watermark),
+in offset order, skipping control batches (the LeaderChange records the leaders write). Leader
+changes follow KIP-951 as in the producer: a NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH
+answer that names a newer leader sends the next fetch there at once; otherwise the consumer
+backs off with jitter and refreshes metadata.
+
+    async with Consumer(["127.0.0.1:9091"], start="earliest") as consumer:
+        async for record in consumer:
+            print(record.offset, record.key, record.value)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from raftcore.client.cluster import ClusterClient, NoLeaderError
+from raftcore.client.connection import ConnectionClosed
+from raftcore.error_codes import Errors, error_name
+from raftcore.errors import RaftcoreError
+from raftcore.protocol.api import ApiKey, request_spec
+from raftcore.records import Record, iter_batches
+
+__all__ = ["ConsumeError", "Consumer"]
+
+logger = logging.getLogger(__name__)
+
+FETCH_VERSION = 16
+LIST_OFFSETS_VERSION = 7
+EARLIEST = -2
+LATEST = -1
+LEADER_ERRORS = {
+    Errors.NOT_LEADER_OR_FOLLOWER,
+    Errors.FENCED_LEADER_EPOCH,
+    Errors.UNKNOWN_LEADER_EPOCH,
+    Errors.LEADER_NOT_AVAILABLE,
+}
+
+
+class ConsumeError(RaftcoreError):
+    def __init__(self, error_code: int, message: str = "") -> None:
+        super().__init__(message or f"fetch failed: {error_name(error_code)}")
+        self.error_code = error_code
+
+
+class Consumer:
+    """Reads partition 0 of ``topic`` from ``start``: ``"earliest"``, ``"latest"`` or an
+    offset."""
+
+    def __init__(
+        self,
+        bootstrap: list[str],
+        *,
+        topic: str = "raftcore",
+        start: str | int = "earliest",
+        max_wait_ms: int = 500,
+        max_bytes: int = 8 << 20,
+        request_timeout_ms: int = 30_000,
+        retry_backoff_ms: int = 100,
+        retry_backoff_max_ms: int = 1_000,
+        client_id: str = "raftcore-consumer",
+    ) -> None:
+        if isinstance(start, str) and start not in ("earliest", "latest"):
+            raise ValueError(f"start must be 'earliest', 'latest' or an offset, got {start!r}")
+        if isinstance(start, int) and start < 0:
+            raise ValueError(f"a start offset must be >= 0, got {start}")
+        self.cluster = ClusterClient(
+            bootstrap,
+            topic=topic,
+            client_id=client_id,
+            request_timeout_ms=request_timeout_ms,
+            retry_backoff_ms=retry_backoff_ms,
+            retry_backoff_max_ms=retry_backoff_max_ms,
+        )
+        self.topic = topic
+        self.start_at = start
+        self.max_wait_ms = max_wait_ms
+        self.max_bytes = max_bytes
+        self.position: int | None = start if isinstance(start, int) else None
+        self.high_watermark = -1
+        self.retries = 0
+        self.immediate_retries = 0
+        self._attempt = 0
+
+    async def start(self) -> None:
+        await self.cluster.start()
+
+    async def close(self) -> None:
+        await self.cluster.close()
+
+    async def __aenter__(self) -> Consumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __aiter__(self) -> AsyncIterator[Record]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Record]:
+        while True:
+            for record in await self.poll():
+                yield record
+
+    def seek(self, offset: int) -> None:
+        if offset < 0:
+            raise ValueError(f"offset must be >= 0, got {offset}")
+        self.position = offset
+
+    # ---- polling -------------------------------------------------------------------------------
+
+    async def poll(self) -> list[Record]:
+        """The next records (possibly none, after ``max_wait_ms``). Leader changes and lost
+        connections are retried; OFFSET_OUT_OF_RANGE and other errors raise ConsumeError."""
+        while True:
+            try:
+                if self.position is None:
+                    self.position = await self.list_offset(
+                        EARLIEST if self.start_at == "earliest" else LATEST
+                    )
+                records, outcome = await self._fetch_once()
+            except (NoLeaderError, ConnectionClosed, OSError, asyncio.TimeoutError) as exc:
+                logger.debug("fetch failed: %s", exc)
+                outcome, records = "retry", []
+            if outcome == "ok":
+                self._attempt = 0
+                return records
+            if outcome == "moved":
+                self.immediate_retries += 1
+                continue
+            self._attempt += 1
+            self.retries += 1
+            self.cluster.request_refresh()
+            await asyncio.sleep(self.cluster.backoff_s(self._attempt))
+
+    async def list_offset(self, timestamp: int) -> int:
+        """The offset for ``timestamp`` (EARLIEST: the log start, LATEST: the high watermark)
+        from the leader."""
+        conn, _ = await self.cluster.leader_connection()
+        cls = request_spec(ApiKey.LIST_OFFSETS).cls
+        body = cls(
+            replica_id=-1,
+            isolation_level=1,
+            topics=[
+                cls.ListOffsetsTopic(
+                    name=self.topic,
+                    partitions=[
+                        cls.ListOffsetsPartition(
+                            partition_index=0, current_leader_epoch=-1, timestamp=timestamp
+                        )
+                    ],
+                )
+            ],
+        )
+        resp = await conn.request(ApiKey.LIST_OFFSETS, LIST_OFFSETS_VERSION, body)
+        part = resp.topics[0].partitions[0]
+        if part.error_code != Errors.NONE:
+            raise ConnectionClosed(f"ListOffsets: {error_name(part.error_code)}")
+        return part.offset
+
+    async def _fetch_once(self) -> tuple[list[Record], str]:
+        conn, leader = await self.cluster.leader_connection()
+        topic_id = self.cluster.topic_id
+        if topic_id is None:
+            raise NoLeaderError("no topic id yet")
+        cls = request_spec(ApiKey.FETCH).cls
+        position = self.position
+        assert position is not None
+        body = cls(
+            replica_id=-1,
+            max_wait_ms=self.max_wait_ms,
+            min_bytes=1,
+            max_bytes=self.max_bytes,
+            isolation_level=1,
+            session_id=0,
+            session_epoch=-1,
+            topics=[
+                cls.FetchTopic(
+                    topic_id=topic_id,
+                    partitions=[
+                        cls.FetchPartition(
+                            partition=0,
+                            current_leader_epoch=leader.epoch,
+                            fetch_offset=position,
+                            last_fetched_epoch=-1,
+                            log_start_offset=-1,
+                            partition_max_bytes=self.max_bytes,
+                        )
+                    ],
+                )
+            ],
+            forgotten_topics_data=[],
+            rack_id="",
+        )
+        resp = await conn.request(
+            ApiKey.FETCH,
+            FETCH_VERSION,
+            body,
+            timeout_s=self.cluster.request_timeout_s + self.max_wait_ms / 1000,
+        )
+        if resp.error_code != Errors.NONE:
+            raise ConsumeError(resp.error_code)
+        part = resp.responses[0].partitions[0]
+        error = part.error_code
+        if error in LEADER_ERRORS:
+            hint = part.current_leader
+            if (
+                hint is not None
+                and hint.leader_id >= 0
+                and self.cluster.learn_leader(
+                    hint.leader_id, hint.leader_epoch, getattr(resp, "node_endpoints", None)
+                )
+            ):
+                return [], "moved"
+            return [], "retry"
+        if error != Errors.NONE:
+            raise ConsumeError(error, f"fetch at offset {position}: {error_name(error)}")
+        self.high_watermark = part.high_watermark
+        records = self._decode(part.records, position)
+        return records, "ok"
+
+    def _decode(self, data: Any, position: int) -> list[Record]:
+        out: list[Record] = []
+        if not data:
+            return out
+        next_offset = position
+        for batch in iter_batches(data):
+            # A batch may start before the position (the fetch returns whole batches); its
+            # records below the position were already returned.
+            last = batch.last_offset
+            if last < position:
+                continue
+            if not batch.is_control:
+                out.extend(r for r in batch.records() if r.offset >= position)
+            next_offset = last + 1
+        self.position = next_offset
+        return out

@@ -1,0 +1,106 @@
+"""Configuration of a node: who it is, where it listens, the voters, the data directory, and the
+quorum, log and flush settings."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from raftcore.log import LogConfig
+from raftcore.raft.config import QuorumConfig
+
+__all__ = ["Endpoint", "NodeConfig", "parse_endpoint", "parse_voters"]
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def parse_endpoint(text: str) -> Endpoint:
+    """``host:port`` (IPv6 as ``[::1]:9091``)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"expected host:port, got {text!r}")
+    return Endpoint(host.strip("[]"), int(port))
+
+
+def parse_voters(text: str) -> dict[int, Endpoint]:
+    """Kafka's ``controller.quorum.voters`` syntax: ``1@host:port,2@host:port,...``."""
+    voters: dict[int, Endpoint] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        node, sep, endpoint = item.partition("@")
+        if not sep or not node.isdigit():
+            raise ValueError(f"expected id@host:port in the voter list, got {item!r}")
+        if int(node) in voters:
+            raise ValueError(f"voter {node} is listed twice")
+        voters[int(node)] = parse_endpoint(endpoint)
+    if not voters:
+        raise ValueError("the voter list is empty")
+    return voters
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """A node of a raftcore cluster.
+
+    - ``voters``: every voter's id and endpoint (the same list on every node);
+    - ``listen`` / ``advertised``: where this node accepts connections and what it tells
+      clients (default: the listen address, or its entry in ``voters``);
+    - ``topic``: the one topic-partition (partition 0) this cluster serves to Kafka clients;
+    - ``flush``: ``"always"`` (default: every append is fsynced before it is acknowledged,
+      as KRaft requires) or ``"interval"`` (fsync every ``flush_interval_ms``; acknowledges
+      writes before they are durable -- a crash of a majority can lose committed records);
+    - ``max_frame_bytes``: requests above it close the connection (Kafka's
+      ``socket.request.max.bytes``, 100 MiB).
+    """
+
+    node_id: int
+    voters: dict[int, Endpoint]
+    data_dir: Path
+    cluster_id: str
+    listen: Endpoint | None = None
+    advertised: Endpoint | None = None
+    topic: str = "raftcore"
+    quorum: QuorumConfig = field(default_factory=QuorumConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    flush: str = "always"
+    flush_interval_ms: int = 1000
+    max_frame_bytes: int = 100 * 1024 * 1024
+    request_timeout_ms: int = 30_000
+
+    def __post_init__(self) -> None:
+        if self.node_id < 0:
+            raise ValueError(f"node id must be >= 0, got {self.node_id}")
+        if not self.cluster_id:
+            raise ValueError("a cluster id is required")
+        if self.flush not in ("always", "interval"):
+            raise ValueError(f"flush must be 'always' or 'interval', got {self.flush!r}")
+        object.__setattr__(self, "data_dir", Path(self.data_dir))
+        listen = self.listen or self.voters.get(self.node_id)
+        if listen is None:
+            raise ValueError(f"node {self.node_id} is not a voter: give it a listen address")
+        object.__setattr__(self, "listen", listen)
+        if self.advertised is None:
+            object.__setattr__(self, "advertised", self.voters.get(self.node_id, listen))
+        object.__setattr__(
+            self,
+            "quorum",
+            replace(self.quorum, voters=frozenset(self.voters), cluster_id=self.cluster_id),
+        )
+
+    @property
+    def topic_id(self) -> bytes:
+        """A stable 16-byte topic id for Fetch v13+ and Metadata v10+, the same on every node
+        (derived from the cluster id and the topic name)."""
+        return uuid.uuid5(uuid.NAMESPACE_URL, f"raftcore:{self.cluster_id}:{self.topic}").bytes
+
+    def endpoint_of(self, node_id: int) -> Endpoint | None:
+        if node_id == self.node_id:
+            return self.advertised
+        return self.voters.get(node_id)

@@ -1,0 +1,494 @@
+"""The Kafka client API a raftcore node serves: ApiVersions, Metadata, Produce, Fetch (for
+consumers), ListOffsets, InitProducerId, DescribeQuorum.
+
+One topic with one partition (``NodeConfig.topic``, partition 0) is the raft log. The leader
+takes produce requests and serves consumers -- committed records only, up to the high
+watermark. Every other node answers NOT_LEADER_OR_FOLLOWER with the leader it knows
+(CurrentLeader) and the leader's endpoint (NodeEndpoints), so a KIP-951 client moves there at
+once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from raftcore.error_codes import Errors
+from raftcore.errors import CorruptRecordError, InvalidAppendError, RaftcoreError
+from raftcore.node.producer_state import Duplicate
+from raftcore.protocol.api import SUPPORTED_VERSIONS, ApiKey, encode_response, response_spec
+from raftcore.raft import NotLeaderError
+from raftcore.raft.states import LeaderState
+from raftcore.records import scan_batches
+
+if TYPE_CHECKING:
+    from raftcore.node.node import RaftNode
+
+logger = logging.getLogger(__name__)
+
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+
+
+def unsupported_version(node: RaftNode, header: Any) -> list[bytes | memoryview]:
+    """An ApiVersions request at a version we do not speak is answered at v0 with
+    UNSUPPORTED_VERSION and our list, so the client retries lower (KIP-511); other APIs at an
+    unsupported version close the connection."""
+    if header.request_api_key != ApiKey.API_VERSIONS:
+        from raftcore.node.transport import CloseConnection
+
+        raise CloseConnection(
+            f"API {header.request_api_key} version {header.request_api_version} is not supported"
+        )
+    body = _api_versions_body(0)
+    body.error_code = Errors.UNSUPPORTED_VERSION
+    return encode_response(ApiKey.API_VERSIONS, 0, header.correlation_id, body)
+
+
+async def handle(node: RaftNode, header: Any, body: Any) -> list[bytes | memoryview] | None:
+    key = header.request_api_key
+    version = header.request_api_version
+    handler = _HANDLERS.get(key)
+    if handler is None:
+        from raftcore.node.transport import CloseConnection
+
+        raise CloseConnection(f"API {key} is not served here")
+    response = handler(node, body, version)
+    if asyncio.iscoroutine(response):
+        response = await response
+    if response is None:
+        return None  # acks=0
+    return encode_response(key, version, header.correlation_id, response)
+
+
+# ---- ApiVersions ---------------------------------------------------------------------------------
+
+
+def _api_versions_body(version: int) -> Any:
+    cls = response_spec(ApiKey.API_VERSIONS).cls
+    keys = [
+        cls.ApiVersion(api_key=int(k), min_version=lo, max_version=hi)
+        for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())
+    ]
+    return cls(error_code=Errors.NONE, api_keys=keys, throttle_time_ms=0)
+
+
+def api_versions(node: RaftNode, body: Any, version: int) -> Any:
+    return _api_versions_body(version)
+
+
+# ---- Metadata ------------------------------------------------------------------------------------
+
+
+def _brokers(node: RaftNode, cls: Any) -> list[Any]:
+    out = []
+    for node_id in sorted(node.config.voters):
+        ep = node.config.endpoint_of(node_id)
+        out.append(cls(node_id=node_id, host=ep.host, port=ep.port, rack=None))
+    return out
+
+
+def metadata(node: RaftNode, body: Any, version: int) -> Any:
+    cfg = node.config
+    cls = response_spec(ApiKey.METADATA).cls
+    leader = node.leader_and_epoch
+    wanted = None if body.topics is None else [t.name for t in body.topics]
+    topics = []
+    names = [cfg.topic] if wanted is None else wanted
+    for name in names:
+        if name != cfg.topic:
+            topics.append(
+                cls.MetadataResponseTopic(
+                    error_code=Errors.UNKNOWN_TOPIC_OR_PARTITION, name=name, partitions=[]
+                )
+            )
+            continue
+        voters = sorted(cfg.voters)
+        partition = cls.MetadataResponsePartition(
+            error_code=Errors.NONE if leader.known else Errors.LEADER_NOT_AVAILABLE,
+            partition_index=0,
+            leader_id=leader.leader_id if leader.known else -1,
+            leader_epoch=leader.epoch,
+            replica_nodes=voters,
+            isr_nodes=voters,
+            offline_replicas=[],
+        )
+        topics.append(
+            cls.MetadataResponseTopic(
+                error_code=Errors.NONE,
+                name=cfg.topic,
+                topic_id=cfg.topic_id,
+                is_internal=False,
+                partitions=[partition],
+            )
+        )
+    return cls(
+        throttle_time_ms=0,
+        brokers=_brokers(node, cls.MetadataResponseBroker),
+        cluster_id=cfg.cluster_id,
+        controller_id=leader.leader_id if leader.known else -1,
+        topics=topics,
+    )
+
+
+# ---- leader hints (KIP-951) --------------------------------------------------------------------
+
+
+def _current_leader(node: RaftNode, cls: Any) -> Any:
+    leader = node.leader_and_epoch
+    return cls(leader_id=leader.leader_id if leader.known else -1, leader_epoch=leader.epoch)
+
+
+def _node_endpoints(node: RaftNode, cls: Any) -> list[Any]:
+    leader = node.leader_and_epoch
+    if not leader.known:
+        return []
+    ep = node.config.endpoint_of(leader.leader_id)  # type: ignore[arg-type]
+    if ep is None:
+        return []
+    return [cls(node_id=leader.leader_id, host=ep.host, port=ep.port, rack=None)]
+
+
+# ---- Produce -------------------------------------------------------------------------------------
+
+
+async def produce(node: RaftNode, body: Any, version: int) -> Any:
+    cls = response_spec(ApiKey.PRODUCE).cls
+    acks = body.acks
+    if body.transactional_id if version >= 3 else None:
+        error_for_all = Errors.UNSUPPORTED_FOR_MESSAGE_FORMAT  # transactions are not served
+    else:
+        error_for_all = None
+    results = []
+    waits = []
+    for topic in body.topic_data:
+        partitions = []
+        for p in topic.partition_data:
+            resp = cls.PartitionProduceResponse(
+                index=p.index, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1
+            )
+            error, first, last = _produce_partition(node, topic.name, p, version, error_for_all)
+            resp.error_code = error
+            if error == Errors.NONE:
+                resp.base_offset = first
+                resp.log_start_offset = node.log.log_start_offset if node.log else -1
+                if acks == -1 and last >= 0:
+                    waits.append((resp, last))
+            elif error in (Errors.NOT_LEADER_OR_FOLLOWER, Errors.FENCED_LEADER_EPOCH):
+                resp.current_leader = _current_leader(node, cls.LeaderIdAndEpoch)
+            partitions.append(resp)
+        results.append(cls.TopicProduceResponse(name=topic.name, partition_responses=partitions))
+    if acks == 0:
+        return None
+    if waits:
+        timeout = max(body.timeout_ms, 1) / 1000
+        for resp, last in waits:
+            try:
+                await node.wait_committed(last, timeout)
+            except asyncio.TimeoutError:
+                resp.error_code = Errors.REQUEST_TIMED_OUT
+            except RaftcoreError:
+                resp.error_code = Errors.NOT_LEADER_OR_FOLLOWER
+    response = cls(responses=results, throttle_time_ms=0)
+    if any(
+        p.error_code == Errors.NOT_LEADER_OR_FOLLOWER
+        for t in results
+        for p in t.partition_responses
+    ):
+        response.node_endpoints = _node_endpoints(node, cls.NodeEndpoint)
+    return response
+
+
+def _produce_partition(
+    node: RaftNode, topic: str, p: Any, version: int, error_for_all: int | None
+) -> tuple[int, int, int]:
+    """(error, first offset, last offset) of appending one partition's records."""
+    if error_for_all is not None:
+        return error_for_all, -1, -1
+    if topic != node.config.topic or p.index != 0:
+        return Errors.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
+    if version < 3:
+        return Errors.UNSUPPORTED_FOR_MESSAGE_FORMAT, -1, -1  # message formats before v2
+    core = node.core
+    if core is None or not core.is_leader():
+        return Errors.NOT_LEADER_OR_FOLLOWER, -1, -1
+    records = p.records
+    if records is None or len(records) == 0:
+        return Errors.INVALID_RECORD, -1, -1
+    try:
+        scan = scan_batches(records, check_crc=True)
+    except RaftcoreError:
+        return Errors.CORRUPT_MESSAGE, -1, -1
+    if scan.error is not None or scan.count == 0:
+        logger.info("%s refusing produced records: %s", node.prefix, scan.error)
+        return Errors.CORRUPT_MESSAGE, -1, -1
+    if (scan.attributes & 0x30).any():  # transactional or control batches
+        return Errors.INVALID_RECORD, -1, -1
+    # Idempotence: retries of a remembered batch get their first offsets back.
+    producers = node.producers
+    verdicts = []
+    for i in range(scan.count):
+        count = int(scan.last_offsets[i] - scan.base_offsets[i]) + 1
+        verdict = producers.check(
+            int(scan.producer_ids[i]),
+            int(scan.producer_epochs[i]),
+            int(scan.base_sequences[i]),
+            count,
+        )
+        if isinstance(verdict, Duplicate):
+            if scan.count == 1:
+                return Errors.NONE, verdict.first_offset, verdict.last_offset
+            return Errors.DUPLICATE_SEQUENCE_NUMBER, -1, -1
+        if verdict != Errors.NONE:
+            return verdict, -1, -1
+        verdicts.append(count)
+    try:
+        first, last = node.append_batches(records)
+    except NotLeaderError:
+        return Errors.NOT_LEADER_OR_FOLLOWER, -1, -1
+    except (CorruptRecordError, InvalidAppendError) as exc:
+        logger.info("%s refusing produced records: %s", node.prefix, exc)
+        return Errors.CORRUPT_MESSAGE, -1, -1
+    offset = first
+    for i, count in enumerate(verdicts):
+        producers.record(
+            int(scan.producer_ids[i]),
+            int(scan.producer_epochs[i]),
+            int(scan.base_sequences[i]),
+            count,
+            first_offset=offset,
+            last_offset=offset + count - 1,
+        )
+        offset += count
+    return Errors.NONE, first, last
+
+
+# ---- Fetch (consumers) ---------------------------------------------------------------------------
+
+
+def _committed_end(data: Any, hw: int) -> int:
+    """Byte length of the batches in ``data`` that lie wholly below the high watermark."""
+    scan = scan_batches(data, check_crc=False)
+    end = 0
+    for i in range(scan.count):
+        if int(scan.last_offsets[i]) >= hw:
+            break
+        end = int(scan.positions[i] + scan.sizes[i])
+    return end
+
+
+async def consumer_fetch(node: RaftNode, body: Any, version: int) -> Any:
+    cls = response_spec(ApiKey.FETCH).cls
+    deadline = time.monotonic() + max(0, body.max_wait_ms) / 1000
+    while True:
+        response, has_data = _fetch_once(node, body, version, cls)
+        remaining = deadline - time.monotonic()
+        if has_data or remaining <= 0 or not node.is_leader():
+            return response
+        await node.wait_high_watermark_change(remaining)
+
+
+def _fetch_once(node: RaftNode, body: Any, version: int, cls: Any) -> tuple[Any, bool]:
+    cfg = node.config
+    core = node.core
+    log = node.log
+    leader = core.is_leader() if core is not None else False
+    hw = core.high_watermark if core is not None else None
+    has_data = False
+    not_leader = False
+    responses = []
+    for topic in body.topics:
+        name = topic.topic if version <= 12 else None
+        known = (name == cfg.topic) if version <= 12 else (bytes(topic.topic_id) == cfg.topic_id)
+        parts = []
+        for p in topic.partitions:
+            resp = cls.PartitionData(
+                partition_index=p.partition,
+                high_watermark=-1,
+                last_stable_offset=-1,
+                log_start_offset=-1,
+                records=None,
+            )
+            if not known or p.partition != 0:
+                resp.error_code = (
+                    Errors.UNKNOWN_TOPIC_OR_PARTITION if version <= 12 else Errors.UNKNOWN_TOPIC_ID
+                )
+            elif not leader:
+                resp.error_code = Errors.NOT_LEADER_OR_FOLLOWER
+                resp.current_leader = _current_leader(node, cls.LeaderIdAndEpoch)
+                not_leader = True
+            elif (
+                version >= 9
+                and p.current_leader_epoch >= 0
+                and p.current_leader_epoch != core.epoch
+            ):
+                resp.error_code = (
+                    Errors.FENCED_LEADER_EPOCH
+                    if p.current_leader_epoch < core.epoch
+                    else Errors.UNKNOWN_LEADER_EPOCH
+                )
+                resp.current_leader = _current_leader(node, cls.LeaderIdAndEpoch)
+            elif hw is None:
+                resp.error_code = Errors.NOT_LEADER_OR_FOLLOWER  # a new leader, not ready yet
+                resp.current_leader = _current_leader(node, cls.LeaderIdAndEpoch)
+            else:
+                resp.high_watermark = resp.last_stable_offset = hw
+                resp.log_start_offset = log.log_start_offset
+                offset = p.fetch_offset
+                if offset < log.log_start_offset or offset > log.end_offset:
+                    resp.error_code = Errors.OFFSET_OUT_OF_RANGE
+                elif offset < hw:
+                    data = log.read(offset, max(1, min(p.partition_max_bytes, body.max_bytes)))
+                    end = _committed_end(data, hw)
+                    resp.records = bytes(data[:end])
+                    has_data = end > 0
+                else:
+                    resp.records = b""
+            parts.append(resp)
+        entry = cls.FetchableTopicResponse(partitions=parts)
+        if version <= 12:
+            entry.topic = topic.topic
+        else:
+            entry.topic_id = topic.topic_id
+        responses.append(entry)
+    response = cls(throttle_time_ms=0, error_code=Errors.NONE, session_id=0, responses=responses)
+    if not_leader and version >= 16:
+        response.node_endpoints = _node_endpoints(node, cls.NodeEndpoint)
+    return response, has_data or not_leader
+
+
+# ---- ListOffsets -------------------------------------------------------------------------------
+
+
+def list_offsets(node: RaftNode, body: Any, version: int) -> Any:
+    cls = response_spec(ApiKey.LIST_OFFSETS).cls
+    cfg = node.config
+    core = node.core
+    log = node.log
+    topics = []
+    for topic in body.topics:
+        parts = []
+        for p in topic.partitions:
+            resp = cls.ListOffsetsPartitionResponse(
+                partition_index=p.partition_index, timestamp=-1, offset=-1, leader_epoch=-1
+            )
+            if topic.name != cfg.topic or p.partition_index != 0:
+                resp.error_code = Errors.UNKNOWN_TOPIC_OR_PARTITION
+            elif core is None or not core.is_leader() or core.high_watermark is None:
+                resp.error_code = Errors.NOT_LEADER_OR_FOLLOWER
+            elif p.timestamp == EARLIEST_TIMESTAMP:
+                resp.offset = log.log_start_offset
+                resp.leader_epoch = max(log.epoch_for_offset(resp.offset), 0)
+            elif p.timestamp == LATEST_TIMESTAMP:
+                resp.offset = core.high_watermark
+                resp.leader_epoch = core.epoch
+            elif p.timestamp >= 0:
+                resp.offset, resp.timestamp = _offset_for_time(node, p.timestamp)
+            else:
+                resp.error_code = Errors.INVALID_REQUEST
+            parts.append(resp)
+        topics.append(cls.ListOffsetsTopicResponse(name=topic.name, partitions=parts))
+    return cls(throttle_time_ms=0, topics=topics)
+
+
+def _offset_for_time(node: RaftNode, timestamp: int) -> tuple[int, int]:
+    """The first committed offset whose batch has a record at or after ``timestamp``."""
+    log = node.log
+    hw = node.high_watermark or 0
+    for batch in log.batches():
+        if batch.base_offset >= hw:
+            break
+        if batch.max_timestamp >= timestamp and not batch.is_control:
+            for record in batch.records():
+                if record.timestamp >= timestamp:
+                    return record.offset, record.timestamp
+    return -1, -1
+
+
+# ---- InitProducerId -------------------------------------------------------------------------
+
+
+def init_producer_id(node: RaftNode, body: Any, version: int) -> Any:
+    cls = response_spec(ApiKey.INIT_PRODUCER_ID).cls
+    if body.transactional_id is not None:
+        return cls(
+            throttle_time_ms=0, error_code=Errors.INVALID_REQUEST, producer_id=-1, producer_epoch=-1
+        )
+    pid = node.next_producer_id()
+    return cls(throttle_time_ms=0, error_code=Errors.NONE, producer_id=pid, producer_epoch=0)
+
+
+# ---- DescribeQuorum -------------------------------------------------------------------------
+
+
+def describe_quorum(node: RaftNode, body: Any, version: int) -> Any:
+    cls = response_spec(ApiKey.DESCRIBE_QUORUM).cls
+    core = node.core
+    cfg = node.config
+    topics = []
+    for topic in body.topics:
+        parts = []
+        for p in topic.partitions:
+            resp = cls.PartitionData(
+                partition_index=p.partition_index, leader_id=-1, leader_epoch=-1, high_watermark=-1
+            )
+            if topic.topic_name != cfg.topic or p.partition_index != 0:
+                resp.error_code = Errors.UNKNOWN_TOPIC_OR_PARTITION
+            elif core is None or not isinstance(core.state, LeaderState):
+                resp.error_code = Errors.NOT_LEADER_OR_FOLLOWER
+            else:
+                _describe(node, core.state, resp, cls)
+            parts.append(resp)
+        topics.append(cls.TopicData(topic_name=topic.topic_name, partitions=parts))
+    response = cls(error_code=Errors.NONE, topics=topics)
+    if version >= 2:
+        response.nodes = [
+            cls.Node(
+                node_id=i, listeners=[cls.Listener(name="PLAINTEXT", host=ep.host, port=ep.port)]
+            )
+            for i, ep in sorted(cfg.voters.items())
+        ]
+    return response
+
+
+def _describe(node: RaftNode, state: LeaderState, resp: Any, cls: Any) -> None:
+    now_mono = node._now()
+    now_wall = int(time.time() * 1000)
+
+    def wall(t: int) -> int:
+        return -1 if t < 0 else now_wall - (now_mono - t)
+
+    resp.leader_id = state.local_id
+    resp.leader_epoch = state.epoch
+    resp.high_watermark = -1 if state.high_watermark is None else state.high_watermark
+
+    def replica(s: Any) -> Any:
+        if s.replica_id == state.local_id:
+            return cls.ReplicaState(
+                replica_id=s.replica_id,
+                log_end_offset=node.log.end_offset,
+                last_fetch_timestamp=now_wall,
+                last_caught_up_timestamp=now_wall,
+            )
+        return cls.ReplicaState(
+            replica_id=s.replica_id,
+            log_end_offset=-1 if s.end_offset is None else s.end_offset,
+            last_fetch_timestamp=wall(s.last_fetch_ms),
+            last_caught_up_timestamp=wall(s.last_caught_up_ms),
+        )
+
+    resp.current_voters = [replica(s) for _, s in sorted(state.voter_states.items())]
+    resp.observers = [replica(s) for _, s in sorted(state.observer_states.items())]
+
+
+_HANDLERS = {
+    ApiKey.API_VERSIONS: api_versions,
+    ApiKey.METADATA: metadata,
+    ApiKey.PRODUCE: produce,
+    ApiKey.FETCH: consumer_fetch,
+    ApiKey.LIST_OFFSETS: list_offsets,
+    ApiKey.INIT_PRODUCER_ID: init_producer_id,
+    ApiKey.DESCRIBE_QUORUM: describe_quorum,
+}

@@ -1,0 +1,231 @@
+"""A cluster of node processes on loopback, for the demo, the multi-process tests and the
+benchmarks. Every process it starts, it ends by its pid (``close`` kills what is still running;
+use it as a context manager)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import IO, Any
+
+from raftcore.errors import RaftcoreError
+
+__all__ = ["LocalCluster", "free_ports", "new_cluster_id"]
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct ports that were free a moment ago."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def new_cluster_id() -> str:
+    """A random cluster id in Kafka's form (a base64url UUID, 22 characters)."""
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+class LocalCluster:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        size: int = 3,
+        *,
+        cluster_id: str | None = None,
+        host: str = "127.0.0.1",
+        ports: list[int] | None = None,
+        node_args: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        if size < 1:
+            raise ValueError("a cluster needs at least one node")
+        self.directory = Path(directory)
+        self.size = size
+        self.cluster_id = cluster_id or new_cluster_id()
+        self.host = host
+        self.ports = ports or free_ports(size, host)
+        self.node_ids = list(range(1, size + 1))
+        self.node_args = node_args or []
+        self.env = env
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._logs: dict[int, IO[bytes]] = {}
+        self.started_pids: list[int] = []
+
+    # ---- addresses ---------------------------------------------------------------------------
+
+    def endpoint(self, node_id: int) -> str:
+        return f"{self.host}:{self.ports[node_id - 1]}"
+
+    @property
+    def voters(self) -> str:
+        return ",".join(f"{i}@{self.endpoint(i)}" for i in self.node_ids)
+
+    @property
+    def bootstrap(self) -> list[str]:
+        return [self.endpoint(i) for i in self.node_ids]
+
+    def data_dir(self, node_id: int) -> Path:
+        return self.directory / f"node-{node_id}"
+
+    def log_file(self, node_id: int) -> Path:
+        return self.directory / f"node-{node_id}.log"
+
+    def command(self, node_id: int, cluster_id: str | None = None) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "raftcore",
+            "node",
+            "--id",
+            str(node_id),
+            "--listen",
+            self.endpoint(node_id),
+            "--voters",
+            self.voters,
+            "--data-dir",
+            str(self.data_dir(node_id)),
+            "--cluster-id",
+            cluster_id or self.cluster_id,
+            "--ready-file",
+            str(self._ready_file(node_id)),
+            *self.node_args,
+        ]
+
+    def _ready_file(self, node_id: int) -> Path:
+        return self.directory / f"node-{node_id}.ready"
+
+    # ---- processes ---------------------------------------------------------------------------
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        for node_id in self.node_ids:
+            self.start_node(node_id, wait=False)
+        for node_id in self.node_ids:
+            self.wait_listening(node_id, timeout_s)
+
+    def start_node(
+        self,
+        node_id: int,
+        *,
+        wait: bool = True,
+        cluster_id: str | None = None,
+        timeout_s: float = 30.0,
+    ) -> subprocess.Popen[bytes]:
+        if node_id in self.procs and self.procs[node_id].poll() is None:
+            raise RaftcoreError(f"node {node_id} is already running")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            self._ready_file(node_id).unlink()
+        log = open(self.log_file(node_id), "ab")  # noqa: SIM115 (closed in close())
+        old = self._logs.pop(node_id, None)
+        if old is not None:
+            old.close()
+        self._logs[node_id] = log
+        proc = subprocess.Popen(
+            self.command(node_id, cluster_id),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+        )
+        self.procs[node_id] = proc
+        self.started_pids.append(proc.pid)
+        if wait:
+            self.wait_listening(node_id, timeout_s)
+        return proc
+
+    def wait_listening(self, node_id: int, timeout_s: float = 30.0) -> None:
+        """Until the node has bound its port (or exited: an error with its log's tail)."""
+        deadline = time.monotonic() + timeout_s
+        ready = self._ready_file(node_id)
+        proc = self.procs[node_id]
+        while not ready.exists():
+            if proc.poll() is not None:
+                raise RaftcoreError(
+                    f"node {node_id} exited with status {proc.returncode}:\n"
+                    + self.log_tail(node_id)
+                )
+            if time.monotonic() > deadline:
+                raise RaftcoreError(f"node {node_id} did not start within {timeout_s} s")
+            time.sleep(0.02)
+
+    def log_tail(self, node_id: int, lines: int = 20) -> str:
+        try:
+            text = self.log_file(node_id).read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def pid(self, node_id: int) -> int:
+        return self.procs[node_id].pid
+
+    def alive(self, node_id: int) -> bool:
+        proc = self.procs.get(node_id)
+        return proc is not None and proc.poll() is None
+
+    def kill(self, node_id: int, sig: int = signal.SIGKILL) -> None:
+        proc = self.procs[node_id]
+        if proc.poll() is None:
+            os.kill(proc.pid, sig)
+        if sig == signal.SIGKILL:
+            proc.wait(10)
+
+    def stop(self, node_id: int, timeout_s: float = 10.0) -> int:
+        """SIGTERM (a leader resigns), then SIGKILL after ``timeout_s``. The exit status."""
+        proc = self.procs[node_id]
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+        return proc.returncode
+
+    def stop_all(self, timeout_s: float = 10.0) -> None:
+        for node_id in list(self.procs):
+            proc = self.procs[node_id]
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for node_id in list(self.procs):
+            proc = self.procs[node_id]
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+
+    def close(self) -> None:
+        """Kill (by pid) every process this cluster started that is still running."""
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(10)
+        for log in self._logs.values():
+            log.close()
+        self._logs.clear()
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

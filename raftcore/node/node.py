@@ -1,0 +1,522 @@
+"""RaftNode: one replica of a raftcore cluster in one asyncio loop.
+
+It binds the pure :class:`~raftcore.raft.RaftCore` to the world: the segmented log and the
+quorum-state file in the data directory, TCP (Kafka framing) to the other voters and from
+clients, a timer for the core's next deadline, and a thread that fsyncs the log off the event
+loop. Messages the core marks ``after_flush`` wait for the fsync that covers them; appends that
+arrive during an fsync are covered by the next one (group commit).
+
+Embedding API::
+
+    node = RaftNode(NodeConfig(node_id=1, voters=..., data_dir=..., cluster_id=...))
+    await node.start()
+    first, last = await node.append([(b"key", b"value")])   # leader only: NotLeaderError
+    await node.wait_committed(last)
+    await node.stop()                                        # resigns gracefully if leading
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import random
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from raftcore.checkpoint import write_atomically
+from raftcore.error_codes import Errors
+from raftcore.errors import RaftcoreError, RaftInvariantError
+from raftcore.log import SegmentedLog
+from raftcore.node import kafka_api, raft_wire
+from raftcore.node.config import NodeConfig
+from raftcore.node.producer_state import ProducerStateManager
+from raftcore.node.transport import CloseConnection, PeerConnection, ServerConnection
+from raftcore.protocol.api import (
+    ApiKey,
+    UnknownApiKeyError,
+    UnsupportedVersionError,
+    decode_request,
+    encode_response,
+)
+from raftcore.raft import (
+    CommittedBatch,
+    FileQuorumStateStore,
+    LeaderAndEpoch,
+    Outbound,
+    Output,
+    RaftCore,
+)
+from raftcore.raft.states import LeaderState
+
+__all__ = ["RaftNode"]
+
+logger = logging.getLogger(__name__)
+
+RAFT_APIS = frozenset({ApiKey.VOTE, ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH})
+
+
+class _Listener:
+    """Passes the core's callbacks to the application and wakes the node's waiters."""
+
+    def __init__(self, node: RaftNode) -> None:
+        self.node = node
+
+    def handle_commit(self, batches: list[CommittedBatch]) -> None:
+        app = self.node.listener
+        if app is not None:
+            app.handle_commit(batches)
+
+    def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
+        logger.info(
+            "%s leader is now %s in epoch %d",
+            self.node.prefix,
+            leader.leader_id if leader.known else "unknown",
+            leader.epoch,
+        )
+        self.node.leader_changes += 1
+        app = self.node.listener
+        if app is not None:
+            app.handle_leader_change(leader)
+
+
+META_PROPERTIES = "meta.properties"
+_PRODUCER_ID_EPOCH_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z
+
+
+def check_meta_properties(cfg: NodeConfig) -> None:
+    """The data directory names its cluster and node (Kafka's ``meta.properties``): written on
+    first start, checked on every later one, so that a node never joins another cluster (or
+    takes another node's place) with a log that is not theirs."""
+    path = cfg.data_dir / META_PROPERTIES
+    if not path.exists():
+        write_atomically(
+            path,
+            f"version=1\ncluster.id={cfg.cluster_id}\nnode.id={cfg.node_id}\n".encode(),
+        )
+        return
+    props = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not key.startswith("#"):
+            props[key.strip()] = value.strip()
+    if props.get("cluster.id") != cfg.cluster_id:
+        raise RaftcoreError(
+            f"{cfg.data_dir} belongs to cluster {props.get('cluster.id')!r}, not "
+            f"{cfg.cluster_id!r}; refusing to start"
+        )
+    if props.get("node.id") != str(cfg.node_id):
+        raise RaftcoreError(
+            f"{cfg.data_dir} belongs to node {props.get('node.id')}, not {cfg.node_id}; "
+            "refusing to start"
+        )
+
+
+class RaftNode:
+    def __init__(
+        self, config: NodeConfig, *, listener: Any = None, rng: random.Random | None = None
+    ) -> None:
+        self.config = config
+        self.listener = listener
+        self.prefix = f"[node {config.node_id}]"
+        self.rng = rng or random.Random()
+        self.log: SegmentedLog | None = None
+        self.core: RaftCore | None = None
+        self.producers = ProducerStateManager()
+        self.leader_changes = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.Server | None = None
+        self._connections: set[ServerConnection] = set()
+        self._peers: dict[int, PeerConnection] = {}
+        self._peer_requests: dict[tuple[int, int], tuple[int, int]] = {}
+        self._inbound: dict[int, tuple[asyncio.Future[Any], int, int]] = {}
+        self._token = 0
+        self._held: list[Outbound] = []  # waiting for an fsync
+        self._flush_wanted = asyncio.Event()
+        self._flush_task: asyncio.Task[None] | None = None
+        self._interval_task: asyncio.Task[None] | None = None
+        self._poll_handle: asyncio.TimerHandle | None = None
+        self._poll_at = float("inf")
+        self._hw_waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._hw_events: list[asyncio.Event] = []
+        self._waiter_seq = 0
+        self._leader_epoch_seen: int | None = None
+        self._started = False
+        self._stopping = False
+        self._closing: asyncio.Future[None] | None = None
+        self.producer_id_counter = 0
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        cfg = self.config
+        self._loop = asyncio.get_running_loop()
+        cfg.data_dir.mkdir(parents=True, exist_ok=True)
+        check_meta_properties(cfg)
+        self.log = SegmentedLog.open(cfg.data_dir / "log", config=cfg.log)
+        store = FileQuorumStateStore(cfg.data_dir, cluster_id=cfg.cluster_id)
+        self.core = RaftCore(
+            cfg.node_id,
+            cfg.quorum,
+            self.log,
+            store,
+            rng=self.rng,
+            listener=_Listener(self),
+            log_prefix=self.prefix,
+        )
+        for peer_id, endpoint in cfg.voters.items():
+            if peer_id != cfg.node_id:
+                peer = PeerConnection(
+                    f"{self.prefix}->{peer_id}",
+                    endpoint.host,
+                    endpoint.port,
+                    self._response_handler(peer_id),
+                    on_refused=self._refused_handler(peer_id),
+                    max_frame_bytes=cfg.max_frame_bytes,
+                )
+                peer.start()
+                self._peers[peer_id] = peer
+        self._server = await asyncio.start_server(self._accept, cfg.listen.host, cfg.listen.port)
+        self._flush_task = asyncio.ensure_future(self._flush_loop())
+        if cfg.flush == "interval":
+            self._interval_task = asyncio.ensure_future(self._interval_flush_loop())
+        self._started = True
+        self._drive(self.core.start(self._now()))
+        logger.info(
+            "%s listening on %s, voters %s, log %s",
+            self.prefix,
+            cfg.listen,
+            ",".join(f"{k}@{v}" for k, v in sorted(cfg.voters.items())),
+            self.log,
+        )
+
+    async def stop(self, timeout_s: float = 3.0) -> None:
+        """Stop: a leader resigns first (EndQuorumEpoch to the voters), then everything
+        closes. Waits at most ``timeout_s`` for the resignation to be told."""
+        if not self._started or self._stopping:
+            return
+        self._stopping = True
+        core = self.core
+        assert core is not None
+        was_leader = core.is_leader()
+        self._drive(core.begin_shutdown(self._now()))
+        if was_leader:
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                state = core.state
+                if not getattr(state, "unacknowledged", None):
+                    break
+                await asyncio.sleep(0.02)
+        await self._close()
+
+    async def _close(self) -> None:
+        if self._poll_handle is not None:
+            self._poll_handle.cancel()
+        for task in (self._flush_task, self._interval_task):
+            if task is not None:
+                task.cancel()
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self._connections):
+            conn.close()
+        for peer in self._peers.values():
+            await peer.stop()
+        for _, _, fut in self._hw_waiters:
+            if not fut.done():
+                fut.set_exception(RaftcoreError(f"{self.prefix} node stopped"))
+        for fut, _, _ in self._inbound.values():
+            if not fut.done():
+                fut.cancel()
+        if self.log is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.log.close)
+        self._started = False
+
+    # ---- state ---------------------------------------------------------------------------------
+
+    @property
+    def node_id(self) -> int:
+        return self.config.node_id
+
+    @property
+    def leader_and_epoch(self) -> LeaderAndEpoch:
+        assert self.core is not None
+        return self.core.leader_and_epoch()
+
+    @property
+    def high_watermark(self) -> int | None:
+        return None if self.core is None else self.core.high_watermark
+
+    def is_leader(self) -> bool:
+        return self.core is not None and self.core.is_leader()
+
+    # ---- appends -------------------------------------------------------------------------------
+
+    async def append(self, records: Iterable[Any], *, wait: bool = False) -> tuple[int, int]:
+        """Append one batch of records (leader only; NotLeaderError names the leader).
+        With ``wait``, return once it is committed."""
+        core = self._require_core()
+        first, last = core.append(records, self._now())
+        self._drive(core.poll(self._now()))
+        if wait:
+            await self.wait_committed(last)
+        return first, last
+
+    def append_batches(self, batches: Any) -> tuple[int, int]:
+        """Append producer-built batches (leader only), as Produce does."""
+        core = self._require_core()
+        first, last = core.append_batches(batches, self._now())
+        self._drive(core.poll(self._now()))
+        return first, last
+
+    async def wait_committed(self, offset: int, timeout_s: float | None = None) -> None:
+        """Wait until the record at ``offset`` is committed (the high watermark passed it)."""
+        hw = self.high_watermark
+        if hw is not None and hw > offset:
+            return
+        assert self._loop is not None
+        fut: asyncio.Future[None] = self._loop.create_future()
+        self._waiter_seq += 1
+        heapq.heappush(self._hw_waiters, (offset, self._waiter_seq, fut))
+        await asyncio.wait_for(fut, timeout_s)
+
+    async def wait_high_watermark_change(self, timeout_s: float) -> None:
+        """Wait for the high watermark to move (or ``timeout_s``)."""
+        event = asyncio.Event()
+        self._hw_events.append(event)
+        try:
+            await asyncio.wait_for(event.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            if event in self._hw_events:
+                self._hw_events.remove(event)
+
+    def _require_core(self) -> RaftCore:
+        if self.core is None or not self._started:
+            raise RaftcoreError(f"{self.prefix} not started")
+        return self.core
+
+    # ---- driving the core ----------------------------------------------------------------------
+
+    @staticmethod
+    def _now() -> int:
+        return int(time.monotonic() * 1000)
+
+    def _drive(self, out: Output) -> None:
+        """Do what the core asked: send (now or after the fsync), flush, schedule the poll."""
+        log = self.log
+        assert log is not None
+        flushed = log.flushed_offset
+        for message in out.messages:
+            if message.after_flush >= 0 and message.after_flush > flushed:
+                self._held.append(message)
+            else:
+                self._send(message)
+        if log.end_offset > log.flushed_offset and self.config.flush == "always":
+            self._flush_wanted.set()
+        self._schedule_poll(out.next_deadline)
+        self._after_progress()
+
+    def _schedule_poll(self, deadline: float) -> None:
+        if deadline >= self._poll_at or deadline == float("inf"):
+            return
+        assert self._loop is not None
+        if self._poll_handle is not None:
+            self._poll_handle.cancel()
+        self._poll_at = deadline
+        delay = max(0.0, (deadline - self._now()) / 1000)
+        self._poll_handle = self._loop.call_later(delay, self._on_poll_timer)
+
+    def _on_poll_timer(self) -> None:
+        self._poll_handle = None
+        self._poll_at = float("inf")
+        if self._started and self.core is not None:
+            self._run(self.core.poll)  # type: ignore[union-attr]
+
+    def _run(self, step: Any) -> None:
+        """Run one step of the core; a RaftInvariantError stops the node (a bug, never to be
+        papered over)."""
+        try:
+            self._drive(step(self._now()))
+        except RaftInvariantError:
+            logger.critical("%s invariant violated; stopping", self.prefix, exc_info=True)
+            self._closing = asyncio.ensure_future(self._close())
+
+    def _after_progress(self) -> None:
+        core = self.core
+        assert core is not None
+        state = core.state
+        if isinstance(state, LeaderState) and state.epoch != self._leader_epoch_seen:
+            self._leader_epoch_seen = state.epoch
+            assert self.log is not None
+            self.producers.rebuild(self.log)
+        hw = core.high_watermark
+        if hw is None:
+            return
+        while self._hw_waiters and self._hw_waiters[0][0] < hw:
+            _, _, fut = heapq.heappop(self._hw_waiters)
+            if not fut.done():
+                fut.set_result(None)
+        if self._hw_events:
+            for event in self._hw_events:
+                event.set()
+
+    # ---- fsync off the loop, group commit ------------------------------------------------------
+
+    async def _flush_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        log = self.log
+        assert log is not None
+        while True:
+            await self._flush_wanted.wait()
+            self._flush_wanted.clear()
+            try:
+                await loop.run_in_executor(None, log.flush)
+            except Exception:
+                logger.exception("%s fsync failed; stopping", self.prefix)
+                await self._close()
+                return
+            self._release_held()
+
+    async def _interval_flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.flush_interval_ms / 1000)
+            self._flush_wanted.set()
+
+    def _release_held(self) -> None:
+        log = self.log
+        assert log is not None
+        flushed = log.flushed_offset
+        held, self._held = self._held, []
+        for message in held:
+            if message.after_flush > flushed:
+                self._held.append(message)
+            else:
+                self._send(message)
+        if self.core is not None and self._started:
+            self._run(self.core.poll)  # type: ignore[union-attr]
+
+    # ---- raft messages on the wire ---------------------------------------------------------------
+
+    def _send(self, message: Outbound) -> None:
+        if message.is_request:
+            peer = self._peers.get(message.destination)
+            if peer is None:
+                logger.warning("%s no connection to node %d", self.prefix, message.destination)
+                return
+            api_key, version, frame = raft_wire.encode_request(self, message)
+            if peer.send([frame]):
+                self._peer_requests[(message.destination, message.correlation_id)] = (
+                    api_key,
+                    version,
+                )
+            return
+        pending = self._inbound.pop(message.correlation_id, None)
+        if pending is None:
+            return  # the connection went away
+        fut, api_key, version = pending
+        if not fut.done():
+            fut.set_result(raft_wire.encode_response(self, message, api_key, version))
+
+    def _response_handler(self, peer_id: int) -> Any:
+        def on_response(correlation_id: int, frame: bytes) -> None:
+            key = (peer_id, correlation_id)
+            sent = self._peer_requests.pop(key, None)
+            if sent is None or self.core is None or not self._started:
+                return
+            api_key, version = sent
+            try:
+                message = raft_wire.decode_response(self, api_key, version, frame)
+            except RaftcoreError as exc:
+                logger.warning("%s bad response from node %d: %s", self.prefix, peer_id, exc)
+                return
+            self._run(lambda now: self.core.handle(peer_id, correlation_id, message, now))  # type: ignore[union-attr]
+
+        return on_response
+
+    def _refused_handler(self, peer_id: int) -> Any:
+        def on_refused() -> None:
+            if self.core is not None and self._started:
+                self._run(lambda now: self.core.peer_unreachable(peer_id, now))  # type: ignore[union-attr]
+
+        return on_refused
+
+    # ---- inbound connections ---------------------------------------------------------------------
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = ServerConnection(
+            reader, writer, self._handle_frame, self.config.max_frame_bytes, self.prefix
+        )
+        self._connections.add(conn)
+        try:
+            await conn.serve()
+        finally:
+            self._connections.discard(conn)
+
+    async def _handle_frame(
+        self, conn: ServerConnection, frame: bytes
+    ) -> list[bytes | memoryview] | None:
+        try:
+            header, body = decode_request(frame)
+        except UnsupportedVersionError as exc:
+            return kafka_api.unsupported_version(self, exc.header)
+        except UnknownApiKeyError as exc:
+            raise CloseConnection(f"unknown API key {exc.header.request_api_key}") from None
+        except RaftcoreError as exc:
+            raise CloseConnection(f"unparseable request: {exc}") from None
+        api_key = header.request_api_key
+        if api_key in RAFT_APIS or (api_key == ApiKey.FETCH and raft_wire.is_replica_fetch(body)):
+            return await self._handle_raft_request(header, body)
+        return await kafka_api.handle(self, header, body)
+
+    async def _handle_raft_request(self, header: Any, body: Any) -> list[bytes | memoryview] | None:
+        core = self.core
+        if core is None or not self._started:
+            raise CloseConnection("node not running")
+        api_key = header.request_api_key
+        version = header.request_api_version
+        try:
+            source, message = raft_wire.decode_request(self, header, body)
+        except raft_wire.WrongPartition as exc:
+            logger.info("%s refusing a raft request: %s", self.prefix, exc)
+            code = (
+                Errors.UNKNOWN_TOPIC_ID
+                if api_key == ApiKey.FETCH
+                else (Errors.UNKNOWN_TOPIC_OR_PARTITION)
+            )
+            return encode_response(
+                api_key,
+                version,
+                header.correlation_id,
+                raft_wire.error_response(self, api_key, version, code),
+            )
+        assert self._loop is not None
+        fut: asyncio.Future[Any] = self._loop.create_future()
+        self._token += 1
+        token = self._token
+        self._inbound[token] = (fut, api_key, version)
+        self._run(lambda now: core.handle(source, token, message, now))
+        try:
+            response = await fut
+        finally:
+            self._inbound.pop(token, None)
+        return encode_response(api_key, version, header.correlation_id, response)
+
+    # ---- used by the Kafka API ---------------------------------------------------------------
+
+    def next_producer_id(self) -> int:
+        """A producer id unique in the cluster, from any node (Kafka clients ask whichever
+        broker they like): node id (15 bits), then milliseconds since 2024 (40 bits, 34 years),
+        then a counter (8 bits); the (milliseconds, counter) pair only grows within a process,
+        and a restarted node starts from its clock, later than any id it gave before (unless
+        the clock went back)."""
+        now = int(time.time() * 1000) - _PRODUCER_ID_EPOCH_MS
+        last_ms, count = divmod(self.producer_id_counter, 256)
+        if now > last_ms:
+            self.producer_id_counter = now << 8
+        elif count < 255:
+            self.producer_id_counter += 1
+        else:
+            self.producer_id_counter = (last_ms + 1) << 8
+        return ((self.config.node_id & 0x7FFF) << 48) | self.producer_id_counter

@@ -1,0 +1,399 @@
+"""The Raft core's messages on the Kafka wire: Vote, BeginQuorumEpoch, EndQuorumEpoch (v1) and
+the replica Fetch (v17).
+
+Kafka's RPCs are multi-partition; a raftcore cluster replicates exactly one topic-partition, so a
+request carries one topic (by name, or by id in Fetch) with one partition 0. A request that names
+anything else is answered with UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID for Fetch) and never
+reaches the core. Nodes of one cluster speak the same versions, so peers do not negotiate
+(ApiVersions is for clients).
+
+Two fields are ours, tagged on a Fetch partition where Kafka 3.9 has none: ``HighWatermark``
+(tag 100, the fetcher's known high watermark, which Kafka added in Fetch v18) and
+``IsFollower`` (tag 101, KIP-595's draft field). Kafka brokers skip unknown tags.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from raftcore.error_codes import Errors
+from raftcore.errors import RaftcoreError
+from raftcore.protocol.api import ApiKey, request_spec, response_spec
+from raftcore.protocol.api import decode_response as decode_frame
+from raftcore.protocol.api import encode_request as encode_frame
+from raftcore.raft.messages import (
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    FetchRequest,
+    FetchResponse,
+    Outbound,
+    RaftRequest,
+    RaftResponse,
+    VoteRequest,
+    VoteResponse,
+)
+from raftcore.raft.values import LeaderAndEpoch, OffsetAndEpoch
+
+if TYPE_CHECKING:
+    from raftcore.node.node import RaftNode
+
+__all__ = [
+    "VERSIONS",
+    "WrongPartition",
+    "decode_request",
+    "decode_response",
+    "encode_request",
+    "encode_response",
+    "error_response",
+    "is_replica_fetch",
+]
+
+VERSIONS = {
+    ApiKey.VOTE: 1,
+    ApiKey.BEGIN_QUORUM_EPOCH: 1,
+    ApiKey.END_QUORUM_EPOCH: 1,
+    ApiKey.FETCH: 17,
+}
+_ZERO_UUID = b"\x00" * 16
+CLIENT_ID = "raftcore-replica"
+LISTENER = "PLAINTEXT"
+
+
+class WrongPartition(RaftcoreError):
+    """A raft request for a topic-partition this cluster does not replicate."""
+
+    def __init__(self, api_key: int, message: str) -> None:
+        super().__init__(message)
+        self.api_key = api_key
+
+
+# ---- requests out ----------------------------------------------------------------------------
+
+
+def encode_request(node: RaftNode, out: Outbound) -> tuple[int, int, bytes]:
+    """(api key, version, frame bytes) of a request the core wants sent."""
+    message = out.message
+    cfg = node.config
+    if isinstance(message, FetchRequest):
+        key = ApiKey.FETCH
+        cls = request_spec(key).cls
+        partition = cls.FetchPartition(
+            partition=0,
+            current_leader_epoch=message.current_leader_epoch,
+            fetch_offset=message.fetch_offset,
+            last_fetched_epoch=message.last_fetched_epoch,
+            log_start_offset=-1,
+            partition_max_bytes=message.max_bytes,
+            high_watermark=message.high_watermark,
+            is_follower=message.is_follower,
+        )
+        body = cls(
+            cluster_id=message.cluster_id,
+            replica_state=cls.ReplicaState(replica_id=message.replica_id, replica_epoch=-1),
+            max_wait_ms=message.max_wait_ms,
+            min_bytes=0,
+            max_bytes=message.max_bytes,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=[cls.FetchTopic(topic_id=cfg.topic_id, partitions=[partition])],
+            forgotten_topics_data=[],
+            rack_id="",
+        )
+    elif isinstance(message, VoteRequest):
+        key = ApiKey.VOTE
+        cls = request_spec(key).cls
+        partition = cls.PartitionData(
+            partition_index=0,
+            candidate_epoch=message.candidate_epoch,
+            candidate_id=message.candidate_id,
+            candidate_directory_id=_ZERO_UUID,
+            voter_directory_id=_ZERO_UUID,
+            last_offset_epoch=message.last_offset_epoch,
+            last_offset=message.last_offset,
+        )
+        body = cls(
+            cluster_id=message.cluster_id,
+            voter_id=message.voter_id,
+            topics=[cls.TopicData(topic_name=cfg.topic, partitions=[partition])],
+        )
+    elif isinstance(message, BeginQuorumEpochRequest):
+        key = ApiKey.BEGIN_QUORUM_EPOCH
+        cls = request_spec(key).cls
+        partition = cls.PartitionData(
+            partition_index=0,
+            voter_directory_id=_ZERO_UUID,
+            leader_id=message.leader_id,
+            leader_epoch=message.leader_epoch,
+        )
+        body = cls(
+            cluster_id=message.cluster_id,
+            voter_id=message.voter_id,
+            topics=[cls.TopicData(topic_name=cfg.topic, partitions=[partition])],
+            leader_endpoints=_leader_endpoints(node, cls),
+        )
+    elif isinstance(message, EndQuorumEpochRequest):
+        key = ApiKey.END_QUORUM_EPOCH
+        cls = request_spec(key).cls
+        partition = cls.PartitionData(
+            partition_index=0,
+            leader_id=message.leader_id,
+            leader_epoch=message.leader_epoch,
+            preferred_candidates=[
+                cls.ReplicaInfo(candidate_id=c, candidate_directory_id=_ZERO_UUID)
+                for c in message.preferred_successors
+            ],
+        )
+        body = cls(
+            cluster_id=message.cluster_id,
+            topics=[cls.TopicData(topic_name=cfg.topic, partitions=[partition])],
+            leader_endpoints=_leader_endpoints(node, cls),
+        )
+    else:
+        raise TypeError(f"not a raft request: {message!r}")
+    version = VERSIONS[key]
+    frame = encode_frame(key, version, out.correlation_id, CLIENT_ID, body)
+    return key, version, frame
+
+
+def _leader_endpoints(node: RaftNode, cls: Any) -> list[Any]:
+    ep = node.config.advertised
+    assert ep is not None
+    return [cls.LeaderEndpoint(name=LISTENER, host=ep.host, port=ep.port)]
+
+
+# ---- requests in -----------------------------------------------------------------------------
+
+
+def is_replica_fetch(body: Any) -> bool:
+    """A Fetch from a replica (a voter or an observer node), not from a consumer."""
+    state = getattr(body, "replica_state", None)
+    replica_id = state.replica_id if state is not None and state.replica_id >= 0 else None
+    if replica_id is None:
+        replica_id = getattr(body, "replica_id", -1)
+    return replica_id >= 0
+
+
+def _single_partition(node: RaftNode, key: int, body: Any, *, by_id: bool = False) -> Any:
+    cfg = node.config
+    topics = body.topics
+    if len(topics) != 1 or len(topics[0].partitions) != 1:
+        raise WrongPartition(key, "a raft request must name exactly one topic-partition")
+    topic = topics[0]
+    if by_id:
+        if bytes(topic.topic_id) != cfg.topic_id:
+            raise WrongPartition(key, "unknown topic id")
+        partition = topic.partitions[0]
+        if partition.partition != 0:
+            raise WrongPartition(key, f"unknown partition {partition.partition}")
+        return partition
+    if topic.topic_name != cfg.topic:
+        raise WrongPartition(key, f"unknown topic {topic.topic_name!r}")
+    partition = topic.partitions[0]
+    if partition.partition_index != 0:
+        raise WrongPartition(key, f"unknown partition {partition.partition_index}")
+    return partition
+
+
+def decode_request(node: RaftNode, header: Any, body: Any) -> tuple[int, RaftRequest]:
+    """(sender id, the core's request) of a decoded raft request; WrongPartition when it is not
+    for our topic-partition."""
+    key = header.request_api_key
+    if key == ApiKey.FETCH:
+        if header.request_api_version < 13:
+            raise WrongPartition(key, "replica fetches need Fetch v13+ (topic ids)")
+        p = _single_partition(node, key, body, by_id=True)
+        state = getattr(body, "replica_state", None)
+        replica_id = state.replica_id if state is not None else -1
+        if replica_id < 0:
+            replica_id = getattr(body, "replica_id", -1)
+        return replica_id, FetchRequest(
+            cluster_id=body.cluster_id,
+            replica_id=replica_id,
+            fetch_offset=p.fetch_offset,
+            last_fetched_epoch=p.last_fetched_epoch,
+            current_leader_epoch=p.current_leader_epoch,
+            max_wait_ms=max(0, body.max_wait_ms),
+            max_bytes=max(1, min(p.partition_max_bytes, body.max_bytes)),
+            is_follower=bool(getattr(p, "is_follower", False)),
+            high_watermark=getattr(p, "high_watermark", -1),
+        )
+    if key == ApiKey.VOTE:
+        p = _single_partition(node, key, body)
+        return p.candidate_id, VoteRequest(
+            cluster_id=body.cluster_id,
+            candidate_epoch=p.candidate_epoch,
+            candidate_id=p.candidate_id,
+            last_offset_epoch=p.last_offset_epoch,
+            last_offset=p.last_offset,
+            voter_id=getattr(body, "voter_id", -1),
+        )
+    if key == ApiKey.BEGIN_QUORUM_EPOCH:
+        p = _single_partition(node, key, body)
+        return p.leader_id, BeginQuorumEpochRequest(
+            cluster_id=body.cluster_id,
+            leader_id=p.leader_id,
+            leader_epoch=p.leader_epoch,
+            voter_id=getattr(body, "voter_id", -1),
+        )
+    if key == ApiKey.END_QUORUM_EPOCH:
+        p = _single_partition(node, key, body)
+        if header.request_api_version >= 1:
+            successors = tuple(c.candidate_id for c in p.preferred_candidates)
+        else:
+            successors = tuple(p.preferred_successors)
+        return p.leader_id, EndQuorumEpochRequest(
+            cluster_id=body.cluster_id,
+            leader_id=p.leader_id,
+            leader_epoch=p.leader_epoch,
+            preferred_successors=successors,
+        )
+    raise TypeError(f"API {key} is not a raft request")
+
+
+# ---- responses out ----------------------------------------------------------------------------
+
+
+def encode_response(node: RaftNode, out: Outbound, api_key: int, version: int) -> Any:
+    """The response body (to encode at ``version``) of a response the core produced."""
+    message = out.message
+    cfg = node.config
+    cls = response_spec(api_key).cls
+    if isinstance(message, FetchResponse):
+        leader = message.current_leader
+        partition = cls.PartitionData(
+            partition_index=0,
+            error_code=message.error_code,
+            high_watermark=message.high_watermark,
+            last_stable_offset=message.high_watermark,
+            log_start_offset=message.log_start_offset,
+            current_leader=cls.LeaderIdAndEpoch(
+                leader_id=leader.leader_id if leader.known else -1, leader_epoch=leader.epoch
+            ),
+            aborted_transactions=None,
+            preferred_read_replica=-1,
+            records=message.records,
+        )
+        if message.diverging_epoch is not None:
+            partition.diverging_epoch = cls.EpochEndOffset(
+                epoch=message.diverging_epoch.epoch, end_offset=message.diverging_epoch.offset
+            )
+        if message.snapshot_id is not None:
+            partition.snapshot_id = cls.SnapshotId(
+                end_offset=message.snapshot_id.offset, epoch=message.snapshot_id.epoch
+            )
+        body = cls(
+            throttle_time_ms=0,
+            error_code=Errors.NONE,
+            session_id=0,
+            responses=[cls.FetchableTopicResponse(topic_id=cfg.topic_id, partitions=[partition])],
+        )
+        if version >= 16:
+            body.node_endpoints = _endpoints(node, cls, leader)
+        return body
+    if isinstance(message, VoteResponse):
+        partition = cls.PartitionData(
+            partition_index=0,
+            error_code=message.error_code,
+            leader_id=message.leader_id,
+            leader_epoch=message.leader_epoch,
+            vote_granted=message.vote_granted,
+        )
+        leader = LeaderAndEpoch(
+            message.leader_id if message.leader_id >= 0 else None, message.leader_epoch
+        )
+    elif isinstance(message, (BeginQuorumEpochResponse, EndQuorumEpochResponse)):
+        partition = cls.PartitionData(
+            partition_index=0,
+            error_code=message.error_code,
+            leader_id=message.leader_id,
+            leader_epoch=message.leader_epoch,
+        )
+        leader = LeaderAndEpoch(
+            message.leader_id if message.leader_id >= 0 else None, message.leader_epoch
+        )
+    else:
+        raise TypeError(f"not a raft response: {message!r}")
+    body = cls(
+        error_code=Errors.NONE,
+        topics=[cls.TopicData(topic_name=cfg.topic, partitions=[partition])],
+    )
+    if version >= 1:
+        body.node_endpoints = _endpoints(node, cls, leader)
+    return body
+
+
+def _endpoints(node: RaftNode, cls: Any, leader: LeaderAndEpoch) -> list[Any]:
+    if not leader.known:
+        return []
+    ep = node.config.endpoint_of(leader.leader_id)  # type: ignore[arg-type]
+    if ep is None:
+        return []
+    fields = {"node_id": leader.leader_id, "host": ep.host, "port": ep.port}
+    if hasattr(cls.NodeEndpoint(), "rack"):
+        fields["rack"] = None
+    return [cls.NodeEndpoint(**fields)]
+
+
+def error_response(node: RaftNode, api_key: int, version: int, error_code: int) -> Any:
+    """A top-level error answer (the request named a partition we do not have)."""
+    cls = response_spec(api_key).cls
+    if api_key == ApiKey.FETCH:
+        return cls(throttle_time_ms=0, error_code=error_code, session_id=0, responses=[])
+    return cls(error_code=error_code, topics=[])
+
+
+# ---- responses in -----------------------------------------------------------------------------
+
+
+def decode_response(node: RaftNode, api_key: int, version: int, frame: bytes) -> RaftResponse:
+    """The core's response from a response frame; RaftcoreError when it does not parse or does
+    not answer for our partition."""
+    _, body = decode_frame(api_key, version, frame)
+    if body.error_code != Errors.NONE:
+        return _top_level_error(api_key, body.error_code)
+    if api_key == ApiKey.FETCH:
+        if len(body.responses) != 1 or len(body.responses[0].partitions) != 1:
+            raise RaftcoreError("a fetch response must carry exactly one partition")
+        p = body.responses[0].partitions[0]
+        cl = p.current_leader
+        diverging = None
+        if p.diverging_epoch is not None and p.diverging_epoch.epoch >= 0:
+            diverging = OffsetAndEpoch(p.diverging_epoch.end_offset, p.diverging_epoch.epoch)
+        snapshot = None
+        if p.snapshot_id is not None and p.snapshot_id.epoch >= 0:
+            snapshot = OffsetAndEpoch(p.snapshot_id.end_offset, p.snapshot_id.epoch)
+        return FetchResponse(
+            error_code=p.error_code,
+            high_watermark=p.high_watermark,
+            log_start_offset=p.log_start_offset,
+            current_leader=LeaderAndEpoch(
+                cl.leader_id if cl.leader_id >= 0 else None, cl.leader_epoch
+            ),
+            records=p.records if p.records is not None else b"",
+            diverging_epoch=diverging,
+            snapshot_id=snapshot,
+        )
+    if len(body.topics) != 1 or len(body.topics[0].partitions) != 1:
+        raise RaftcoreError(f"a response to API {api_key} must carry exactly one partition")
+    p = body.topics[0].partitions[0]
+    if api_key == ApiKey.VOTE:
+        return VoteResponse(p.error_code, p.leader_id, p.leader_epoch, bool(p.vote_granted))
+    if api_key == ApiKey.BEGIN_QUORUM_EPOCH:
+        return BeginQuorumEpochResponse(p.error_code, p.leader_id, p.leader_epoch)
+    if api_key == ApiKey.END_QUORUM_EPOCH:
+        return EndQuorumEpochResponse(p.error_code, p.leader_id, p.leader_epoch)
+    raise RaftcoreError(f"API {api_key} is not a raft response")
+
+
+def _top_level_error(api_key: int, error_code: int) -> RaftResponse:
+    unknown = LeaderAndEpoch(None, -1)
+    if api_key == ApiKey.FETCH:
+        return FetchResponse(error_code, -1, -1, unknown)
+    if api_key == ApiKey.VOTE:
+        return VoteResponse(error_code, -1, -1, False)
+    if api_key == ApiKey.BEGIN_QUORUM_EPOCH:
+        return BeginQuorumEpochResponse(error_code, -1, -1)
+    return EndQuorumEpochResponse(error_code, -1, -1)

@@ -1,0 +1,235 @@
+"""Kafka framing over asyncio TCP: a server whose connections answer in request order, and
+persistent client connections to peers that reconnect with backoff.
+
+A frame is a 4-byte big-endian size and that many bytes. A frame larger than the configured
+maximum closes the connection (with a log line) before anything is allocated for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import struct
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+__all__ = ["FrameTooLarge", "PeerConnection", "ServerConnection", "read_frame", "write_frame"]
+
+logger = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
+
+
+class FrameTooLarge(ConnectionError):
+    pass
+
+
+async def read_frame(reader: asyncio.StreamReader, max_bytes: int) -> bytes:
+    """One frame's bytes (without the size). IncompleteReadError at end of stream."""
+    head = await reader.readexactly(4)
+    (size,) = _SIZE.unpack(head)
+    if size < 0 or size > max_bytes:
+        raise FrameTooLarge(f"frame of {size} bytes (limit {max_bytes})")
+    return await reader.readexactly(size)
+
+
+def write_frame(writer: asyncio.StreamWriter, parts: list[bytes | memoryview]) -> None:
+    """Write one frame; small frames go out as one piece, large ones without joining their
+    parts (a fetch response's records are not copied into a new buffer)."""
+    size = sum(len(p) for p in parts)
+    header = _SIZE.pack(size)
+    if size < 65536:
+        writer.write(header + b"".join(parts))
+    else:
+        writer.write(header)
+        for part in parts:
+            writer.write(part)
+
+
+Handler = Callable[["ServerConnection", bytes], Awaitable[list[bytes | memoryview] | None]]
+
+
+class ServerConnection:
+    """An accepted connection. Each request is handed to ``handler`` at once (requests may be
+    worked on concurrently), but responses go out strictly in request order, as Kafka clients
+    expect. A handler returning None sends nothing (acks=0 produce)."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        handler: Handler,
+        max_frame_bytes: int,
+        name: str,
+    ) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.handler = handler
+        self.max_frame_bytes = max_frame_bytes
+        self.peer = writer.get_extra_info("peername")
+        self.name = name
+        self._order: deque[asyncio.Future[list[bytes | memoryview] | None]] = deque()
+        self._tasks: set[asyncio.Future[None]] = set()
+        self.closed = False
+
+    async def serve(self) -> None:
+        try:
+            while True:
+                frame = await read_frame(self.reader, self.max_frame_bytes)
+                slot: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                self._order.append(slot)
+                task = asyncio.ensure_future(self._run(frame, slot))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            if isinstance(exc, FrameTooLarge):
+                logger.warning("%s closing connection from %s: %s", self.name, self.peer, exc)
+        except asyncio.CancelledError:
+            raise
+        finally:
+            self.close()
+
+    async def _run(self, frame: bytes, slot: asyncio.Future[Any]) -> None:
+        try:
+            result = await self.handler(self, frame)
+        except CloseConnection as exc:
+            logger.warning("%s closing connection from %s: %s", self.name, self.peer, exc)
+            result = CLOSE
+        except Exception:
+            logger.exception(
+                "%s request from %s failed; closing the connection", self.name, self.peer
+            )
+            result = CLOSE
+        if not slot.done():
+            slot.set_result(result)
+        self._drain()
+
+    def _drain(self) -> None:
+        while self._order and self._order[0].done():
+            result = self._order.popleft().result()
+            if result is CLOSE:
+                self.close()
+                return
+            if result is not None and not self.closed:
+                write_frame(self.writer, result)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            for slot in self._order:
+                if not slot.done():
+                    slot.cancel()
+            self._order.clear()
+            self.writer.close()
+
+
+class CloseConnection(Exception):
+    """Raised by a handler to drop the connection (an unparseable or unsupported request)."""
+
+
+CLOSE: Any = object()
+
+
+class PeerConnection:
+    """A persistent connection to another node, for the requests this node sends.
+
+    ``send`` is fire-and-forget: it returns False when there is no connection (a reconnect is
+    under way, with exponential backoff and jitter). Responses are handed to ``on_response``
+    with the correlation id; what the connection loses, the sender's own request timeout
+    handles. ``on_refused`` is told when a connection attempt is refused (nothing listens at
+    the peer's address: its process is gone).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        host: str,
+        port: int,
+        on_response: Callable[[int, bytes], None],
+        *,
+        on_refused: Callable[[], None] | None = None,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        backoff_ms: int = 50,
+        backoff_max_ms: int = 1000,
+        connect_timeout_s: float = 5.0,
+    ) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+        self.on_response = on_response
+        self.on_refused = on_refused
+        self.max_frame_bytes = max_frame_bytes
+        self.backoff_ms = backoff_ms
+        self.backoff_max_ms = backoff_max_ms
+        self.connect_timeout_s = connect_timeout_s
+        self._writer: asyncio.StreamWriter | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopped = False
+        self._failures = 0
+        self.connected = asyncio.Event()
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._run())
+
+    async def stop(self) -> None:
+        self._stopped = True
+        if self._writer is not None:
+            self._writer.close()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+
+    def send(self, parts: list[bytes | memoryview]) -> bool:
+        writer = self._writer
+        if writer is None or writer.is_closing():
+            return False
+        write_frame(writer, parts)
+        return True
+
+    async def _run(self) -> None:
+        while not self._stopped:
+            try:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(self.host, self.port), self.connect_timeout_s
+                )
+            except (OSError, asyncio.TimeoutError) as exc:
+                if isinstance(exc, ConnectionRefusedError) and self.on_refused is not None:
+                    self.on_refused()
+                self._failures += 1
+                delay = min(self.backoff_max_ms, self.backoff_ms * (2 ** min(self._failures, 10)))
+                delay = delay * (0.5 + random.random() / 2)
+                logger.debug(
+                    "%s cannot reach %s:%d (%s); retrying in %d ms",
+                    self.name,
+                    self.host,
+                    self.port,
+                    exc,
+                    delay,
+                )
+                await asyncio.sleep(delay / 1000)
+                continue
+            self._failures = 0
+            self._writer = writer
+            self.connected.set()
+            try:
+                while True:
+                    frame = await read_frame(reader, self.max_frame_bytes)
+                    if len(frame) < 4:
+                        raise ConnectionError("response frame too short for a header")
+                    (correlation_id,) = _SIZE.unpack_from(frame)
+                    self.on_response(correlation_id, frame)
+            except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
+                logger.debug(
+                    "%s connection to %s:%d lost: %s", self.name, self.host, self.port, exc
+                )
+            finally:
+                self.connected.clear()
+                self._writer = None
+                writer.close()
+            if not self._stopped:
+                await asyncio.sleep(self.backoff_ms / 1000)

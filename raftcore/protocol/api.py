@@ -1,0 +1,229 @@
+"""Kafka APIs, their versions, and whole frames: header + body.
+
+- Request header v1 (api key, version, correlation id, nullable client id) for non-flexible
+  request versions, v2 (the same and tagged fields) for flexible ones. The client id is a
+  classic int16 string even in v2.
+- Response header v0 (correlation id), v1 (and tagged fields) for flexible versions -- except
+  ApiVersions, whose response header is always v0 so that a client can read the answer to a
+  version it does not yet know the broker supports (KIP-511).
+
+``SUPPORTED_VERSIONS`` is what a raftcore node serves and advertises in ApiVersions. Produce is
+advertised from v0 because librdkafka disables compression otherwise (KAFKA-18659); versions
+0-2 carry message formats v0/v1, which are answered with UNSUPPORTED_FOR_MESSAGE_FORMAT.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from raftcore.protocol.schema import MessageSpec, ProtocolError, Reader, Writer, load_spec
+
+__all__ = [
+    "SUPPORTED_VERSIONS",
+    "ApiKey",
+    "ProtocolError",
+    "RequestHeader",
+    "UnknownApiKeyError",
+    "UnsupportedVersionError",
+    "decode_request",
+    "decode_response",
+    "encode_request",
+    "encode_response",
+    "request_header_version",
+    "request_spec",
+    "response_header_version",
+    "response_spec",
+]
+
+
+class ApiKey(enum.IntEnum):
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    API_VERSIONS = 18
+    INIT_PRODUCER_ID = 22
+    VOTE = 52
+    BEGIN_QUORUM_EPOCH = 53
+    END_QUORUM_EPOCH = 54
+    DESCRIBE_QUORUM = 55
+    FETCH_SNAPSHOT = 59
+
+
+_NAMES = {
+    ApiKey.PRODUCE: "Produce",
+    ApiKey.FETCH: "Fetch",
+    ApiKey.LIST_OFFSETS: "ListOffsets",
+    ApiKey.METADATA: "Metadata",
+    ApiKey.API_VERSIONS: "ApiVersions",
+    ApiKey.INIT_PRODUCER_ID: "InitProducerId",
+    ApiKey.VOTE: "Vote",
+    ApiKey.BEGIN_QUORUM_EPOCH: "BeginQuorumEpoch",
+    ApiKey.END_QUORUM_EPOCH: "EndQuorumEpoch",
+    ApiKey.DESCRIBE_QUORUM: "DescribeQuorum",
+    ApiKey.FETCH_SNAPSHOT: "FetchSnapshot",
+}
+
+# What a node serves (inclusive ranges). FetchSnapshot comes with snapshots.
+SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
+    ApiKey.PRODUCE: (0, 10),
+    ApiKey.FETCH: (4, 17),
+    ApiKey.LIST_OFFSETS: (1, 7),
+    ApiKey.METADATA: (0, 12),
+    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.INIT_PRODUCER_ID: (0, 4),
+    ApiKey.VOTE: (0, 1),
+    ApiKey.BEGIN_QUORUM_EPOCH: (0, 1),
+    ApiKey.END_QUORUM_EPOCH: (0, 1),
+    ApiKey.DESCRIBE_QUORUM: (0, 2),
+}
+
+
+def request_spec(key: int) -> MessageSpec:
+    return load_spec(f"{_NAMES[ApiKey(key)]}Request")
+
+
+def response_spec(key: int) -> MessageSpec:
+    return load_spec(f"{_NAMES[ApiKey(key)]}Response")
+
+
+def request_header_version(key: int, version: int) -> int:
+    return 2 if version in request_spec(key).flexible else 1
+
+
+def response_header_version(key: int, version: int) -> int:
+    if key == ApiKey.API_VERSIONS:
+        return 0
+    return 1 if version in response_spec(key).flexible else 0
+
+
+@dataclass(slots=True)
+class RequestHeader:
+    request_api_key: int
+    request_api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+class UnknownApiKeyError(ProtocolError):
+    def __init__(self, header: RequestHeader) -> None:
+        super().__init__(f"unknown API key {header.request_api_key}")
+        self.header = header
+
+
+class UnsupportedVersionError(ProtocolError):
+    def __init__(self, header: RequestHeader) -> None:
+        key = header.request_api_key
+        lo, hi = SUPPORTED_VERSIONS.get(key, (0, -1))  # type: ignore[call-overload]
+        super().__init__(
+            f"{_NAMES.get(key, key)} version {header.request_api_version} is not supported "  # type: ignore[call-overload]
+            f"({lo}-{hi})"
+        )
+        self.header = header
+
+
+_HEAD = struct.Struct(">hhi")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+
+# ---- requests ----------------------------------------------------------------------------------
+
+
+def encode_request(
+    key: int, version: int, correlation_id: int, client_id: str | None, body: Any
+) -> bytes:
+    """A request frame (without the 4-byte size)."""
+    w = Writer()
+    w.put(_HEAD.pack(key, version, correlation_id))
+    if client_id is None:
+        w.put(_I16.pack(-1))
+    else:
+        raw = client_id.encode("utf-8")
+        w.put(_I16.pack(len(raw)) + raw)
+    if request_header_version(key, version) >= 2:
+        w.put(b"\x00")  # no tagged fields
+    request_spec(key).codec(version)[0](body, w)
+    return w.getvalue()
+
+
+def decode_request(frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
+    """(header, body) of a request frame. UnknownApiKeyError / UnsupportedVersionError carry
+    the header (to answer or to log); anything malformed is a ProtocolError."""
+    r = Reader(frame)
+    key = r.unpack(_I16, "api key")
+    version = r.unpack(_I16, "api version")
+    correlation_id = r.unpack(_I32, "correlation id")
+    n = r.unpack(_I16, "client id length")
+    if n < -1:
+        raise ProtocolError(f"bad client id length {n}")
+    client_id = None if n == -1 else bytes(r.take(n, "client id")).decode("utf-8", "replace")
+    header = RequestHeader(key, version, correlation_id, client_id)
+    try:
+        api = ApiKey(key)
+    except ValueError:
+        raise UnknownApiKeyError(header) from None
+    supported = SUPPORTED_VERSIONS.get(api)
+    if supported is None:
+        raise UnknownApiKeyError(header)
+    if not supported[0] <= version <= supported[1]:
+        raise UnsupportedVersionError(header)
+    if request_header_version(api, version) >= 2:
+        _skip_tagged_fields(r)
+    body = request_spec(api).codec(version)[1](r)
+    if r.remaining():
+        raise ProtocolError(f"{r.remaining()} bytes after the {_NAMES[api]} v{version} request")
+    return header, body
+
+
+def _skip_tagged_fields(r: Reader) -> None:
+    for _ in range(r.uvarint()):
+        r.uvarint()  # tag
+        r.take(r.uvarint(), "tagged field")
+
+
+# ---- responses ---------------------------------------------------------------------------------
+
+_COALESCE_BELOW = 64 * 1024
+
+
+def encode_response(
+    key: int, version: int, correlation_id: int, body: Any
+) -> list[bytes | memoryview]:
+    """A response frame (without the size) as a list of pieces: small pieces are joined, large
+    byte fields (records read from the log) are left as they are, uncopied."""
+    w = Writer()
+    w.put(_I32.pack(correlation_id))
+    if response_header_version(key, version) >= 1:
+        w.put(b"\x00")
+    response_spec(key).codec(version)[0](body, w)
+    out: list[bytes | memoryview] = []
+    small: list[bytes | memoryview] = []
+    for part in w.parts:
+        if len(part) >= _COALESCE_BELOW:
+            if small:
+                out.append(b"".join(small))
+                small = []
+            out.append(part)
+        else:
+            small.append(part)
+    if small:
+        out.append(b"".join(small))
+    return out
+
+
+def decode_response(key: int, version: int, frame: bytes | memoryview) -> tuple[int, Any]:
+    """(correlation id, body) of a response frame to a request of ``key`` at ``version``."""
+    r = Reader(frame)
+    correlation_id = r.unpack(_I32, "correlation id")
+    if response_header_version(key, version) >= 1:
+        _skip_tagged_fields(r)
+    body = response_spec(key).codec(version)[1](r)
+    if r.remaining():
+        raise ProtocolError(
+            f"{r.remaining()} bytes after the {_NAMES[ApiKey(key)]} v{version} response"
+        )
+    return correlation_id, body

@@ -1,0 +1,172 @@
+"""Kafka clients nobody here wrote -- confluent-kafka (librdkafka) and kafka-python -- produce to
+and consume from a three-node raftcore cluster, before and after the leader is killed.
+
+Consumers use ``assign()`` on partition 0 (raftcore has no group coordinator). Every process
+the tests start is ended by its pid (LocalCluster.close)."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+from cluster_helpers import FAST, quorum, run
+
+from raftcore.node.local_cluster import LocalCluster
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+TOPIC = "raftcore"
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = LocalCluster(tmp_path / "cluster", 3, node_args=FAST)
+    try:
+        c.start()
+        run(quorum(c))  # a leader is elected
+        yield c
+    finally:
+        c.close()
+
+
+def _kill_leader(cluster: LocalCluster) -> int:
+    info = run(quorum(cluster))
+    cluster.kill(info.leader_id, signal.SIGKILL)
+    return info.leader_id
+
+
+# ---- confluent-kafka (librdkafka) -----------------------------------------------------------
+
+
+def _ck_produce(bootstrap: str, values: list[bytes]) -> list[int]:
+    from confluent_kafka import Producer
+
+    offsets: list[int] = []
+    errors: list[object] = []
+
+    def delivered(err, msg):  # type: ignore[no-untyped-def]
+        if err is not None:
+            errors.append(err)
+        else:
+            offsets.append(msg.offset())
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "message.timeout.ms": 60000,
+            "retry.backoff.ms": 50,
+            "topic.metadata.refresh.interval.ms": 1000,
+        }
+    )
+    for value in values:
+        producer.produce(TOPIC, value=value, partition=0, on_delivery=delivered)
+        producer.poll(0)
+    remaining = producer.flush(90)
+    assert remaining == 0, f"{remaining} messages not delivered"
+    assert not errors, errors
+    return offsets
+
+
+def _ck_consume(bootstrap: str, expected: int, timeout_s: float = 60) -> list[bytes]:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "raftcore-test",  # required by the client; no group is joined (assign)
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "isolation.level": "read_uncommitted",
+            "fetch.wait.max.ms": 100,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(TOPIC, 0, OFFSET_BEGINNING)])
+        values: list[bytes] = []
+        deadline = time.monotonic() + timeout_s
+        while len(values) < expected and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                continue
+            values.append(msg.value())
+        return values
+    finally:
+        consumer.close()
+
+
+def test_confluent_kafka_produces_and_consumes_across_a_leader_kill(cluster):
+    bootstrap = ",".join(cluster.bootstrap)
+    first = [b"ck-%05d" % n for n in range(2000)]
+    offsets = _ck_produce(bootstrap, first)
+    assert sorted(offsets) == list(range(min(offsets), min(offsets) + 2000))
+    assert _ck_consume(bootstrap, 2000) == first
+
+    _kill_leader(cluster)
+    second = [b"ck2-%05d" % n for n in range(2000)]
+    _ck_produce(bootstrap, second)
+    assert _ck_consume(bootstrap, 4000) == first + second
+
+
+# ---- kafka-python -------------------------------------------------------------------------------
+
+
+def _kp_produce(bootstrap: list[str], values: list[bytes]) -> None:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        retries=20,
+        retry_backoff_ms=100,
+        request_timeout_ms=10000,
+        metadata_max_age_ms=1000,
+    )
+    try:
+        futures = [producer.send(TOPIC, value=v, partition=0) for v in values]
+        producer.flush(60)
+        for f in futures:
+            f.get(timeout=60)
+    finally:
+        producer.close(10)
+
+
+def _kp_consume(bootstrap: list[str], expected: int, timeout_s: float = 60) -> list[bytes]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=100,
+        metadata_max_age_ms=1000,
+    )
+    try:
+        tp = TopicPartition(TOPIC, 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        values: list[bytes] = []
+        deadline = time.monotonic() + timeout_s
+        while len(values) < expected and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                values.extend(r.value for r in records)
+        return values
+    finally:
+        consumer.close()
+
+
+def test_kafka_python_produces_and_consumes_across_a_leader_kill(cluster):
+    first = [b"kp-%05d" % n for n in range(1000)]
+    _kp_produce(cluster.bootstrap, first)
+    assert _kp_consume(cluster.bootstrap, 1000) == first
+
+    _kill_leader(cluster)
+    second = [b"kp2-%05d" % n for n in range(1000)]
+    _kp_produce(cluster.bootstrap, second)
+    assert _kp_consume(cluster.bootstrap, 2000) == first + second
