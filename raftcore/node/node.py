@@ -58,7 +58,9 @@ RAFT_APIS = frozenset({ApiKey.VOTE, ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM
 
 
 class _Listener:
-    """Passes the core's callbacks to the application and wakes the node's waiters."""
+    """Passes the core's callbacks to the application. An exception raised by the
+    application's callback is logged and does not reach the core: the node keeps replicating
+    (the batches it was given count as delivered)."""
 
     def __init__(self, node: RaftNode) -> None:
         self.node = node
@@ -66,7 +68,15 @@ class _Listener:
     def handle_commit(self, batches: list[CommittedBatch]) -> None:
         app = self.node.listener
         if app is not None:
-            app.handle_commit(batches)
+            try:
+                app.handle_commit(batches)
+            except Exception:
+                logger.exception(
+                    "%s the listener failed on committed offsets %d..%d",
+                    self.node.prefix,
+                    batches[0].base_offset,
+                    batches[-1].last_offset,
+                )
 
     def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
         logger.info(
@@ -78,7 +88,10 @@ class _Listener:
         self.node.leader_changes += 1
         app = self.node.listener
         if app is not None:
-            app.handle_leader_change(leader)
+            try:
+                app.handle_leader_change(leader)
+            except Exception:
+                logger.exception("%s the listener failed on a leader change", self.node.prefix)
 
 
 META_PROPERTIES = "meta.properties"
@@ -476,6 +489,16 @@ class RaftNode:
             raise CloseConnection("node not running")
         api_key = header.request_api_key
         version = header.request_api_version
+        cluster_id = getattr(body, "cluster_id", None)
+        if cluster_id is not None and cluster_id != self.config.cluster_id:
+            # Checked before anything else, as Kafka does (KafkaRaftClient.hasValidClusterId).
+            logger.info("%s refusing a raft request of cluster %r", self.prefix, cluster_id)
+            return encode_response(
+                api_key,
+                version,
+                header.correlation_id,
+                raft_wire.error_response(self, api_key, version, Errors.INCONSISTENT_CLUSTER_ID),
+            )
         try:
             source, message = raft_wire.decode_request(self, header, body)
         except raft_wire.WrongPartition as exc:
