@@ -170,3 +170,10 @@ def test_graceful_stop_of_the_leader_hands_over_quickly(cluster):
 
     info2, _ = run(new_leader(), 30)
     assert info2.leader_epoch > info.leader_epoch
+
+
+def test_a_cluster_id_starting_with_a_dash_reaches_the_node_intact():
+    from raftcore.node.local_cluster import LocalCluster
+
+    cmd = LocalCluster("/nonexistent", cluster_id="-abc").command(1)
+    assert "--cluster-id=-abc" in cmd

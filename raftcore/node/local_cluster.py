@@ -101,8 +101,9 @@ class LocalCluster:
             self.voters,
             "--data-dir",
             str(self.data_dir(node_id)),
-            "--cluster-id",
-            cluster_id or self.cluster_id,
+            # one argument: an id may start with "-" (base64), which argparse would take
+            # for an option
+            f"--cluster-id={cluster_id or self.cluster_id}",
             "--ready-file",
             str(self._ready_file(node_id)),
             *self.node_args,

@@ -53,7 +53,7 @@ from raftcore.raft.states import (
     VotedState,
 )
 from raftcore.raft.values import LeaderAndEpoch
-from raftcore.records import Record, iter_batches
+from raftcore.records import Record, RecordBatch, iter_batches
 
 __all__ = [
     "CommittedBatch",
@@ -85,15 +85,37 @@ class NotLeaderError(RaftcoreError):
         self.leader = leader
 
 
-@dataclass(frozen=True, slots=True)
 class CommittedBatch:
-    """A committed data batch handed to the listener."""
+    """A committed data batch handed to the listener. Its records are decoded on first use
+    of ``records`` (a node with no use for them pays nothing)."""
 
-    base_offset: int
-    last_offset: int
-    epoch: int
-    append_timestamp: int
-    records: list[Record]
+    __slots__ = (
+        "_batch",
+        "_from",
+        "_records",
+        "append_timestamp",
+        "base_offset",
+        "epoch",
+        "last_offset",
+    )
+
+    def __init__(self, batch: RecordBatch, from_offset: int) -> None:
+        self._batch = batch
+        self._from = from_offset  # records below it were delivered before (a partial batch)
+        self._records: list[Record] | None = None
+        self.base_offset: int = batch.base_offset
+        self.last_offset: int = batch.last_offset
+        self.epoch: int = batch.partition_leader_epoch
+        self.append_timestamp: int = batch.max_timestamp
+
+    @property
+    def records(self) -> list[Record]:
+        if self._records is None:
+            self._records = [r for r in self._batch.records() if r.offset >= self._from]
+        return self._records
+
+    def __repr__(self) -> str:
+        return f"CommittedBatch({self.base_offset}..{self.last_offset}, epoch={self.epoch})"
 
 
 class Listener(Protocol):
@@ -665,7 +687,9 @@ class RaftCore:
             return
         hw = self.quorum.state.high_watermark
         while hw is not None and self.listener_next_offset < hw:
-            data = self.log.read(self.listener_next_offset, LISTENER_READ_BYTES)
+            # A copy: the batches handed out may outlive the log's mapped view (a truncation,
+            # a closed segment); copying is cheap, decoding the records is left to the listener.
+            data = bytes(self.log.read(self.listener_next_offset, LISTENER_READ_BYTES))
             committed: list[CommittedBatch] = []
             next_offset = self.listener_next_offset
             for batch in iter_batches(data):
@@ -673,16 +697,7 @@ class RaftCore:
                     break
                 batch.validate()
                 if not batch.is_control:
-                    records = [r for r in batch.records() if r.offset >= next_offset]
-                    committed.append(
-                        CommittedBatch(
-                            batch.base_offset,
-                            batch.last_offset,
-                            batch.partition_leader_epoch,
-                            batch.max_timestamp,
-                            records,
-                        )
-                    )
+                    committed.append(CommittedBatch(batch, next_offset))
                 next_offset = batch.last_offset + 1
             if next_offset == self.listener_next_offset:
                 break  # nothing readable (should not happen below the high watermark)
