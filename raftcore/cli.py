@@ -342,9 +342,7 @@ def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
     p.add_argument("--size", type=int, default=100, help="value size of generated records")
     p.add_argument("--batch", type=int, default=1000, help="records per batch")
     p.add_argument("--acks", type=int, choices=(-1, 0, 1), default=-1)
-    p.add_argument(
-        "--compression", choices=("none", "gzip", "snappy", "lz4", "zstd"), default="none"
-    )
+    p.add_argument("--compression", choices=("none", "gzip", "zstd"), default="none")
     p.set_defaults(func=_cmd_produce)
 
     p = sub.add_parser("consume", help="print committed records")

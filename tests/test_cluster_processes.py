@@ -177,3 +177,40 @@ def test_a_cluster_id_starting_with_a_dash_reaches_the_node_intact():
 
     cmd = LocalCluster("/nonexistent", cluster_id="-abc").command(1)
     assert "--cluster-id=-abc" in cmd
+
+
+def _cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "raftcore", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_cli_produce_consume_and_describe_quorum_against_a_cluster(cluster):
+    boot = ",".join(cluster.bootstrap)
+    produced = _cli("produce", "--bootstrap", boot, "--key-separator", ":", stdin="a:1\nb:2\nc:3\n")
+    assert produced.returncode == 0, produced.stderr
+    generated = _cli("produce", "--bootstrap", boot, "--generate", "50", "--compression", "zstd")
+    assert generated.returncode == 0, generated.stderr
+    consumed = _cli("consume", "--bootstrap", boot, "--max", "3", "--print-offsets")
+    assert consumed.returncode == 0, consumed.stderr
+    lines = consumed.stdout.splitlines()
+    assert len(lines) == 3
+    assert [line.split()[1:] for line in lines] == [["a", "1"], ["b", "2"], ["c", "3"]]
+    described = _cli("describe-quorum", "--bootstrap", boot)
+    assert described.returncode == 0, described.stderr
+    assert "LeaderId" in described.stdout or "leader" in described.stdout.lower()
+    for node_id in (1, 2, 3):
+        assert str(node_id) in described.stdout
+
+
+def test_cli_produce_refuses_a_compression_it_cannot_write(cluster):
+    result = _cli("produce", "--bootstrap", cluster.bootstrap[0], "--compression", "snappy", "x")
+    assert result.returncode != 0
+    assert "snappy" in result.stderr and "Traceback" not in result.stderr

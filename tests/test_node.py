@@ -476,3 +476,21 @@ def test_free_ports_are_distinct_and_bindable():
     for p in ports:
         with socket.socket() as s:
             s.bind(("127.0.0.1", p))
+
+
+def test_producer_refuses_an_unsupported_compression_up_front():
+    with pytest.raises(ValueError, match="snappy"):
+        Producer(["127.0.0.1:1"], compression="snappy")
+
+
+def test_a_record_that_cannot_be_encoded_fails_its_send_and_not_the_producer(tmp_path):
+    async def main():
+        async with cluster(tmp_path) as nodes:
+            leader = await leader_of(nodes)
+            async with Producer(bootstrap(leader)) as producer:
+                with pytest.raises(TypeError):
+                    await producer.send([(b"k", 12345)])
+                first, last = await producer.send([(b"k", b"fine")])
+                assert first == last
+
+    run(main())

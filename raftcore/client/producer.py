@@ -32,6 +32,7 @@ __all__ = ["ProduceError", "Producer"]
 
 logger = logging.getLogger(__name__)
 
+COMPRESSIONS = ("none", "gzip", "zstd")  # what raftcore's batch codec writes
 PRODUCE_VERSION = 10
 INIT_PRODUCER_ID_VERSION = 4
 RETRIABLE = {
@@ -83,6 +84,11 @@ class Producer:
             raise ValueError(f"acks must be -1, 0 or 1, got {acks}")
         if idempotent and (acks != -1 or not 1 <= max_in_flight <= 5):
             raise ValueError("an idempotent producer needs acks=-1 and max_in_flight in 1..5")
+        if compression not in COMPRESSIONS:
+            raise ValueError(
+                f"compression {compression!r} is not supported; "
+                f"use one of {', '.join(COMPRESSIONS)}"
+            )
         self.cluster = ClusterClient(
             bootstrap,
             topic=topic,
@@ -138,7 +144,10 @@ class Producer:
         recs = list(records)
         if not recs:
             raise ValueError("nothing to send")
+        if self._task is None or self._task.done():
+            raise ProduceError(Errors.UNKNOWN_SERVER_ERROR, "the producer is not running")
         pending = _Pending(self._sequence, recs)
+        self._encode(pending)  # bad records raise here, to the caller, using no sequence number
         if self.idempotent:
             self._sequence = (self._sequence + len(recs)) % 0x80000000
         self._queue.append(pending)
@@ -163,6 +172,18 @@ class Producer:
         return p.data
 
     async def _sender(self) -> None:
+        try:
+            await self._send_loop()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug: fail every waiting send rather than hang them
+            logger.exception("the producer's sender failed")
+            for p in self._queue:
+                if not p.future.done():
+                    p.future.set_exception(ProduceError(Errors.UNKNOWN_SERVER_ERROR, str(exc)))
+            self._queue.clear()
+
+    async def _send_loop(self) -> None:
         attempt = 0
         while True:
             if not self._queue:
