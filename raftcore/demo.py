@@ -78,6 +78,7 @@ async def _write(
     killed_epoch: int | None = None
     t_kill = 0.0
     started = time.perf_counter()
+    progress.restart_clock()
     in_flight: set[asyncio.Future[tuple[int, int]]] = set()
     next_record = 0
     loop = asyncio.get_running_loop()

@@ -231,6 +231,10 @@ class Progress:
         self.started = time.monotonic()
         self.last = 0.0
 
+    def restart_clock(self) -> None:
+        """Measure the rate from now (when the work really begins)."""
+        self.started = time.monotonic()
+
     def _rate(self, done: int, now: float) -> str:
         per_s = done / max(now - self.started, 1e-9)
         if self.unit == "bytes":
