@@ -143,6 +143,8 @@ def encode_request(
         w.put(_I16.pack(-1))
     else:
         raw = client_id.encode("utf-8")
+        if len(raw) > 0x7FFF:
+            raise ProtocolError(f"a client id of {len(raw)} bytes is too long (32767 at most)")
         w.put(_I16.pack(len(raw)) + raw)
     if request_header_version(key, version) >= 2:
         w.put(b"\x00")  # no tagged fields

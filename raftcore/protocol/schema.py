@@ -191,6 +191,7 @@ class FieldSpec:
     default: Any
     flexible_override: Versions | None  # a field-level "flexibleVersions" (e.g. "none")
     struct: StructSpec | None = None  # for struct and array-of-struct fields
+    null_default: bool = False  # "default": "null" (a struct or an array that starts as null)
 
     @property
     def is_array(self) -> bool:
@@ -288,6 +289,7 @@ class MessageSpec:
                 flexible_override=Versions.parse(f["flexibleVersions"])
                 if "flexibleVersions" in f
                 else None,
+                null_default=str(f.get("default")) == "null",
             )
             element = spec.element
             if "fields" in f:
@@ -344,14 +346,7 @@ def _make_class(name: str, fields: list[FieldSpec]) -> type:
 
     def __init__(self: Any, **kwargs: Any) -> None:
         for attr, spec in defaults.items():
-            if attr in kwargs:
-                value = kwargs.pop(attr)
-            elif spec.is_array:
-                value = [] if spec.default is not None else None
-            elif spec.struct is not None:
-                value = spec.struct.cls()
-            else:
-                value = spec.default
+            value = kwargs.pop(attr) if attr in kwargs else _initial(spec)
             object.__setattr__(self, attr, value)
         if kwargs:
             raise TypeError(f"{name} has no field(s) {', '.join(sorted(kwargs))}")
@@ -435,13 +430,7 @@ def _compile(spec: StructSpec, version: int, flexible: bool) -> tuple[Callable, 
             object.__setattr__(obj, f.attr, dec(r))
         for attr, f in defaults.items():
             if not hasattr(obj, attr):
-                if f.is_array:
-                    value = [] if f.default is not None else None
-                elif f.struct is not None:
-                    value = f.struct.cls()
-                else:
-                    value = f.default
-                object.__setattr__(obj, attr, value)
+                object.__setattr__(obj, attr, _initial(f))
         if flexible:
             count = r.uvarint()
             for _ in range(count):
@@ -462,12 +451,25 @@ def _compile(spec: StructSpec, version: int, flexible: bool) -> tuple[Callable, 
     return encode, decode
 
 
-def _is_default(f: FieldSpec, value: Any) -> bool:
+def _initial(f: FieldSpec) -> Any:
+    """A field's value in a new object: its default; a fresh empty list or struct."""
+    if f.null_default:
+        return None
     if f.is_array:
-        return not value
+        return []
     if f.struct is not None:
-        default = f.struct.cls()
-        return value == default
+        return f.struct.cls()
+    return f.default
+
+
+def _is_default(f: FieldSpec, value: Any) -> bool:
+    """Whether a tagged field holds its default (and is then not written)."""
+    if f.null_default:
+        return value is None
+    if f.is_array:
+        return value is not None and len(value) == 0
+    if f.struct is not None:
+        return value == f.struct.cls()
     if isinstance(value, memoryview):
         value = bytes(value)
     return value == f.default
@@ -493,7 +495,13 @@ def _field_codec(
                 return None if r.unpack(_I8, f.name) < 0 else dec(r)
 
             return enc_n, dec_n
-        return enc, dec
+
+        def enc_s(v: Any, w: Writer) -> None:
+            if v is None:
+                raise ProtocolError(f"field {f.name} is not nullable in this version")
+            enc(v, w)
+
+        return enc_s, dec
     return _primitive_codec(f.element, f.name, compact, nullable)
 
 
@@ -559,6 +567,8 @@ def _primitive_codec(t: str, name: str, compact: bool, nullable: bool) -> tuple[
                     raise ProtocolError(f"field {name} is not nullable in this version")
                 w.put(b"\x00" if compact else b"\xff\xff\xff\xff")
                 return
+            if isinstance(v, memoryview) and v.itemsize != 1:
+                v = v.cast("B")  # a length in bytes, not in items
             n = len(v)
             if compact:
                 w.uvarint(n + 1)
