@@ -8,6 +8,7 @@ import asyncio
 import os
 import signal
 import subprocess
+import time
 
 import pytest
 from cluster_helpers import (
@@ -92,6 +93,10 @@ def test_restarted_leader_with_a_diverged_log_truncates_it_and_catches_up(cluste
     run(produce(cluster.bootstrap, 0, 100))
     for f in followers:
         os.kill(cluster.pid(f), signal.SIGSTOP)
+    # A fetch parked on the leader would carry the next records into the paused follower's
+    # socket buffer (and so into its log once it runs again). Let the parked fetches time out
+    # (fetch max wait 500 ms) before the leader gets the records no follower may see.
+    time.sleep(1.0)
     try:
 
         async def unreplicated():
