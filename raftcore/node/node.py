@@ -159,6 +159,7 @@ class RaftNode:
         self._stopping = False
         self._closing: asyncio.Future[None] | None = None
         self.producer_id_counter = 0
+        self._foreign_peers: set[int] = set()
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -444,6 +445,18 @@ class RaftNode:
             except RaftcoreError as exc:
                 logger.warning("%s bad response from node %d: %s", self.prefix, peer_id, exc)
                 return
+            if message.error_code == Errors.INCONSISTENT_CLUSTER_ID:
+                if peer_id not in self._foreign_peers:  # say it once per peer
+                    self._foreign_peers.add(peer_id)
+                    logger.error(
+                        "%s node %d answers INCONSISTENT_CLUSTER_ID: it belongs to another "
+                        "cluster than %r (check --cluster-id and the voters)",
+                        self.prefix,
+                        peer_id,
+                        self.config.cluster_id,
+                    )
+            else:
+                self._foreign_peers.discard(peer_id)
             self._run(lambda now: self.core.handle(peer_id, correlation_id, message, now))  # type: ignore[union-attr]
 
         return on_response
