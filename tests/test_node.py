@@ -494,3 +494,14 @@ def test_a_record_that_cannot_be_encoded_fails_its_send_and_not_the_producer(tmp
                 assert first == last
 
     run(main())
+
+
+def test_interval_flush_acknowledges_without_waiting_for_the_periodic_fsync(tmp_path):
+    async def main():
+        async with cluster(tmp_path, flush="interval", flush_interval_ms=60_000) as nodes:
+            leader = await leader_of(nodes)
+            _, last = await asyncio.wait_for(leader.append([(b"k", b"v")], wait=True), 5)
+            assert leader.high_watermark == last + 1
+            assert leader.log.flushed_offset <= last  # not fsynced yet: the interval is a minute
+
+    run(main())

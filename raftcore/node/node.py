@@ -126,6 +126,22 @@ def check_meta_properties(cfg: NodeConfig) -> None:
         )
 
 
+class _UnsyncedView:
+    """The log as the core sees it with ``flush="interval"``: everything appended counts as
+    durable at once, so acknowledgements and votes do not wait for the periodic fsync (which is
+    what that mode trades away: a crash of a majority can lose acknowledged records)."""
+
+    def __init__(self, log: SegmentedLog) -> None:
+        self._log = log
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._log, name)
+
+    @property
+    def flushed_offset(self) -> int:
+        return self._log.end_offset
+
+
 class RaftNode:
     def __init__(
         self, config: NodeConfig, *, listener: Any = None, rng: random.Random | None = None
@@ -173,7 +189,7 @@ class RaftNode:
         self.core = RaftCore(
             cfg.node_id,
             cfg.quorum,
-            self.log,
+            self.log if cfg.flush == "always" else _UnsyncedView(self.log),
             store,
             rng=self.rng,
             listener=_Listener(self),
@@ -321,7 +337,8 @@ class RaftNode:
         """Do what the core asked: send (now or after the fsync), flush, schedule the poll."""
         log = self.log
         assert log is not None
-        flushed = log.flushed_offset
+        # flush=interval: nothing waits for an fsync (the interval task does them)
+        flushed = log.flushed_offset if self.config.flush == "always" else log.end_offset
         for message in out.messages:
             if message.after_flush >= 0 and message.after_flush > flushed:
                 self._held.append(message)
