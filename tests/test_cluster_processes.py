@@ -129,6 +129,7 @@ def test_a_node_of_another_cluster_is_refused(cluster, tmp_path):
     # Its own data directory belongs to the first cluster: the node refuses to start.
     proc = subprocess.run(
         cluster.command(victim, cluster_id="another-cluster"),
+        cwd=cluster.directory,
         capture_output=True,
         timeout=30,
         check=False,
@@ -142,7 +143,9 @@ def test_a_node_of_another_cluster_is_refused(cluster, tmp_path):
     cmd[cmd.index("--data-dir") + 1] = str(tmp_path / "fresh")
     run(produce(cluster.bootstrap, 0, 50))
     with open(tmp_path / "fresh.log", "wb") as log:
-        stranger = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        stranger = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, cwd=cluster.directory
+        )
     try:
         wait_for(
             lambda: b"INCONSISTENT_CLUSTER_ID" in (tmp_path / "fresh.log").read_bytes(),
@@ -190,6 +193,7 @@ def _cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "raftcore", *args],
         input=stdin,
+        cwd="/",  # never the source checkout (its raftcore is not built)
         capture_output=True,
         text=True,
         timeout=60,

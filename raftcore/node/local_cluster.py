@@ -56,7 +56,7 @@ class LocalCluster:
     ) -> None:
         if size < 1:
             raise ValueError("a cluster needs at least one node")
-        self.directory = Path(directory)
+        self.directory = Path(directory).absolute()
         self.size = size
         self.cluster_id = cluster_id or new_cluster_id()
         self.host = host
@@ -144,6 +144,9 @@ class LocalCluster:
             stdout=log,
             stderr=subprocess.STDOUT,
             env=self.env,
+            # Not the caller's directory: run from a source checkout, "python -m raftcore"
+            # would import the unbuilt sources there instead of the installed package.
+            cwd=self.directory,
         )
         self.procs[node_id] = proc
         self.started_pids.append(proc.pid)
