@@ -404,3 +404,14 @@ def test_the_in_memory_log_loses_unflushed_data_on_a_crash():
     log.append_as_follower(batch(2, 1, 2))
     log.crash()
     assert log.end_offset == 2
+
+
+def test_a_refused_connection_to_its_leader_changes_no_timer_of_an_observer():
+    h = Harness(node_id=9, fetch_timeout_ms=2000, election_timeout_ms=1000)
+    [out] = h.take(FetchRequest)
+    reply(h, out, error=Errors.NOT_LEADER_OR_FOLLOWER, leader=LeaderAndEpoch(2, 4))
+    h.take(FetchRequest)
+    h._take(h.core.peer_unreachable(2, h.now))
+    h.advance(1000)  # past a voter's shortened wait (<= 200 ms), short of the fetch timeout
+    assert isinstance(h.state, FollowerState) and h.state.leader == 2
+    assert not [o for o in h.take(FetchRequest) if o.destination != 2]
