@@ -505,3 +505,17 @@ def test_interval_flush_acknowledges_without_waiting_for_the_periodic_fsync(tmp_
             assert leader.log.flushed_offset <= last  # not fsynced yet: the interval is a minute
 
     run(main())
+
+
+def test_a_produced_batch_with_a_bad_crc_is_refused_as_corrupt_and_nothing_is_written(tmp_path):
+    async def main():
+        async with cluster(tmp_path) as nodes:
+            leader = await leader_of(nodes)
+            end = leader.log.end_offset
+            data = bytearray(encode_batch([(b"k", b"value")]))
+            data[-1] ^= 0xFF  # a byte of the record, covered by the CRC
+            resp = await raw_request(leader, ApiKey.PRODUCE, 10, _produce_body(bytes(data)))
+            assert resp.responses[0].partition_responses[0].error_code == Errors.CORRUPT_MESSAGE
+            assert leader.log.end_offset == end
+
+    run(main())

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from raftcore.error_codes import Errors
 from raftcore.errors import CorruptRecordError, InvalidAppendError, RaftcoreError
+from raftcore.node import raft_wire
 from raftcore.node.producer_state import Duplicate
 from raftcore.protocol.api import SUPPORTED_VERSIONS, ApiKey, encode_response, response_spec
 from raftcore.raft import NotLeaderError
@@ -142,13 +143,7 @@ def _current_leader(node: RaftNode, cls: Any) -> Any:
 
 
 def _node_endpoints(node: RaftNode, cls: Any) -> list[Any]:
-    leader = node.leader_and_epoch
-    if not leader.known:
-        return []
-    ep = node.config.endpoint_of(leader.leader_id)  # type: ignore[arg-type]
-    if ep is None:
-        return []
-    return [cls(node_id=leader.leader_id, host=ep.host, port=ep.port, rack=None)]
+    return raft_wire.node_endpoints(node, cls, node.leader_and_epoch)
 
 
 # ---- Produce -------------------------------------------------------------------------------------
@@ -218,7 +213,8 @@ def _produce_partition(
     if records is None or len(records) == 0:
         return Errors.INVALID_RECORD, -1, -1
     try:
-        scan = scan_batches(records, check_crc=True)
+        # headers only: the log checks every CRC as it appends (CorruptRecordError below)
+        scan = scan_batches(records, check_crc=False)
     except RaftcoreError:
         return Errors.CORRUPT_MESSAGE, -1, -1
     if scan.error is not None or scan.count == 0:
@@ -342,7 +338,7 @@ def _fetch_once(node: RaftNode, body: Any, version: int, cls: Any) -> tuple[Any,
                 elif offset < hw:
                     data = log.read(offset, max(1, min(p.partition_max_bytes, body.max_bytes)))
                     end = _committed_end(data, hw)
-                    resp.records = bytes(data[:end])
+                    resp.records = data[:end]  # a view of the log, sent uncopied
                     has_data = end > 0
                 else:
                     resp.records = b""

@@ -151,6 +151,7 @@ class RaftNode:
         self.prefix = f"[node {config.node_id}]"
         self.rng = rng or random.Random()
         self.log: SegmentedLog | None = None
+        self._durable: Any = None  # the log, or an _UnsyncedView of it (flush="interval")
         self.core: RaftCore | None = None
         self.producers = ProducerStateManager()
         self.leader_changes = 0
@@ -185,11 +186,13 @@ class RaftNode:
         cfg.data_dir.mkdir(parents=True, exist_ok=True)
         check_meta_properties(cfg)
         self.log = SegmentedLog.open(cfg.data_dir / "log", config=cfg.log)
+        # What counts as durable, for the core and for messages held until an fsync.
+        self._durable = self.log if cfg.flush == "always" else _UnsyncedView(self.log)
         store = FileQuorumStateStore(cfg.data_dir, cluster_id=cfg.cluster_id)
         self.core = RaftCore(
             cfg.node_id,
             cfg.quorum,
-            self.log if cfg.flush == "always" else _UnsyncedView(self.log),
+            self._durable,
             store,
             rng=self.rng,
             listener=_Listener(self),
@@ -337,8 +340,7 @@ class RaftNode:
         """Do what the core asked: send (now or after the fsync), flush, schedule the poll."""
         log = self.log
         assert log is not None
-        # flush=interval: nothing waits for an fsync (the interval task does them)
-        flushed = log.flushed_offset if self.config.flush == "always" else log.end_offset
+        flushed = self._durable.flushed_offset
         for message in out.messages:
             if message.after_flush >= 0 and message.after_flush > flushed:
                 self._held.append(message)
@@ -416,9 +418,7 @@ class RaftNode:
             self._flush_wanted.set()
 
     def _release_held(self) -> None:
-        log = self.log
-        assert log is not None
-        flushed = log.flushed_offset
+        flushed = self._durable.flushed_offset
         held, self._held = self._held, []
         for message in held:
             if message.after_flush > flushed:

@@ -167,13 +167,17 @@ def _leader_endpoints(node: RaftNode, cls: Any) -> list[Any]:
 # ---- requests in -----------------------------------------------------------------------------
 
 
+def _replica_id(body: Any) -> int:
+    """The fetching replica: ReplicaState (v15+) or ReplicaId (older); -1 for a consumer."""
+    state = getattr(body, "replica_state", None)
+    if state is not None and state.replica_id >= 0:
+        return state.replica_id
+    return getattr(body, "replica_id", -1)
+
+
 def is_replica_fetch(body: Any) -> bool:
     """A Fetch from a replica (a voter or an observer node), not from a consumer."""
-    state = getattr(body, "replica_state", None)
-    replica_id = state.replica_id if state is not None and state.replica_id >= 0 else None
-    if replica_id is None:
-        replica_id = getattr(body, "replica_id", -1)
-    return replica_id >= 0
+    return _replica_id(body) >= 0
 
 
 def _single_partition(node: RaftNode, key: int, body: Any, *, by_id: bool = False) -> Any:
@@ -205,10 +209,7 @@ def decode_request(node: RaftNode, header: Any, body: Any) -> tuple[int, RaftReq
         if header.request_api_version < 13:
             raise WrongPartition(key, "replica fetches need Fetch v13+ (topic ids)")
         p = _single_partition(node, key, body, by_id=True)
-        state = getattr(body, "replica_state", None)
-        replica_id = state.replica_id if state is not None else -1
-        if replica_id < 0:
-            replica_id = getattr(body, "replica_id", -1)
+        replica_id = _replica_id(body)
         return replica_id, FetchRequest(
             cluster_id=body.cluster_id,
             replica_id=replica_id,
@@ -291,50 +292,39 @@ def encode_response(node: RaftNode, out: Outbound, api_key: int, version: int) -
             responses=[cls.FetchableTopicResponse(topic_id=cfg.topic_id, partitions=[partition])],
         )
         if version >= 16:
-            body.node_endpoints = _endpoints(node, cls, leader)
+            body.node_endpoints = node_endpoints(node, cls.NodeEndpoint, leader)
         return body
-    if isinstance(message, VoteResponse):
-        partition = cls.PartitionData(
-            partition_index=0,
-            error_code=message.error_code,
-            leader_id=message.leader_id,
-            leader_epoch=message.leader_epoch,
-            vote_granted=message.vote_granted,
-        )
-        leader = LeaderAndEpoch(
-            message.leader_id if message.leader_id >= 0 else None, message.leader_epoch
-        )
-    elif isinstance(message, (BeginQuorumEpochResponse, EndQuorumEpochResponse)):
-        partition = cls.PartitionData(
-            partition_index=0,
-            error_code=message.error_code,
-            leader_id=message.leader_id,
-            leader_epoch=message.leader_epoch,
-        )
-        leader = LeaderAndEpoch(
-            message.leader_id if message.leader_id >= 0 else None, message.leader_epoch
-        )
-    else:
+    if not isinstance(message, (VoteResponse, BeginQuorumEpochResponse, EndQuorumEpochResponse)):
         raise TypeError(f"not a raft response: {message!r}")
+    partition = cls.PartitionData(
+        partition_index=0,
+        error_code=message.error_code,
+        leader_id=message.leader_id,
+        leader_epoch=message.leader_epoch,
+    )
+    if isinstance(message, VoteResponse):
+        partition.vote_granted = message.vote_granted
+    leader = LeaderAndEpoch(
+        message.leader_id if message.leader_id >= 0 else None, message.leader_epoch
+    )
     body = cls(
         error_code=Errors.NONE,
         topics=[cls.TopicData(topic_name=cfg.topic, partitions=[partition])],
     )
     if version >= 1:
-        body.node_endpoints = _endpoints(node, cls, leader)
+        body.node_endpoints = node_endpoints(node, cls.NodeEndpoint, leader)
     return body
 
 
-def _endpoints(node: RaftNode, cls: Any, leader: LeaderAndEpoch) -> list[Any]:
+def node_endpoints(node: RaftNode, cls: Any, leader: LeaderAndEpoch) -> list[Any]:
+    """KIP-951's NodeEndpoints: the endpoint of ``leader`` as entries of ``cls`` (a message's
+    NodeEndpoint struct; Rack, where the message has it, stays null)."""
     if not leader.known:
         return []
     ep = node.config.endpoint_of(leader.leader_id)  # type: ignore[arg-type]
     if ep is None:
         return []
-    fields = {"node_id": leader.leader_id, "host": ep.host, "port": ep.port}
-    if hasattr(cls.NodeEndpoint(), "rack"):
-        fields["rack"] = None
-    return [cls.NodeEndpoint(**fields)]
+    return [cls(node_id=leader.leader_id, host=ep.host, port=ep.port)]
 
 
 def error_response(node: RaftNode, api_key: int, version: int, error_code: int) -> Any:
