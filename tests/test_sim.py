@@ -21,6 +21,7 @@ PLANTS = [
     "truncate-one-too-far",
     "ack-before-flush",
     "forget-vote",
+    "ack-on-offset-alone",
 ]
 PLANT_SEEDS = int(os.environ.get("RAFTCORE_PLANT_SEEDS", "3000"))
 

@@ -20,7 +20,7 @@ from raftcore.errors import CorruptRecordError, InvalidAppendError, RaftcoreErro
 from raftcore.node import raft_wire
 from raftcore.node.producer_state import Duplicate
 from raftcore.protocol.api import SUPPORTED_VERSIONS, ApiKey, encode_response, response_spec
-from raftcore.raft import NotLeaderError
+from raftcore.raft import Appended, NotLeaderError
 from raftcore.raft.states import LeaderState
 from raftcore.records import scan_batches
 
@@ -164,13 +164,15 @@ async def produce(node: RaftNode, body: Any, version: int) -> Any:
             resp = cls.PartitionProduceResponse(
                 index=p.index, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1
             )
-            error, first, last = _produce_partition(node, topic.name, p, version, error_for_all)
+            error, appended = _produce_partition(
+                node, topic.name, p, version, error_for_all, track=acks == -1
+            )
             resp.error_code = error
-            if error == Errors.NONE:
-                resp.base_offset = first
+            if appended is not None:
+                resp.base_offset = appended.first_offset
                 resp.log_start_offset = node.log.log_start_offset if node.log else -1
-                if acks == -1 and last >= 0:
-                    waits.append((resp, last))
+                if acks == -1:
+                    waits.append((resp, appended))
             elif error in (Errors.NOT_LEADER_OR_FOLLOWER, Errors.FENCED_LEADER_EPOCH):
                 resp.current_leader = _current_leader(node, cls.LeaderIdAndEpoch)
             partitions.append(resp)
@@ -178,14 +180,26 @@ async def produce(node: RaftNode, body: Any, version: int) -> Any:
     if acks == 0:
         return None
     if waits:
+        # acks=all: the core's verdict (raftcore.raft.pending): committed in the epoch that
+        # appended the records, or NOT_LEADER_OR_FOLLOWER as soon as that leadership ends.
         timeout = max(body.timeout_ms, 1) / 1000
-        for resp, last in waits:
+        for resp, appended in waits:
             try:
-                await node.wait_committed(last, timeout)
+                await node.wait_committed(appended, timeout)
+            except NotLeaderError as exc:
+                resp.error_code = Errors.NOT_LEADER_OR_FOLLOWER
+                resp.base_offset = -1
+                resp.current_leader = cls.LeaderIdAndEpoch(
+                    leader_id=exc.leader.leader_id if exc.leader.known else -1,
+                    leader_epoch=exc.leader.epoch,
+                )
             except asyncio.TimeoutError:
                 resp.error_code = Errors.REQUEST_TIMED_OUT
-            except RaftcoreError:
+                resp.base_offset = -1
+            except RaftcoreError:  # the node stopped
                 resp.error_code = Errors.NOT_LEADER_OR_FOLLOWER
+                resp.base_offset = -1
+                resp.current_leader = _current_leader(node, cls.LeaderIdAndEpoch)
     response = cls(responses=results, throttle_time_ms=0)
     if any(
         p.error_code == Errors.NOT_LEADER_OR_FOLLOWER
@@ -197,31 +211,32 @@ async def produce(node: RaftNode, body: Any, version: int) -> Any:
 
 
 def _produce_partition(
-    node: RaftNode, topic: str, p: Any, version: int, error_for_all: int | None
-) -> tuple[int, int, int]:
-    """(error, first offset, last offset) of appending one partition's records."""
+    node: RaftNode, topic: str, p: Any, version: int, error_for_all: int | None, *, track: bool
+) -> tuple[int, Appended | None]:
+    """(error, the append) of appending one partition's records; with ``track`` the append
+    awaits the core's verdict (the caller must wait for it)."""
     if error_for_all is not None:
-        return error_for_all, -1, -1
+        return error_for_all, None
     if topic != node.config.topic or p.index != 0:
-        return Errors.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
+        return Errors.UNKNOWN_TOPIC_OR_PARTITION, None
     if version < 3:
-        return Errors.UNSUPPORTED_FOR_MESSAGE_FORMAT, -1, -1  # message formats before v2
+        return Errors.UNSUPPORTED_FOR_MESSAGE_FORMAT, None  # message formats before v2
     core = node.core
     if core is None or not core.is_leader():
-        return Errors.NOT_LEADER_OR_FOLLOWER, -1, -1
+        return Errors.NOT_LEADER_OR_FOLLOWER, None
     records = p.records
     if records is None or len(records) == 0:
-        return Errors.INVALID_RECORD, -1, -1
+        return Errors.INVALID_RECORD, None
     try:
         # headers only: the log checks every CRC as it appends (CorruptRecordError below)
         scan = scan_batches(records, check_crc=False)
     except RaftcoreError:
-        return Errors.CORRUPT_MESSAGE, -1, -1
+        return Errors.CORRUPT_MESSAGE, None
     if scan.error is not None or scan.count == 0:
         logger.info("%s refusing produced records: %s", node.prefix, scan.error)
-        return Errors.CORRUPT_MESSAGE, -1, -1
+        return Errors.CORRUPT_MESSAGE, None
     if (scan.attributes & 0x30).any():  # transactional or control batches
-        return Errors.INVALID_RECORD, -1, -1
+        return Errors.INVALID_RECORD, None
     # Idempotence: retries of a remembered batch get their first offsets back.
     producers = node.producers
     verdicts = []
@@ -234,20 +249,23 @@ def _produce_partition(
             count,
         )
         if isinstance(verdict, Duplicate):
-            if scan.count == 1:
-                return Errors.NONE, verdict.first_offset, verdict.last_offset
-            return Errors.DUPLICATE_SEQUENCE_NUMBER, -1, -1
+            if scan.count != 1:
+                return Errors.DUPLICATE_SEQUENCE_NUMBER, None
+            # The batch is in this leader's log; acks=all waits for it as for a new one.
+            if track:
+                return Errors.NONE, node.watch(verdict.first_offset, verdict.last_offset)
+            return Errors.NONE, Appended(verdict.first_offset, verdict.last_offset, core.epoch)
         if verdict != Errors.NONE:
-            return verdict, -1, -1
+            return verdict, None
         verdicts.append(count)
     try:
-        first, last = node.append_batches(records)
+        appended = node.append_batches(records, track=track)
     except NotLeaderError:
-        return Errors.NOT_LEADER_OR_FOLLOWER, -1, -1
+        return Errors.NOT_LEADER_OR_FOLLOWER, None
     except (CorruptRecordError, InvalidAppendError) as exc:
         logger.info("%s refusing produced records: %s", node.prefix, exc)
-        return Errors.CORRUPT_MESSAGE, -1, -1
-    offset = first
+        return Errors.CORRUPT_MESSAGE, None
+    offset = appended.first_offset
     for i, count in enumerate(verdicts):
         producers.record(
             int(scan.producer_ids[i]),
@@ -258,7 +276,7 @@ def _produce_partition(
             last_offset=offset + count - 1,
         )
         offset += count
-    return Errors.NONE, first, last
+    return Errors.NONE, appended
 
 
 # ---- Fetch (consumers) ---------------------------------------------------------------------------

@@ -10,15 +10,18 @@ Embedding API::
 
     node = RaftNode(NodeConfig(node_id=1, voters=..., data_dir=..., cluster_id=...))
     await node.start()
-    first, last = await node.append([(b"key", b"value")])   # leader only: NotLeaderError
-    await node.wait_committed(last)
+    first, last = await node.append([(b"key", b"value")], wait=True)  # committed, or raises
     await node.stop()                                        # resigns gracefully if leading
+
+``append(..., wait=True)`` returns once the core says the records are committed in the epoch
+that appended them, and raises :class:`NotLeaderError` (naming the new leader) as soon as this
+node stops leading that epoch: the core decides (:mod:`raftcore.raft.pending`), the node only
+hands its verdict to the waiting caller.
 """
 
 from __future__ import annotations
 
 import asyncio
-import heapq
 import logging
 import random
 import time
@@ -41,9 +44,12 @@ from raftcore.protocol.api import (
     encode_response,
 )
 from raftcore.raft import (
+    Appended,
+    AppendOutcome,
     CommittedBatch,
     FileQuorumStateStore,
     LeaderAndEpoch,
+    NotLeaderError,
     Outbound,
     Output,
     RaftCore,
@@ -168,9 +174,9 @@ class RaftNode:
         self._interval_task: asyncio.Task[None] | None = None
         self._poll_handle: asyncio.TimerHandle | None = None
         self._poll_at = float("inf")
-        self._hw_waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        # the core's verdicts on tracked appends, by token
+        self._verdicts: dict[int, asyncio.Future[AppendOutcome]] = {}
         self._hw_events: list[asyncio.Event] = []
-        self._waiter_seq = 0
         self._leader_epoch_seen: int | None = None
         self._started = False
         self._stopping = False
@@ -255,9 +261,11 @@ class RaftNode:
             conn.close()
         for peer in self._peers.values():
             await peer.stop()
-        for _, _, fut in self._hw_waiters:
+        verdicts, self._verdicts = self._verdicts, {}
+        for fut in verdicts.values():
             if not fut.done():
                 fut.set_exception(RaftcoreError(f"{self.prefix} node stopped"))
+                fut.exception()  # retrieved: nobody may be waiting
         for fut, _, _ in self._inbound.values():
             if not fut.done():
                 fut.cancel()
@@ -285,33 +293,68 @@ class RaftNode:
 
     # ---- appends -------------------------------------------------------------------------------
 
-    async def append(self, records: Iterable[Any], *, wait: bool = False) -> tuple[int, int]:
-        """Append one batch of records (leader only; NotLeaderError names the leader).
-        With ``wait``, return once it is committed."""
+    async def append(self, records: Iterable[Any], *, wait: bool = False) -> Appended:
+        """Append one batch of records (leader only; NotLeaderError names the leader). Returns
+        the :class:`Appended` (it unpacks as ``first, last``). With ``wait``, return once it is
+        committed in its epoch; NotLeaderError if leadership of that epoch ends first."""
         core = self._require_core()
-        first, last = core.append(records, self._now())
+        appended = self._track(core.append(records, self._now(), track=wait))
         self._drive(core.poll(self._now()))
         if wait:
-            await self.wait_committed(last)
-        return first, last
+            await self.wait_committed(appended)
+        return appended
 
-    def append_batches(self, batches: Any) -> tuple[int, int]:
-        """Append producer-built batches (leader only), as Produce does."""
+    def append_batches(self, batches: Any, *, track: bool = True) -> Appended:
+        """Append producer-built batches (leader only), as Produce does. With ``track``, the
+        caller must then :meth:`wait_committed` for its verdict."""
         core = self._require_core()
-        first, last = core.append_batches(batches, self._now())
+        appended = self._track(core.append_batches(batches, self._now(), track=track))
         self._drive(core.poll(self._now()))
-        return first, last
+        return appended
 
-    async def wait_committed(self, offset: int, timeout_s: float | None = None) -> None:
-        """Wait until the record at ``offset`` is committed (the high watermark passed it)."""
-        hw = self.high_watermark
-        if hw is not None and hw > offset:
-            return
-        assert self._loop is not None
-        fut: asyncio.Future[None] = self._loop.create_future()
-        self._waiter_seq += 1
-        heapq.heappush(self._hw_waiters, (offset, self._waiter_seq, fut))
-        await asyncio.wait_for(fut, timeout_s)
+    def watch(self, first_offset: int, last_offset: int) -> Appended:
+        """Track records already in the leader's log (a retried idempotent batch), as if just
+        appended: the caller must then :meth:`wait_committed` for the same verdict."""
+        core = self._require_core()
+        appended = self._track(core.watch(first_offset, last_offset, self._now()))
+        self._drive(core.poll(self._now()))
+        return appended
+
+    def _track(self, appended: Appended) -> Appended:
+        if appended.token is not None:
+            assert self._loop is not None
+            self._verdicts[appended.token] = self._loop.create_future()
+        return appended
+
+    async def wait_committed(self, appended: Appended, timeout_s: float | None = None) -> None:
+        """Wait for the core's verdict on a tracked append: return once it is committed in
+        the epoch that appended it; raise NotLeaderError (naming the leader known then) as
+        soon as this node stops leading that epoch, RaftcoreError if the node stops, and
+        TimeoutError after ``timeout_s`` (its fate is then unknown to the caller).
+
+        An offset alone is not enough to wait on: a deposed leader's offsets may come to hold
+        another leader's records, and a high watermark passing them says nothing about ours.
+        """
+        if not isinstance(appended, Appended) or appended.token is None:
+            raise TypeError(
+                "wait_committed takes a tracked Appended (from append(..., wait=...), "
+                f"append_batches or watch), not {appended!r}"
+            )
+        fut = self._verdicts.get(appended.token)
+        if fut is None:
+            raise RaftcoreError(f"{self.prefix} no verdict pending for {appended} (waited twice?)")
+        try:
+            outcome = await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+        finally:
+            self._verdicts.pop(appended.token, None)
+        if not outcome.committed:
+            raise NotLeaderError(
+                outcome.leader,
+                f"{self.prefix} offsets {appended.first_offset}..{appended.last_offset} of "
+                f"epoch {appended.epoch} were not committed in that epoch; leader is now "
+                f"{outcome.leader.leader_id if outcome.leader.known else 'unknown'} in epoch "
+                f"{outcome.leader.epoch}",
+            )
 
     async def wait_high_watermark_change(self, timeout_s: float) -> None:
         """Wait for the high watermark to move (or ``timeout_s``)."""
@@ -340,6 +383,10 @@ class RaftNode:
         """Do what the core asked: send (now or after the fsync), flush, schedule the poll."""
         log = self.log
         assert log is not None
+        for outcome in out.completions:
+            fut = self._verdicts.get(outcome.appended.token)  # type: ignore[arg-type]
+            if fut is not None and not fut.done():
+                fut.set_result(outcome)
         flushed = self._durable.flushed_offset
         for message in out.messages:
             if message.after_flush >= 0 and message.after_flush > flushed:
@@ -384,13 +431,8 @@ class RaftNode:
             self._leader_epoch_seen = state.epoch
             assert self.log is not None
             self.producers.rebuild(self.log)
-        hw = core.high_watermark
-        if hw is None:
+        if core.high_watermark is None:
             return
-        while self._hw_waiters and self._hw_waiters[0][0] < hw:
-            _, _, fut = heapq.heappop(self._hw_waiters)
-            if not fut.done():
-                fut.set_result(None)
         if self._hw_events:
             for event in self._hw_events:
                 event.set()

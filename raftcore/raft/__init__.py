@@ -25,6 +25,7 @@ from raftcore.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
+from raftcore.raft.pending import Appended, AppendOutcome
 from raftcore.raft.quorum_store import FileQuorumStateStore, MemoryQuorumStateStore
 from raftcore.raft.replicated_log import (
     ReplicatedLog,
@@ -39,6 +40,8 @@ from raftcore.raft.values import (
 )
 
 __all__ = [
+    "AppendOutcome",
+    "Appended",
     "BeginQuorumEpochRequest",
     "BeginQuorumEpochResponse",
     "CommittedBatch",

@@ -39,6 +39,7 @@ from raftcore.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
+from raftcore.raft.pending import Appended, AppendOutcome
 from raftcore.raft.quorum_state import QuorumState
 from raftcore.raft.quorum_store import QuorumStateStore
 from raftcore.raft.replicated_log import ReplicatedLog
@@ -135,10 +136,13 @@ class Listener(Protocol):
 
 @dataclass(slots=True)
 class Output:
-    """What one call into the core produced: messages to send, and when to poll next."""
+    """What one call into the core produced: messages to send, when to poll next, and the
+    verdicts on tracked appends (committed in their epoch, or failed: see
+    :mod:`raftcore.raft.pending`)."""
 
     messages: list[Outbound] = field(default_factory=list)
     next_deadline: float = INF
+    completions: list[AppendOutcome] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -181,6 +185,8 @@ class RaftCore:
         )
         self._last_fired = LeaderAndEpoch(None, 0)
         self._outbox: list[Outbound] = []
+        self._completions: list[AppendOutcome] = []
+        self._append_token = 0
         self._correlation = 0
         self._parked: list[_Parked] = []
         self._shutting_down = False
@@ -258,28 +264,56 @@ class RaftCore:
         return self._finish(now)
 
     def append(
-        self, records: Iterable[Any], now: int, *, epoch: int | None = None
-    ) -> tuple[int, int]:
-        """Append records as one batch (leader only). Returns (first offset, last offset).
+        self, records: Iterable[Any], now: int, *, epoch: int | None = None, track: bool = True
+    ) -> Appended:
+        """Append records as one batch (leader only). Returns the :class:`Appended` (it
+        unpacks as ``first, last``).
 
         Raises NotLeaderError (with the known leader) on any other replica, or when ``epoch``
-        is given and is not the current one. The records are committed once the high watermark
-        passes the last offset. Call ``poll`` afterwards to send what the append triggers.
+        is given and is not the current one. With ``track``, a later :class:`Output` carries
+        the verdict (:class:`AppendOutcome` with the append's token): committed once the high
+        watermark passes the last offset while this replica still leads the epoch, failed
+        with NOT_LEADER_OR_FOLLOWER as soon as it stops leading it. Call ``poll`` afterwards
+        to send what the append triggers.
         """
         state = self._writable_leader(epoch)
         first, last = self.log.append_as_leader(records, state.epoch)
-        self._complete_parked(now)
-        return first, last
+        return self._appended(state, first, last, now, track)
 
     def append_batches(
-        self, batches: Any, now: int, *, epoch: int | None = None
-    ) -> tuple[int, int]:
+        self, batches: Any, now: int, *, epoch: int | None = None, track: bool = True
+    ) -> Appended:
         """Append batches a producer built (leader only): they get the next offsets and this
-        epoch; every CRC is checked. Raises as ``append`` does."""
+        epoch; every CRC is checked. Raises and tracks as ``append`` does."""
         state = self._writable_leader(epoch)
         first, last = self.log.append_batches_as_leader(batches, state.epoch)
+        return self._appended(state, first, last, now, track)
+
+    def watch(self, first_offset: int, last_offset: int, now: int) -> Appended:
+        """Track records already in the leader's log (an idempotent producer's retry of a batch
+        this leader holds): the same verdict as for an append, committed once the high
+        watermark passes ``last_offset`` while this replica leads the current epoch. The
+        leader's log never loses records while it leads, so the range is still its own."""
+        state = self._writable_leader(None)
+        if not 0 <= first_offset <= last_offset < self.log.end_offset:
+            raise ValueError(
+                f"{self.prefix} offsets {first_offset}..{last_offset} are not in the log "
+                f"(end {self.log.end_offset})"
+            )
+        return self._appended(state, first_offset, last_offset, now, True)
+
+    def _appended(
+        self, state: LeaderState, first: int, last: int, now: int, track: bool
+    ) -> Appended:
+        token = None
+        if track:
+            self._append_token += 1
+            token = self._append_token
+        appended = Appended(first, last, state.epoch, token)
+        if track:
+            state.pending.add(appended)
         self._complete_parked(now)
-        return first, last
+        return appended
 
     def _writable_leader(self, epoch: int | None) -> LeaderState:
         state = self.quorum.state
@@ -437,10 +471,11 @@ class RaftCore:
     # ---- transitions with their side effects ---------------------------------------------------
 
     def _left(self, old: EpochState, now: int) -> None:
-        """After any transition: old requests no longer matter; a former leader answers the
-        fetches it held."""
+        """After any transition: old requests no longer matter; a former leader fails the
+        appends it had not seen committed and answers the fetches it held."""
         self.requests.reset()
         if isinstance(old, LeaderState):
+            self._abandon_pending(old)
             parked, self._parked = self._parked, []
             for p in parked:
                 self._reply(
@@ -504,6 +539,36 @@ class RaftCore:
         """The leader's high watermark moved: held fetches that wait for it may go."""
         self._complete_parked(now)
 
+    # ---- pending appends (the produce purgatory, raftcore.raft.pending) ---------------------
+
+    def _settle_pending(self) -> None:
+        """Acknowledge the tracked appends the high watermark passed, while this replica still
+        leads the epoch that appended them (the leader never truncates its own log)."""
+        state = self.quorum.state
+        if not isinstance(state, LeaderState) or not state.pending:
+            return
+        done = state.pending.take_committed(state.high_watermark)
+        if done:
+            leader = self.leader_and_epoch()
+            end = self.log.end_offset
+            for appended in done:
+                if appended.epoch != state.epoch or appended.last_offset >= end:
+                    raise RaftInvariantError(
+                        f"{self.prefix} pending append {appended} is not in the log of the "
+                        f"leader of epoch {state.epoch} (end {end})"
+                    )
+                self._completions.append(AppendOutcome(appended, Errors.NONE, leader))
+
+    def _abandon_pending(self, old: LeaderState) -> None:
+        """Leadership of ``old.epoch`` ended: every append still pending fails at once with
+        NOT_LEADER_OR_FOLLOWER and the leader known now. Whatever this replica's high
+        watermark does later says nothing about whose records are at those offsets."""
+        if not old.pending:
+            return
+        leader = self.leader_and_epoch()
+        for appended in old.pending.take_all():
+            self._completions.append(AppendOutcome(appended, Errors.NOT_LEADER_OR_FOLLOWER, leader))
+
     # ---- the fetch purgatory ------------------------------------------------------------------
 
     def park(self, source: int, correlation_id: int, request: FetchRequest, now: int) -> None:
@@ -536,8 +601,12 @@ class RaftCore:
             self._complete_parked(now, expired_only=True)
             deadline = min(deadline, min(p.deadline for p in self._parked) if self._parked else INF)
         deadline = min(deadline, self.requests.next_deadline())
-        out = Output(self._outbox, max(deadline, now + 1) if deadline != INF else INF)
+        self._settle_pending()
+        out = Output(
+            self._outbox, max(deadline, now + 1) if deadline != INF else INF, self._completions
+        )
         self._outbox = []
+        self._completions = []
         return out
 
     def _poll_state(self, now: int) -> float:

@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     started = time.perf_counter()
     events = done = 0
+    outcomes = {"acknowledged": 0, "failed": 0, "indeterminate": 0}
     if args.plant:
         from raftcore.sim import plants
 
@@ -81,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         for job, result in zip(jobs, results, strict=False):
             done += 1
             events += result.events
+            for kind, count in result.outcomes.items():
+                outcomes[kind] = outcomes.get(kind, 0) + count
             if args.trace:
                 print("\n".join(result.trace))
             if not result.ok:
@@ -104,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - started
     print(
         f"{done} seeds ok (nodes {args.nodes}, seeds {args.start_seed}.."
-        f"{args.start_seed + done - 1}), {events} events, {elapsed:.1f} s"
+        f"{args.start_seed + done - 1}), {events} events, {elapsed:.1f} s; appends "
+        + ", ".join(f"{count} {kind}" for kind, count in outcomes.items())
     )
     return 0
 

@@ -252,6 +252,8 @@ class Simulation:
 
     def process(self, node: SimNode, output: Any) -> None:
         """Send or hold what a core produced, and arrange its next poll and flush."""
+        for outcome in output.completions:
+            self.invariants.on_outcome(node, outcome)
         for out in output.messages:
             if out.after_flush >= 0 and out.after_flush > node.log.flushed_offset:
                 node.pending.append(out)
@@ -316,11 +318,13 @@ class Simulation:
                     for i in range(self.scenario.records_per_append)
                 ]
                 try:
-                    first, last = node.core.append(values, self.now)
+                    appended = node.core.append(values, self.now)
                 except NotLeaderError:
                     return None
-                self.invariants.on_append(node, first, last, values)
-                self.log_event(f"append {first}..{last} at {node.node_id}")
+                self.invariants.on_append(node, appended, values)
+                self.log_event(
+                    f"append {appended.first_offset}..{appended.last_offset} at {node.node_id}"
+                )
                 self.process(node, node.core.poll(self.now))
                 return node
         return None
@@ -408,18 +412,41 @@ class Simulation:
                 if node is not None:
                     self.invariants.after_event(node)
                 if not self.faults_active and self.invariants.settled():
+                    self.invariants.check_acknowledged()
                     return SimResult(
-                        sc, None, self.events, self.now, self.appends, list(self.trace)
+                        sc,
+                        None,
+                        self.events,
+                        self.now,
+                        self.appends,
+                        list(self.trace),
+                        dict(self.invariants.outcomes),
                     )
             self.invariants.check_liveness()
             raise Violation(
                 "liveness", f"no settled quorum {sc.heal_ms} ms after the faults stopped"
             )
         except Violation as v:
-            return SimResult(sc, v, self.events, self.now, self.appends, list(self.trace))
+            return SimResult(
+                sc,
+                v,
+                self.events,
+                self.now,
+                self.appends,
+                list(self.trace),
+                dict(self.invariants.outcomes),
+            )
         except RaftcoreError as exc:
             v = Violation("core-error", f"{type(exc).__name__}: {exc}")
-            return SimResult(sc, v, self.events, self.now, self.appends, list(self.trace))
+            return SimResult(
+                sc,
+                v,
+                self.events,
+                self.now,
+                self.appends,
+                list(self.trace),
+                dict(self.invariants.outcomes),
+            )
 
     def _heal(self) -> None:
         self.faults_active = False
@@ -440,6 +467,7 @@ class SimResult:
     sim_time_ms: int
     appends: int
     trace: list[str]
+    outcomes: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

@@ -6,8 +6,11 @@
 - **committed records never change**: what a listener was handed at an offset is what every
   listener is ever handed there; each listener gets offsets in order, each once;
 - **high watermark monotonic**: on a live replica it never goes back;
-- **acknowledged appends survive**: an append the leader reported committed is in the log of
-  every later leader;
+- **acknowledged means committed**: the core's verdict on every tracked append (its
+  :class:`~raftcore.raft.AppendOutcome`) is checked: an append reported committed holds its
+  values at its offsets in that replica's log when reported, is in the log of every later
+  leader, and is in the committed log at the end; an append of an epoch its replica no longer
+  leads has its verdict (a failure) at once, never later;
 - **liveness**: once the faults stop, a leader is elected and every replica catches up to it,
   high watermark included, within a bounded simulated time.
 """
@@ -20,7 +23,7 @@ from raftcore.raft.states import LeaderState
 from raftcore.records import iter_batches
 
 if TYPE_CHECKING:
-    from raftcore.raft import CommittedBatch, LeaderAndEpoch
+    from raftcore.raft import Appended, AppendOutcome, CommittedBatch, LeaderAndEpoch
     from raftcore.sim.cluster import SimNode, Simulation
 
 __all__ = ["Invariants", "Violation"]
@@ -44,7 +47,9 @@ class Invariants:
         self.committed_batches: dict[int, tuple[int, int, int]] = {}  # base -> (last, epoch, crc)
         self.committed_records: dict[int, bytes | None] = {}
         self.acked: dict[int, bytes | None] = {}
-        self.pending_acks: list[tuple[int, int, int, int, int, list]] = []
+        # (node, incarnation, token) -> (appended, values): appends awaiting their verdict
+        self.pending_acks: dict[tuple[int, int, int], tuple[Appended, list]] = {}
+        self.outcomes = {"acknowledged": 0, "failed": 0, "indeterminate": 0}
         self.hw: dict[int, int] = {}
         self.checked: dict[int, int] = {}
         self.listener_next: dict[int, int] = {}
@@ -60,7 +65,11 @@ class Invariants:
         self.fired[node.node_id] = set()
 
     def on_crash(self, node: SimNode) -> None:
-        self.pending_acks = [p for p in self.pending_acks if p[0] != node.node_id]
+        # a crash leaves its appends' fate unknown to their clients: indeterminate
+        lost = [k for k in self.pending_acks if k[0] == node.node_id]
+        for key in lost:
+            del self.pending_acks[key]
+        self.outcomes["indeterminate"] += len(lost)
 
     # ---- listener callbacks ------------------------------------------------------------------
 
@@ -92,10 +101,50 @@ class Invariants:
                 )
             epochs.add(leader.epoch)
 
-    def on_append(self, node: SimNode, first: int, last: int, values: list) -> None:
-        self.pending_acks.append(
-            (node.node_id, node.incarnation, node.core.epoch, first, last, [v for _, v in values])
-        )
+    def on_append(self, node: SimNode, appended: Appended, values: list) -> None:
+        assert appended.token is not None
+        key = (node.node_id, node.incarnation, appended.token)
+        self.pending_acks[key] = (appended, [v for _, v in values])
+
+    def on_outcome(self, node: SimNode, outcome: AppendOutcome) -> None:
+        """The core's verdict on an append: a success must be true at once (the replica's log
+        holds the values at those offsets), and stays true (checked on every later leader and
+        at the end)."""
+        appended = outcome.appended
+        entry = self.pending_acks.pop((node.node_id, node.incarnation, appended.token), None)
+        if entry is None:
+            raise Violation(
+                "verdict-twice", f"node {node.node_id} gave a second verdict on {appended}"
+            )
+        _, values = entry
+        if not outcome.committed:
+            self.outcomes["failed"] += 1
+            return
+        hw = node.core.high_watermark
+        if hw is None or hw <= appended.last_offset:
+            raise Violation(
+                "acked-above-hw", f"node {node.node_id} acknowledged {appended} with hw {hw}"
+            )
+        held = _values_at(node, appended.first_offset, appended.last_offset)
+        if held != values:
+            raise Violation(
+                "acked-write-lost",
+                f"node {node.node_id} acknowledged {appended} with values {values!r}, but its "
+                f"log holds {held!r} there",
+            )
+        self.outcomes["acknowledged"] += 1
+        for i, value in enumerate(values):
+            self.acked[appended.first_offset + i] = value
+
+    def check_acknowledged(self) -> None:
+        """At the end of a run: every acknowledged value is committed at its offset."""
+        for offset, value in self.acked.items():
+            seen = self.committed_records.get(offset, b"<never committed>")
+            if seen != value:
+                raise Violation(
+                    "acked-write-lost",
+                    f"offset {offset} was acknowledged with {value!r}; committed: {seen!r}",
+                )
 
     # ---- after every event ---------------------------------------------------------------------
 
@@ -134,17 +183,16 @@ class Invariants:
                     "hw-past-log-end", f"node {nid}: hw {hw} > end {node.log.end_offset}"
                 )
             self._check_committed_prefix(node, hw)
-        # acknowledgements
-        if self.pending_acks and isinstance(state, LeaderState) and hw is not None:
-            keep = []
-            for p in self.pending_acks:
-                pnode, inc, epoch, first, last, values = p
-                if pnode == nid and inc == node.incarnation and epoch == state.epoch and hw > last:
-                    for i, value in enumerate(values):
-                        self.acked[first + i] = value
-                else:
-                    keep.append(p)
-            self.pending_acks = keep
+        # an append of an epoch this replica no longer leads has had its verdict
+        if self.pending_acks:
+            leading = state.epoch if isinstance(state, LeaderState) else None
+            for (pnode, inc, _), (appended, _) in self.pending_acks.items():
+                if pnode == nid and inc == node.incarnation and appended.epoch != leading:
+                    raise Violation(
+                        "verdict-late",
+                        f"node {nid} ({state!r}) still holds {appended} of epoch "
+                        f"{appended.epoch} without a verdict",
+                    )
 
     def _check_committed_prefix(self, node: SimNode, hw: int) -> None:
         nid = node.node_id
@@ -215,3 +263,15 @@ class Invariants:
                 else f"{n.node_id}: down"
             )
         raise Violation("liveness", "; ".join(parts))
+
+
+def _values_at(node: SimNode, first: int, last: int) -> list[bytes | None]:
+    """The values of the records first..last in the replica's log (data records only)."""
+    values: list[bytes | None] = []
+    for batch in iter_batches(node.log.read(first, 1 << 30)):
+        if batch.base_offset > last:
+            break
+        if batch.is_control:
+            continue
+        values.extend(r.value for r in batch.records() if first <= r.offset <= last)
+    return values

@@ -80,7 +80,41 @@ def _forget_vote_on_restart() -> None:
     QuorumState._persist = persist  # type: ignore[method-assign]
 
 
+def _ack_on_offset_alone() -> None:
+    """An append is acknowledged once this replica's high watermark passes its last offset,
+    whether or not the replica still leads the epoch that appended it (raftcore's node until
+    issue 9: a deposed leader truncated the append away, fetched another leader's records into
+    the same offsets, and answered NONE when its high watermark passed them)."""
+    from raftcore.error_codes import Errors
+    from raftcore.raft.pending import AppendOutcome
+
+    original_settle = RaftCore._settle_pending
+
+    def abandon(self, old):  # type: ignore[no-untyped-def]
+        watched = self.__dict__.setdefault("_plant_watched", [])
+        watched.extend(old.pending.take_all())
+
+    def settle(self):  # type: ignore[no-untyped-def]
+        original_settle(self)
+        watched = self.__dict__.get("_plant_watched")
+        hw = self.high_watermark
+        if watched and hw is not None:
+            keep = []
+            for appended in watched:
+                if appended.last_offset < hw:
+                    self._completions.append(
+                        AppendOutcome(appended, Errors.NONE, self.leader_and_epoch())
+                    )
+                else:
+                    keep.append(appended)
+            watched[:] = keep
+
+    RaftCore._abandon_pending = abandon  # type: ignore[method-assign]
+    RaftCore._settle_pending = settle  # type: ignore[method-assign]
+
+
 PLANTS: dict[str, Callable[[], None]] = {
+    "ack-on-offset-alone": _ack_on_offset_alone,
     "hw-without-own-epoch": _hw_without_own_epoch_rule,
     "second-vote": _second_vote_in_epoch,
     "truncate-one-too-far": _truncate_one_too_far,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from raftcore.raft.pending import PendingAppends
 from raftcore.raft.states.base import EpochState
 from raftcore.raft.values import ElectionState
 
@@ -68,6 +69,8 @@ class LeaderState(EpochState):
         self.acknowledged: set[int] = {local_id}
         self.resign_requested = False
         self.leader_change_fired = False
+        # Appends waiting for the high watermark; they die with this epoch's leadership.
+        self.pending = PendingAppends(epoch)
 
     @property
     def leader_id(self) -> int | None:

@@ -1,0 +1,124 @@
+"""Acknowledged means committed, at the node (issue 9): Produce with acks=all, ``append(wait=True)``
+and ``wait_committed`` answer with the core's verdict on the append. A leader that loses its
+leadership before the append commits answers NOT_LEADER_OR_FOLLOWER with the leader it knows
+then (KIP-951), at once, not when the timeout runs out, and never NONE."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from test_node import bootstrap, cluster, leader_of, raw_request, run
+
+from raftcore.client import Producer
+from raftcore.error_codes import Errors
+from raftcore.protocol.api import ApiKey, request_spec
+from raftcore.raft import Appended, NotLeaderError
+from raftcore.records import encode_batch
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def produce_body(value: bytes, timeout_ms: int = 20_000):  # type: ignore[no-untyped-def]
+    cls = request_spec(ApiKey.PRODUCE).cls
+    data = encode_batch([(b"k", value)], base_offset=0, leader_epoch=0)
+    return cls(
+        transactional_id=None,
+        acks=-1,
+        timeout_ms=timeout_ms,
+        topic_data=[
+            cls.TopicProduceData(
+                name="raftcore", partition_data=[cls.PartitionProduceData(index=0, records=data)]
+            )
+        ],
+    )
+
+
+def test_a_leader_that_loses_its_followers_answers_a_waiting_produce_not_leader_at_once(tmp_path):
+    async def main():
+        async with cluster(tmp_path) as nodes:
+            leader = await leader_of(nodes)
+            for n in nodes:
+                if n is not leader:
+                    await n.stop(timeout_s=0.1)
+            started = time.monotonic()
+            resp = await raw_request(leader, ApiKey.PRODUCE, 10, produce_body(b"orphan"))
+            elapsed = time.monotonic() - started
+            part = resp.responses[0].partition_responses[0]
+            assert part.error_code == Errors.NOT_LEADER_OR_FOLLOWER
+            assert part.base_offset == -1
+            # the verdict came with the resignation (check quorum, 1.5 x 600 ms), not the
+            # 20 s request timeout
+            assert elapsed < 5, elapsed
+            assert part.current_leader is not None and part.current_leader.leader_epoch >= 1
+            assert resp.node_endpoints is not None
+
+    run(main())
+
+
+def test_append_wait_raises_not_leader_when_leadership_ends_before_the_commit(tmp_path):
+    async def main():
+        async with cluster(tmp_path) as nodes:
+            leader = await leader_of(nodes)
+            for n in nodes:
+                if n is not leader:
+                    await n.stop(timeout_s=0.1)
+            with pytest.raises(NotLeaderError) as caught:
+                await asyncio.wait_for(leader.append([(b"k", b"orphan")], wait=True), 10)
+            assert "were not committed in that epoch" in str(caught.value)
+
+    run(main())
+
+
+def test_wait_committed_refuses_a_bare_offset(tmp_path):
+    async def main():
+        async with cluster(tmp_path) as nodes:
+            leader = await leader_of(nodes)
+            appended = await leader.append([(b"k", b"v")], wait=True)
+            assert isinstance(appended, Appended)
+            with pytest.raises(TypeError, match="tracked Appended"):
+                await leader.wait_committed(appended.last_offset)  # type: ignore[arg-type]
+            untracked = await leader.append([(b"k", b"w")])
+            with pytest.raises(TypeError, match="tracked Appended"):
+                await leader.wait_committed(untracked)
+
+    run(main())
+
+
+def test_a_committed_append_waits_and_returns_its_offsets(tmp_path):
+    async def main():
+        async with cluster(tmp_path) as nodes:
+            leader = await leader_of(nodes)
+            first, last = await leader.append([(b"k", b"a"), (b"k", b"b")], wait=True)
+            assert last == first + 1
+            assert leader.high_watermark > last
+            resp = await raw_request(leader, ApiKey.PRODUCE, 10, produce_body(b"c"))
+            part = resp.responses[0].partition_responses[0]
+            assert part.error_code == Errors.NONE and part.base_offset == last + 1
+
+    run(main())
+
+
+def test_the_producer_retries_a_not_acknowledged_batch_at_the_new_leader(tmp_path):
+    """A batch failed with NOT_LEADER_OR_FOLLOWER is retried (idempotently) at the next
+    leader; its future resolves only with the offsets where it is committed."""
+
+    async def main():
+        async with cluster(tmp_path) as nodes:
+            leader = await leader_of(nodes)
+            producer = Producer(bootstrap(leader), request_timeout_ms=5_000)
+            await producer.start()
+            try:
+                first, _ = await producer.send([(b"k", b"before")])
+                await leader.stop(timeout_s=0.5)  # resigns
+                others = [n for n in nodes if n is not leader]
+                new_leader = await leader_of(others)
+                offset, _ = await asyncio.wait_for(producer.send([(b"k", b"after")]), 20)
+                assert offset > first
+                assert new_leader.high_watermark > offset
+            finally:
+                await producer.close()
+
+    run(main())
+
