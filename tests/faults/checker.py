@@ -1,0 +1,247 @@
+"""The checks after a run, over the writers' history, every node's log read from disk (nodes
+stopped) and what two consumers read, all below the converged high watermark:
+
+- every acknowledged value is in the committed log, at the offset it was acknowledged with
+  (``lost``: nowhere; ``misplaced``: elsewhere, the acknowledged offset holding something else);
+- no value twice (``duplicated``); nothing the writers never sent (``phantom``); no value whose
+  attempt certainly failed (``failed-but-written``); an indeterminate value at most once;
+- each writer's order: acknowledged offsets increase with the sequence number, and within one
+  client session the committed log holds the writer's values in sequence order
+  (``out-of-order``);
+- the committed log has no offset gaps;
+- every node's log is the same below the high watermark, batch by batch (base offset, last
+  offset, epoch, CRC), and reaches it (``divergent``);
+- the consumers read exactly the committed data records (``consumer-mismatch``).
+
+These are Jepsen's queue checks (lost-write, duplicate, inconsistent-offsets, G1a) on one
+partition, plus the replica comparison only a test with the data directories can make.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from raftcore.log import SegmentedLog
+
+from .history import History, parse_value
+
+__all__ = ["NodeLog", "Verdict", "check", "read_node_log"]
+
+MAX_DETAILS = 8  # example lines per violation kind
+
+
+@dataclass
+class NodeLog:
+    node_id: int
+    end_offset: int
+    batches: list[tuple[int, int, int, int]]  # (base offset, last offset, epoch, crc)
+    records: list[tuple[int, bytes | None]]  # (offset, value) of the data records
+
+
+def read_node_log(node_id: int, data_dir: Path) -> NodeLog:
+    """A node's log from disk (the node must be stopped: the log takes a directory lock)."""
+    batches = []
+    records: list[tuple[int, bytes | None]] = []
+    with SegmentedLog.open(data_dir / "log") as log:
+        end = log.end_offset
+        for b in log.batches():
+            batches.append((b.base_offset, b.last_offset, b.partition_leader_epoch, b.crc))
+            if not b.is_control:
+                records.extend((r.offset, r.value) for r in b.records())
+    return NodeLog(node_id, end, batches, records)
+
+
+@dataclass
+class Verdict:
+    figures: dict[str, int] = field(default_factory=dict)
+    violations: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def add(self, kind: str, detail: str) -> None:
+        self.violations.setdefault(kind, []).append(detail)
+
+
+def check(
+    history: History,
+    high_watermark: int,
+    logs: dict[int, NodeLog],
+    leader: int,
+    consumers: dict[str, list[tuple[int, bytes | None]] | None],
+) -> Verdict:
+    v = Verdict()
+    committed = [(o, val) for o, val in logs[leader].records if o < high_watermark]
+    at_offset = dict(committed)
+    where: dict[bytes | None, list[int]] = defaultdict(list)
+    for o, val in committed:
+        where[val].append(o)
+
+    attempts = history.attempts
+    outcomes = Counter(a.outcome for a in attempts)
+    v.figures.update(
+        attempted=len(attempts),
+        acknowledged=outcomes["ok"],
+        failed=outcomes["fail"],
+        indeterminate=outcomes["info"] + outcomes["pending"],
+        committed_records=len(committed),
+        high_watermark=high_watermark,
+    )
+
+    # -- one value, one place ------------------------------------------------------------------
+    dups = {val: offs for val, offs in where.items() if len(offs) > 1}
+    v.figures["duplicated"] = len(dups)
+    for val, offs in list(dups.items())[:MAX_DETAILS]:
+        v.add("duplicated", f"{_show(val)} at offsets {offs}")
+    phantoms = [
+        (o, val)
+        for o, val in committed
+        if parse_value(val) is None or history.by_value(val) is None
+    ]
+    v.figures["phantom"] = len(phantoms)
+    for o, val in phantoms[:MAX_DETAILS]:
+        v.add("phantom", f"offset {o} holds {_show(val)}, which no writer sent")
+
+    # -- every acknowledged value where it was acknowledged --------------------------------------
+    lost = misplaced = info_present = failed_present = 0
+    for a in attempts:
+        offs = where.get(a.value, [])
+        if a.outcome == "ok":
+            if not offs:
+                lost += 1
+                if lost <= MAX_DETAILS:
+                    v.add(
+                        "lost",
+                        f"{a.value.decode()} acknowledged at offset {a.offset} "
+                        f"(t={a.t_complete:.2f} s) is not in the committed log; offset "
+                        f"{a.offset} holds {_show(at_offset.get(a.offset, b'<nothing>'))}",
+                    )
+            elif a.offset not in offs:
+                misplaced += 1
+                if misplaced <= MAX_DETAILS:
+                    v.add(
+                        "misplaced",
+                        f"{a.value.decode()} acknowledged at offset {a.offset} is at {offs}; "
+                        f"offset {a.offset} holds {_show(at_offset.get(a.offset, b'<nothing>'))}",
+                    )
+        elif a.outcome == "fail" and offs:
+            failed_present += 1
+            if failed_present <= MAX_DETAILS:
+                v.add(
+                    "failed-but-written",
+                    f"{a.value.decode()} failed ({a.error}) but is at offset {offs}",
+                )
+        elif a.outcome in ("info", "pending") and offs:
+            info_present += 1
+    v.figures.update(
+        lost=lost,
+        misplaced=misplaced,
+        failed_but_written=failed_present,
+        indeterminate_committed=info_present,
+    )
+
+    # -- each writer's order ---------------------------------------------------------------------
+    out_of_order = 0
+    by_writer: dict[str, list] = defaultdict(list)
+    for a in attempts:
+        if a.outcome == "ok":
+            by_writer[a.writer].append(a)
+    for writer, acked in sorted(by_writer.items()):
+        acked.sort(key=lambda a: a.seq)
+        for prev, cur in itertools.pairwise(acked):
+            if cur.offset <= prev.offset:
+                out_of_order += 1
+                if out_of_order <= MAX_DETAILS:
+                    v.add(
+                        "out-of-order",
+                        f"{writer}: seq {prev.seq} acknowledged at {prev.offset} but seq "
+                        f"{cur.seq} at {cur.offset}",
+                    )
+    last_seen: dict[tuple[str, int], tuple[int, int]] = {}  # (writer, session) -> (seq, offset)
+    for o, val in committed:
+        parsed = parse_value(val)
+        a = history.by_value(val) if parsed else None
+        if a is None:
+            continue
+        key = (a.writer, a.session)
+        prev = last_seen.get(key)
+        if prev is not None and a.seq < prev[0]:
+            out_of_order += 1
+            if out_of_order <= MAX_DETAILS:
+                v.add(
+                    "out-of-order",
+                    f"{a.writer} session {a.session}: seq {a.seq} at offset {o} after seq "
+                    f"{prev[0]} at offset {prev[1]}",
+                )
+        last_seen[key] = (a.seq, o)
+    v.figures["out_of_order"] = out_of_order
+
+    # -- the committed log, replica by replica ----------------------------------------------------
+    reference = [b for b in logs[leader].batches if b[0] < high_watermark]
+    expected_next = reference[0][0] if reference else 0
+    for b in reference:
+        if b[0] != expected_next:
+            v.add(
+                "gap", f"node {leader}: batch at {b[0]} follows one ending at {expected_next - 1}"
+            )
+            break
+        expected_next = b[1] + 1
+    divergent = 0
+    for node_id, nl in sorted(logs.items()):
+        mine = [b for b in nl.batches if b[0] < high_watermark]
+        problem = None
+        if nl.end_offset < high_watermark:
+            problem = f"log ends at {nl.end_offset}, below the high watermark {high_watermark}"
+        elif mine != reference:
+            for i, (x, y) in enumerate(zip(mine, reference, strict=False)):
+                if x != y:
+                    problem = (
+                        f"batch #{i} differs: (base, last, epoch, crc) {x} where node {leader} "
+                        f"has {y}"
+                    )
+                    break
+            else:
+                problem = f"{len(mine)} batches below the high watermark, node {leader} has " + str(
+                    len(reference)
+                )
+        if problem:
+            divergent += 1
+            v.add("divergent", f"node {node_id}: {problem}")
+    v.figures["divergent_nodes"] = divergent
+
+    # -- what consumers read -----------------------------------------------------------------------
+    mismatches = 0
+    for name, got in consumers.items():
+        if got is None:
+            continue  # not run (reported by the caller)
+        if got != committed:
+            mismatches += 1
+            first = next(
+                (i for i, (x, y) in enumerate(zip(got, committed, strict=False)) if x != y),
+                min(len(got), len(committed)),
+            )
+            v.add(
+                "consumer-mismatch",
+                f"{name} read {len(got)} records, the log has {len(committed)}; first "
+                f"difference at #{first}: read {_pair(got, first)}, log {_pair(committed, first)}",
+            )
+    v.figures["consumer_mismatch"] = mismatches
+    return v
+
+
+def _show(value: bytes | None) -> str:
+    if value is None:
+        return "null"
+    text = value[:40].decode(errors="replace")
+    return repr(text) + ("..." if len(value) > 40 else "")
+
+
+def _pair(items: list[tuple[int, bytes | None]], i: int) -> str:
+    if i >= len(items):
+        return "<end>"
+    o, val = items[i]
+    return f"({o}, {_show(val)})"

@@ -1,0 +1,447 @@
+"""One fault run, start to verdict: namespaces (or loopback), node processes, writers, the
+nemesis, the final heal, convergence, consumers, the checks, the figures. Every namespace,
+process and nft table it makes is removed in ``finally`` (and by atexit), also on failure."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .checker import NodeLog, Verdict, check, read_node_log
+from .history import History
+from .nemesis import FAULT_KINDS, Event, Nemesis
+from .network import make_network
+from .nodes import NodeSet
+from .probe import Prober, QuorumView, probe_once
+from .writers import CkWriter, RaftcoreWriter, Writer
+
+__all__ = ["EpochMonitor", "RunConfig", "RunResult", "replay_command", "run_once"]
+
+TOPIC = "raftcore"
+
+
+@dataclass
+class RunConfig:
+    seed: int = 1
+    duration_s: float = 40.0
+    nodes: int = 3
+    partitions: bool = True
+    rate: float = 60.0  # values per second, per writer
+    base_dir: str | None = None  # where run directories go (default: the temp dir)
+    keep: bool = False  # keep the run directory even when the run passed
+    converge_timeout_s: float = 60.0
+    pythonpath: str | None = None  # run the nodes from another raftcore tree
+    loopback: bool = False  # no namespaces even where they work (no partitions then)
+
+
+@dataclass
+class RunResult:
+    config: RunConfig
+    run_dir: Path
+    network: str = ""
+    figures: dict[str, int] = field(default_factory=dict)
+    violations: dict[str, list[str]] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    nemesis_counts: dict[str, int] = field(default_factory=dict)
+    elections: dict[str, int] = field(default_factory=dict)
+    epochs: tuple[int, int] = (-1, -1)
+    convergence_s: float | None = None
+    notes: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+def replay_command(c: RunConfig) -> str:
+    cmd = (
+        f"{sys.executable} -m tests.faults --seed {c.seed} --duration {c.duration_s:g} "
+        f"--nodes {c.nodes}"
+    )
+    if not c.partitions:
+        cmd += " --no-partitions"
+    if c.loopback:
+        cmd += " --loopback"
+    if c.pythonpath:
+        cmd += f" --nodes-from {c.pythonpath}"
+    return cmd
+
+
+# ---- epochs over time ------------------------------------------------------------------------
+
+
+class EpochMonitor(threading.Thread):
+    """Probes every node about every 250 ms; keeps (t, highest epoch seen, leader)."""
+
+    def __init__(self, endpoints: dict[int, str], t0: float, interval_s: float = 0.25) -> None:
+        super().__init__(name="epoch-monitor", daemon=True)
+        self.endpoints = endpoints
+        self.t0 = t0
+        self.interval_s = interval_s
+        self.samples: list[tuple[float, int, int]] = []
+        self.last: QuorumView = QuorumView()
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        asyncio.run(self._loop())
+
+    async def _loop(self) -> None:
+        prober = Prober(self.endpoints)
+        try:
+            top = -1
+            while not self._halt.is_set():
+                try:
+                    view = await asyncio.wait_for(prober.probe(timeout_s=1.0), 4)
+                except asyncio.TimeoutError:
+                    view = QuorumView()
+                self.last = view
+                top = max(top, view.max_epoch)
+                if top >= 0:
+                    self.samples.append((time.monotonic() - self.t0, top, view.leader_id))
+                await asyncio.sleep(self.interval_s)
+        finally:
+            await prober.close()
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(10)
+
+
+def elections_by_kind(samples: list[tuple[float, int, int]], events: list[Event]) -> Counter:
+    """Epoch increases, each charged to the nemesis event in force when it was first seen
+    (``startup`` before the first)."""
+    out: Counter = Counter()
+    prev = None
+    for t, epoch, _ in samples:
+        if prev is not None and epoch > prev:
+            kind = "startup"
+            for ev in events:
+                if ev.t <= t:
+                    kind = ev.kind
+            out[kind] += epoch - prev
+        prev = epoch
+    return out
+
+
+# ---- consumers ---------------------------------------------------------------------------------
+
+
+def consume_confluent(
+    bootstrap: list[str], hw: int, logger: logging.Logger, timeout_s: float = 30.0
+) -> list[tuple[int, bytes | None]]:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": ",".join(bootstrap),
+            "group.id": "rcf-check",  # required by the client; assign() joins no group
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "isolation.level": "read_uncommitted",
+            "fetch.wait.max.ms": 100,
+            "enable.partition.eof": True,
+            "logger": logger,
+        }
+    )
+    out: list[tuple[int, bytes | None]] = []
+    try:
+        consumer.assign([TopicPartition(TOPIC, 0, OFFSET_BEGINNING)])
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF and msg.offset() >= hw:
+                    return out
+                continue
+            if msg.offset() >= hw:
+                return out
+            out.append((msg.offset(), msg.value()))
+        raise TimeoutError(f"confluent-kafka consumer: {len(out)} records in {timeout_s} s")
+    finally:
+        consumer.close()
+
+
+async def consume_raftcore(bootstrap: list[str], hw: int) -> list[tuple[int, bytes | None]]:
+    from raftcore.client import Consumer
+
+    out: list[tuple[int, bytes | None]] = []
+    async with Consumer(bootstrap, start="earliest", max_wait_ms=200) as consumer:
+        while consumer.position is None or consumer.position < hw:
+            out.extend((r.offset, r.value) for r in await consumer.poll() if r.offset < hw)
+    return out
+
+
+# ---- the run -----------------------------------------------------------------------------------
+
+
+def _client_logger(run_dir: Path) -> logging.Logger:
+    logger = logging.getLogger(f"rcf.clients.{run_dir.name}")
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    handler = logging.FileHandler(run_dir / "clients.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    logger.addHandler(handler)
+    return logger
+
+
+def _wait_leader(nodes: NodeSet, timeout_s: float) -> QuorumView:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        view = probe_once(nodes.network_endpoints(), timeout_s=1.0)
+        if view.leader_id > 0:
+            return view
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no leader within {timeout_s} s: {view.summary()}")
+        time.sleep(0.2)
+
+
+def run_once(config: RunConfig, log=print) -> RunResult:  # type: ignore[no-untyped-def]
+    t0 = time.monotonic()
+    node_ids = list(range(1, config.nodes + 1))
+    run_dir = Path(
+        tempfile.mkdtemp(
+            prefix=f"rcf-seed{config.seed}-n{config.nodes}-",
+            dir=config.base_dir,
+        )
+    )
+    result = RunResult(config, run_dir)
+
+    def say(text: str) -> None:
+        log(f"[{time.monotonic() - t0:7.2f} s] {text}")
+
+    network = nodes = monitor = None
+    writers: list[Writer] = []
+    client_log = _client_logger(run_dir)
+    try:
+        network = make_network(node_ids, partitions=config.partitions, loopback=config.loopback)
+        result.network = network.describe()
+        say(f"seed {config.seed}, {config.nodes} nodes, {network.describe()}; run dir {run_dir}")
+        if config.partitions and not network.partitions:
+            say(f"partition nemesis skipped: {network.reason}")
+        nodes = NodeSet(
+            run_dir, network, node_ids, pythonpath=config.pythonpath, start_monotonic=t0
+        )
+        nodes.start_all()
+        view = _wait_leader(nodes, 30)
+        say(f"leader elected: {view.summary()}")
+        monitor = EpochMonitor(nodes.network_endpoints(), t0)
+        monitor.start()
+
+        history = History(t0)
+        count = int(config.rate * (config.duration_s + 10))
+        writers = [
+            CkWriter(
+                "ck1",
+                nodes.bootstrap,
+                history,
+                rate=config.rate,
+                max_count=count,
+                window=20,
+                client_log=client_log,
+            ),
+            CkWriter(
+                "ck2",
+                nodes.bootstrap,
+                history,
+                rate=config.rate,
+                max_count=count,
+                window=20,
+                client_log=client_log,
+            ),
+            RaftcoreWriter(
+                "rc1", nodes.bootstrap, history, rate=config.rate, max_count=count, window=5
+            ),
+        ]
+        for w in writers:
+            w.start()
+
+        nemesis = Nemesis(config.seed, nodes, partitions=config.partitions, log=log)
+        nemesis.run(config.duration_s)
+
+        # ---- heal, drain, converge -----------------------------------------------------------
+        t_heal = time.monotonic()
+        nemesis.heal_everything()
+        for w in writers:
+            w.stop()
+        for w in writers:
+            w.join(w.drain_s + 15)
+            if w.is_alive():
+                result.notes.append(f"writer {w.writer} did not finish draining in time")
+        unresolved = history.resolve_pending("writer stopped before a verdict")
+        if unresolved:
+            result.notes.append(f"{unresolved} attempts had no verdict when the writers ended")
+        say(
+            "writers done: "
+            + ", ".join(f"{w.writer} {w.seq} values in {w.sessions} sessions" for w in writers)
+        )
+
+        converged_view = None
+        prev_hw = None
+        deadline = t_heal + config.converge_timeout_s
+        while time.monotonic() < deadline:
+            view = probe_once(nodes.network_endpoints(), timeout_s=1.0)
+            if view.converged(node_ids):
+                if prev_hw == view.high_watermark:
+                    converged_view = view
+                    break
+                prev_hw = view.high_watermark
+            else:
+                prev_hw = None
+            time.sleep(0.25)
+        if converged_view is None:
+            view = probe_once(nodes.network_endpoints(), timeout_s=1.0)
+            result.violations["no-convergence"] = [
+                f"not converged {config.converge_timeout_s:g} s after the heal: {view.summary()}"
+            ]
+            say(result.violations["no-convergence"][0])
+        else:
+            result.convergence_s = time.monotonic() - t_heal
+            say(f"converged in {result.convergence_s:.1f} s: {converged_view.summary()}")
+
+        monitor.stop()
+        result.events = nemesis.events
+        result.nemesis_counts = dict(Counter(ev.kind for ev in nemesis.events))
+        result.elections = dict(elections_by_kind(monitor.samples, nemesis.events))
+        if monitor.samples:
+            result.epochs = (monitor.samples[0][1], monitor.samples[-1][1])
+        for err in nemesis.errors:
+            result.violations.setdefault("restart-failed", []).append(err)
+        for w in writers:
+            if w.crash is not None:
+                result.violations.setdefault("writer-crashed", []).append(
+                    f"{w.writer}: {w.crash!r}"
+                )
+
+        # ---- consumers (the cluster still up), then the disks (the cluster stopped) -----------
+        consumers: dict[str, list | None] = {
+            "confluent-kafka consumer": None,
+            "raftcore Consumer": None,
+        }
+        if converged_view is not None:
+            hw = converged_view.high_watermark
+            try:
+                consumers["confluent-kafka consumer"] = consume_confluent(
+                    nodes.bootstrap, hw, client_log
+                )
+            except Exception as exc:
+                result.violations.setdefault("consumer-failed", []).append(
+                    f"confluent-kafka: {exc!r}"
+                )
+            try:
+                consumers["raftcore Consumer"] = asyncio.run(
+                    asyncio.wait_for(consume_raftcore(nodes.bootstrap, hw), 30)
+                )
+            except Exception as exc:
+                result.violations.setdefault("consumer-failed", []).append(f"raftcore: {exc!r}")
+        statuses = nodes.stop_all()
+        bad_exit = {i: s for i, s in statuses.items() if s not in (0, None)}
+        if bad_exit:
+            result.notes.append(f"node exit statuses at the final stop: {bad_exit}")
+        if converged_view is not None:
+            logs: dict[int, NodeLog] = {i: read_node_log(i, nodes.data_dir(i)) for i in node_ids}
+            verdict: Verdict = check(
+                history, converged_view.high_watermark, logs, converged_view.leader_id, consumers
+            )
+            result.figures = verdict.figures
+            result.violations.update(verdict.violations)
+        result.notes.extend(history.notes)
+        for i in node_ids:
+            problems = nodes.log_problems(i)
+            if any(problems.values()):
+                result.notes.append(f"node {i} log: {problems}")
+        history.save(run_dir / "history.jsonl")
+        with open(run_dir / "events.jsonl", "w") as f:
+            for ev in nemesis.events:
+                f.write(json.dumps(asdict(ev)) + "\n")
+        with open(run_dir / "epochs.jsonl", "w") as f:
+            for t, epoch, leader in monitor.samples:
+                f.write(json.dumps({"t": round(t, 3), "epoch": epoch, "leader": leader}) + "\n")
+    except Exception as exc:
+        import traceback
+
+        result.violations.setdefault("harness-error", []).append(
+            f"{exc!r}\n{traceback.format_exc()}"
+        )
+    finally:
+        for w in writers:
+            w.stop()
+        if monitor is not None and monitor.is_alive():
+            monitor.stop()
+        if nodes is not None:
+            nodes.close()
+            left = nodes.unreaped()
+            if left:
+                result.violations.setdefault("harness-error", []).append(
+                    f"node pids still running after close: {left}"
+                )
+        if network is not None:
+            network.close()
+        for h in list(client_log.handlers):
+            client_log.removeHandler(h)
+            h.close()
+        result.elapsed_s = time.monotonic() - t0
+    if not result.ok and nodes is not None:
+        for i in node_ids:
+            log(f"--- node {i} log tail ({nodes.log_file(i)}):\n{nodes.log_tail(i)}")
+    if result.ok and not config.keep:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return result
+
+
+# ---- the report --------------------------------------------------------------------------------
+
+
+def format_result(r: RunResult) -> str:
+    f = r.figures
+    lines = [
+        f"seed {r.config.seed}, {r.config.nodes} nodes, {r.config.duration_s:g} s: "
+        + ("PASS" if r.ok else "FAIL")
+        + f" ({r.elapsed_s:.1f} s)",
+        f"  network:        {r.network}",
+    ]
+    if f:
+        lines += [
+            f"  writes:         {f.get('attempted', 0)} attempted, "
+            f"{f.get('acknowledged', 0)} acknowledged, {f.get('indeterminate', 0)} indeterminate "
+            f"({f.get('indeterminate_committed', 0)} of them committed), "
+            f"{f.get('failed', 0)} failed",
+            f"  anomalies:      lost {f.get('lost', 0)}, misplaced {f.get('misplaced', 0)}, "
+            f"duplicated {f.get('duplicated', 0)}, out-of-order {f.get('out_of_order', 0)}, "
+            f"phantom {f.get('phantom', 0)}, failed-but-written {f.get('failed_but_written', 0)}",
+            f"  replicas:       {f.get('divergent_nodes', 0)} divergent below the high watermark "
+            f"{f.get('high_watermark', -1)}; {f.get('committed_records', 0)} committed records; "
+            f"consumer mismatches {f.get('consumer_mismatch', 0)}",
+        ]
+    kinds = [k for k in (*FAULT_KINDS, "heal", "restart", "final-heal") if k in r.nemesis_counts]
+    lines.append(
+        "  nemesis:        "
+        + (", ".join(f"{k} {r.nemesis_counts[k]}" for k in kinds) or "no events")
+    )
+    total = sum(r.elections.values())
+    lines.append(
+        f"  elections:      {total} epoch increases (epoch {r.epochs[0]} -> {r.epochs[1]})"
+        + (": " + ", ".join(f"{k} {n}" for k, n in sorted(r.elections.items())) if total else "")
+    )
+    conv = f"{r.convergence_s:.1f} s" if r.convergence_s is not None else "none"
+    lines.append(f"  convergence:    {conv} after the final heal")
+    for note in r.notes:
+        lines.append(f"  note: {note}")
+    for kind, details in r.violations.items():
+        lines.append(f"  VIOLATION {kind}:")
+        lines.extend(f"    {d}" for d in details)
+    if not r.ok:
+        lines.append(f"  run directory:  {r.run_dir}")
+        lines.append(f"  replay:         {replay_command(r.config)}")
+    return "\n".join(lines)

@@ -1,0 +1,266 @@
+"""The node processes of a fault run: ``python -m raftcore node`` in each node's namespace (or on
+loopback), restarted on the same data directory, killed, paused and resumed by pid.
+
+Every process is started from the harness's main thread under ``setpriv --pdeathsig KILL`` (when
+util-linux has it), so a harness that dies without cleaning up takes its nodes with it;
+``close()`` kills (by pid) whatever still runs. Each node's stdout and stderr go to
+``<run dir>/node-N.log``, appended across restarts with a marker line per start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+from raftcore.node.local_cluster import new_cluster_id
+
+from .network import Network
+
+__all__ = ["NodeExited", "NodeSet"]
+
+# Short timeouts keep failovers quick (the values tests/cluster_helpers.FAST uses).
+NODE_ARGS = ["--election-timeout-ms", "500", "--fetch-timeout-ms", "1000"]
+# setpriv sets the parent-death signal and execs the node (same pid); no preexec_fn, which is
+# unsafe with the writer threads running.
+_SETPRIV = shutil.which("setpriv")
+_DIE_WITH_PARENT = [_SETPRIV, "--pdeathsig", "KILL", "--"] if _SETPRIV else []
+
+
+class NodeExited(Exception):
+    """A node process exited when it should have been running (its log's tail attached)."""
+
+
+class NodeSet:
+    def __init__(
+        self,
+        run_dir: Path,
+        network: Network,
+        node_ids: list[int],
+        *,
+        node_args: list[str] | None = None,
+        pythonpath: str | None = None,
+        start_monotonic: float | None = None,
+    ) -> None:
+        self.run_dir = run_dir
+        self.network = network
+        self.node_ids = node_ids
+        self.cluster_id = new_cluster_id()
+        self.node_args = NODE_ARGS if node_args is None else node_args
+        self.env = dict(os.environ)
+        if pythonpath:
+            self.env["PYTHONPATH"] = pythonpath
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.paused: set[int] = set()
+        self.started_pids: list[int] = []
+        self.starts: dict[int, int] = dict.fromkeys(node_ids, 0)
+        self._logs: dict[int, IO[bytes]] = {}
+        self.t0 = start_monotonic if start_monotonic is not None else time.monotonic()
+
+    # ---- addresses ------------------------------------------------------------------------------
+
+    def endpoint(self, node_id: int) -> str:
+        return self.network.endpoint(node_id)
+
+    def network_endpoints(self) -> dict[int, str]:
+        return {i: self.endpoint(i) for i in self.node_ids}
+
+    @property
+    def bootstrap(self) -> list[str]:
+        return [self.endpoint(i) for i in self.node_ids]
+
+    @property
+    def voters(self) -> str:
+        return ",".join(f"{i}@{self.endpoint(i)}" for i in self.node_ids)
+
+    def data_dir(self, node_id: int) -> Path:
+        return self.run_dir / f"node-{node_id}"
+
+    def log_file(self, node_id: int) -> Path:
+        return self.run_dir / f"node-{node_id}.log"
+
+    def _ready_file(self, node_id: int) -> Path:
+        return self.run_dir / f"node-{node_id}.ready"
+
+    def command(self, node_id: int) -> list[str]:
+        return [
+            *self.network.command_prefix(node_id),
+            *_DIE_WITH_PARENT,
+            sys.executable,
+            "-m",
+            "raftcore",
+            "node",
+            "--id",
+            str(node_id),
+            "--listen",
+            self.endpoint(node_id),
+            "--voters",
+            self.voters,
+            "--data-dir",
+            str(self.data_dir(node_id)),
+            f"--cluster-id={self.cluster_id}",
+            "--ready-file",
+            str(self._ready_file(node_id)),
+            *self.node_args,
+        ]
+
+    # ---- processes ------------------------------------------------------------------------------
+
+    def alive(self, node_id: int) -> bool:
+        proc = self.procs.get(node_id)
+        return proc is not None and proc.poll() is None
+
+    def running(self) -> list[int]:
+        return [i for i in self.node_ids if self.alive(i)]
+
+    def down(self) -> list[int]:
+        return [i for i in self.node_ids if not self.alive(i)]
+
+    def start(self, node_id: int, *, wait: bool = True, timeout_s: float = 30.0) -> None:
+        if self.alive(node_id):
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            self._ready_file(node_id).unlink()
+        old = self._logs.pop(node_id, None)
+        if old is not None:
+            old.close()
+        log = open(self.log_file(node_id), "ab")  # noqa: SIM115 (closed in close())
+        self.starts[node_id] += 1
+        log.write(
+            f"=== harness: start #{self.starts[node_id]} of node {node_id} "
+            f"at t={time.monotonic() - self.t0:.2f} s ===\n".encode()
+        )
+        log.flush()
+        self._logs[node_id] = log
+        proc = subprocess.Popen(
+            self.command(node_id),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            cwd=self.run_dir,  # not the source checkout (see LocalCluster.start_node)
+            start_new_session=True,  # a ^C to the harness is not a ^C to the nodes
+        )
+        self.procs[node_id] = proc
+        self.paused.discard(node_id)
+        self.started_pids.append(proc.pid)
+        if wait:
+            self.wait_ready(node_id, timeout_s)
+
+    def start_all(self, timeout_s: float = 30.0) -> None:
+        for node_id in self.node_ids:
+            self.start(node_id, wait=False)
+        for node_id in self.node_ids:
+            self.wait_ready(node_id, timeout_s)
+
+    def wait_ready(self, node_id: int, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        proc = self.procs[node_id]
+        while not self._ready_file(node_id).exists():
+            if proc.poll() is not None:
+                raise NodeExited(
+                    f"node {node_id} exited with status {proc.returncode} while starting:\n"
+                    + self.log_tail(node_id)
+                )
+            if time.monotonic() > deadline:
+                raise NodeExited(f"node {node_id} did not listen within {timeout_s} s")
+            time.sleep(0.02)
+
+    def signal(self, node_id: int, sig: int) -> bool:
+        proc = self.procs.get(node_id)
+        if proc is None or proc.poll() is not None:
+            return False
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, sig)
+        if sig == signal.SIGSTOP:
+            self.paused.add(node_id)
+        elif sig == signal.SIGCONT:
+            self.paused.discard(node_id)
+        return True
+
+    def kill(self, node_id: int) -> bool:
+        proc = self.procs.get(node_id)
+        if proc is None or proc.poll() is not None:
+            return False
+        os.kill(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(10)
+        self.paused.discard(node_id)
+        return True
+
+    def resume_all(self) -> None:
+        for node_id in list(self.paused):
+            self.signal(node_id, signal.SIGCONT)
+
+    def stop_all(self, timeout_s: float = 15.0) -> dict[int, int | None]:
+        """SIGCONT then SIGTERM every running node (graceful: a leader resigns), SIGKILL after
+        ``timeout_s``. The exit statuses."""
+        self.resume_all()
+        for node_id in self.running():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.procs[node_id].pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for proc in self.procs.values():
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(10)
+        return {i: p.returncode for i, p in self.procs.items()}
+
+    def close(self) -> None:
+        """Kill, by pid, every node process still running (paused ones too)."""
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(10)
+        for log in self._logs.values():
+            log.close()
+        self._logs.clear()
+
+    def unreaped(self) -> list[int]:
+        """Pids this set started that still exist (must be empty after close())."""
+        left = []
+        for pid in self.started_pids:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                continue
+            left.append(pid)
+        return left
+
+    # ---- diagnostics ----------------------------------------------------------------------------
+
+    def log_tail(self, node_id: int, lines: int = 25) -> str:
+        try:
+            text = self.log_file(node_id).read_text(errors="replace")
+        except FileNotFoundError:
+            return "(no log)"
+        return "\n".join("    " + line for line in text.splitlines()[-lines:])
+
+    def log_problems(self, node_id: int) -> dict[str, int]:
+        """Counts of lines worth a look in a node's log (tracebacks, errors, warnings)."""
+        counts = {"traceback": 0, "error": 0, "critical": 0}
+        try:
+            text = self.log_file(node_id).read_text(errors="replace")
+        except FileNotFoundError:
+            return counts
+        for line in text.splitlines():
+            if line.startswith("Traceback"):
+                counts["traceback"] += 1
+            elif " ERROR " in line:
+                counts["error"] += 1
+            elif " CRITICAL " in line:
+                counts["critical"] += 1
+        return counts
