@@ -118,7 +118,7 @@ def check(
                         "lost",
                         f"{a.value.decode()} acknowledged at offset {a.offset} "
                         f"(t={a.t_complete:.2f} s) is not in the committed log; offset "
-                        f"{a.offset} holds {_show(at_offset.get(a.offset, b'<nothing>'))}",
+                        f"{a.offset} holds {_held(at_offset, a.offset)}",
                     )
             elif a.offset not in offs:
                 misplaced += 1
@@ -126,7 +126,7 @@ def check(
                     v.add(
                         "misplaced",
                         f"{a.value.decode()} acknowledged at offset {a.offset} is at {offs}; "
-                        f"offset {a.offset} holds {_show(at_offset.get(a.offset, b'<nothing>'))}",
+                        f"offset {a.offset} holds {_held(at_offset, a.offset)}",
                     )
         elif a.outcome == "fail" and offs:
             failed_present += 1
@@ -238,6 +238,12 @@ def _show(value: bytes | None) -> str:
         return "null"
     text = value[:40].decode(errors="replace")
     return repr(text) + ("..." if len(value) > 40 else "")
+
+
+def _held(at_offset: dict[int, bytes | None], offset: int) -> str:
+    if offset not in at_offset:
+        return "no data record (a control record, or past the log)"
+    return _show(at_offset[offset])
 
 
 def _pair(items: list[tuple[int, bytes | None]], i: int) -> str:
