@@ -12,7 +12,9 @@ import pytest
 from test_node import bootstrap, cluster, leader_of, raw_request, run
 
 from raftcore.client import Producer
+from raftcore.client.producer import ProduceError
 from raftcore.error_codes import Errors
+from raftcore.node.node import RaftNode
 from raftcore.protocol.api import ApiKey, request_spec
 from raftcore.raft import Appended, NotLeaderError
 from raftcore.records import encode_batch
@@ -122,3 +124,37 @@ def test_the_producer_retries_a_not_acknowledged_batch_at_the_new_leader(tmp_pat
 
     run(main())
 
+
+def test_after_a_delivery_timeout_the_producer_starts_a_new_session_and_writes_again(tmp_path):
+    """An expired idempotent batch leaves a gap in the sequence numbers; the leader would refuse
+    every later batch (OUT_OF_ORDER_SEQUENCE_NUMBER) forever. The producer starts a new session
+    (a new producer id) and its next batches are written (KIP-360's reasoning)."""
+
+    async def main():
+        async with cluster(tmp_path) as nodes:
+            leader = await leader_of(nodes)
+            producer = Producer(
+                bootstrap(leader), request_timeout_ms=300, delivery_timeout_ms=2_000
+            )
+            await producer.start()
+            try:
+                await producer.send([(b"k", b"first")])
+                old_id = producer.producer_id
+                stopped = [n for n in nodes if n is not leader]
+                for n in stopped:
+                    await n.stop(timeout_s=0.1)
+                with pytest.raises(ProduceError) as caught:
+                    await producer.send([(b"k", b"expires")])
+                assert caught.value.error_code == Errors.REQUEST_TIMED_OUT
+                for n in stopped:
+                    restarted = RaftNode(n.config)
+                    await restarted.start()
+                    nodes[nodes.index(n)] = restarted
+                await leader_of(nodes)
+                offset, _ = await asyncio.wait_for(producer.send([(b"k", b"after")]), 20)
+                assert producer.producer_id != old_id
+                assert offset >= 1
+            finally:
+                await producer.close()
+
+    run(main())

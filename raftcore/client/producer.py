@@ -58,6 +58,7 @@ class _Pending:
     sequence: int
     records: list[Any]
     data: bytes | None = None
+    attempted: bool = False  # sent at least once: if unanswered, its fate is unknown
     future: asyncio.Future[tuple[int, int]] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -190,7 +191,8 @@ class Producer:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
-            self._expire()
+            if self._expire() and self.idempotent:
+                await self._reset_sequences()
             batch = self._queue[: self.max_in_flight]
             if not batch:
                 continue
@@ -206,12 +208,49 @@ class Producer:
             self.cluster.request_refresh()
             await asyncio.sleep(self.cluster.backoff_s(attempt))
 
-    def _expire(self) -> None:
+    def _expire(self) -> bool:
+        """Fail the batches older than the delivery timeout; True if any expired."""
         now = time.monotonic()
+        expired = False
         while self._queue and now - self._queue[0].created > self.delivery_timeout_s:
             p = self._queue.pop(0)
+            expired = True
             if not p.future.done():
                 p.future.set_exception(ProduceError(Errors.REQUEST_TIMED_OUT, "delivery timed out"))
+        return expired
+
+    async def _reset_sequences(self) -> None:
+        """After an expired batch the leader may still wait for its sequence number, and would
+        refuse every later one (OUT_OF_ORDER_SEQUENCE_NUMBER) forever. As Kafka's producer does
+        (KIP-360), start a new producer session: batches already sent under the old one may
+        have been written, so resending them under new numbers could write them twice -- they
+        fail as indeterminate; batches never sent are renumbered from 0."""
+        keep = []
+        for p in self._queue:
+            if p.attempted:
+                if not p.future.done():
+                    p.future.set_exception(
+                        ProduceError(
+                            Errors.REQUEST_TIMED_OUT,
+                            "an earlier batch's delivery timed out; this batch was sent and its "
+                            "fate is unknown (the producer starts a new session)",
+                        )
+                    )
+            else:
+                keep.append(p)
+        self._queue = keep
+        while True:
+            try:
+                await self._init_producer_id()
+                break
+            except ProduceError as exc:  # no leader for a whole delivery timeout: keep trying
+                logger.warning("no new producer session yet: %s", exc)
+                self._expire()
+        sequence = 0
+        for p in self._queue:  # with the sends that arrived meanwhile, none of them sent
+            p.sequence, p.data = sequence, None
+            sequence += len(p.records)
+        self._sequence = sequence % 0x80000000
 
     async def _send_round(self, batch: list[_Pending]) -> str:
         """Send ``batch`` (in sequence order, pipelined) to the leader. 'ok' when the first
@@ -224,6 +263,7 @@ class Producer:
         cls = request_spec(ApiKey.PRODUCE).cls
         requests = []
         for p in batch:
+            p.attempted = True
             body = cls(
                 transactional_id=None,
                 acks=self.acks,
