@@ -91,20 +91,29 @@ def _brokers(node: RaftNode, cls: Any) -> list[Any]:
     return out
 
 
+def _asked_for(node: RaftNode, topic: Any, version: int) -> str | None:
+    """The name of a topic asked for by name, or from v12 by id with a null name (KIP-516;
+    None for an unknown id). Before v12 a null name is an invalid request, as in Kafka."""
+    if topic.name is not None:
+        return topic.name
+    if version < 12:
+        from raftcore.node.transport import CloseConnection
+
+        raise CloseConnection(f"Metadata v{version} with a null topic name")
+    return node.config.topic if bytes(topic.topic_id) == node.config.topic_id else None
+
+
 def metadata(node: RaftNode, body: Any, version: int) -> Any:
     cfg = node.config
     cls = response_spec(ApiKey.METADATA).cls
     leader = node.leader_and_epoch
-    wanted = None if body.topics is None else [t.name for t in body.topics]
+    wanted = None if body.topics is None else [_asked_for(node, t, version) for t in body.topics]
     topics = []
     names = [cfg.topic] if wanted is None else wanted
     for name in names:
         if name != cfg.topic:
-            topics.append(
-                cls.MetadataResponseTopic(
-                    error_code=Errors.UNKNOWN_TOPIC_OR_PARTITION, name=name, partitions=[]
-                )
-            )
+            error = Errors.UNKNOWN_TOPIC_ID if name is None else Errors.UNKNOWN_TOPIC_OR_PARTITION
+            topics.append(cls.MetadataResponseTopic(error_code=error, name=name, partitions=[]))
             continue
         voters = sorted(cfg.voters)
         partition = cls.MetadataResponsePartition(
@@ -370,7 +379,10 @@ def _fetch_once(node: RaftNode, body: Any, version: int, cls: Any) -> tuple[Any,
     response = cls(throttle_time_ms=0, error_code=Errors.NONE, session_id=0, responses=responses)
     if not_leader and version >= 16:
         response.node_endpoints = _node_endpoints(node, cls.NodeEndpoint)
-    return response, has_data or not_leader
+    # A partition with an error answers the fetch at once, as in Kafka: nothing to wait for
+    # (but a new leader that does not know its high watermark yet makes the fetch wait).
+    failed = hw is not None and any(p.error_code for t in responses for p in t.partitions)
+    return response, has_data or not_leader or failed
 
 
 # ---- ListOffsets -------------------------------------------------------------------------------

@@ -53,10 +53,21 @@ def write_frame(writer: asyncio.StreamWriter, parts: list[bytes | memoryview]) -
 Handler = Callable[["ServerConnection", bytes], Awaitable[list[bytes | memoryview] | None]]
 
 
+MAX_IN_FLIGHT = 64  # requests read and not yet answered, per connection
+
+
 class ServerConnection:
     """An accepted connection. Each request is handed to ``handler`` at once (requests may be
     worked on concurrently), but responses go out strictly in request order, as Kafka clients
-    expect. A handler returning None sends nothing (acks=0 produce)."""
+    expect. A handler returning None sends nothing (acks=0 produce).
+
+    Backpressure bounds what one client can make the node hold (Kafka mutes a connection for
+    the same reason): the next frame is not read while ``max_in_flight`` requests, or requests
+    of more than ``max_frame_bytes`` in all, are unanswered; and no further answer is written
+    while the transport holds more than its high-water mark of unsent bytes (a client that
+    asks and never reads). Without it, a few hundred pipelined fetches of 60 bytes each held
+    hundreds of MiB of answers in the node.
+    """
 
     def __init__(
         self,
@@ -65,14 +76,21 @@ class ServerConnection:
         handler: Handler,
         max_frame_bytes: int,
         name: str,
+        *,
+        max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
         self.reader = reader
         self.writer = writer
         self.handler = handler
         self.max_frame_bytes = max_frame_bytes
+        self.max_in_flight = max_in_flight
         self.peer = writer.get_extra_info("peername")
         self.name = name
-        self._order: deque[asyncio.Future[list[bytes | memoryview] | None]] = deque()
+        # (slot of the answer, size of the request), in request order
+        self._order: deque[tuple[asyncio.Future[Any], int]] = deque()
+        self._order_bytes = 0
+        self._room = asyncio.Event()  # set when an answer leaves the queue
+        self._write_blocked = False  # waiting for the client to read what was written
         self._tasks: set[asyncio.Future[None]] = set()
         self.closed = False
 
@@ -81,10 +99,17 @@ class ServerConnection:
             while True:
                 frame = await read_frame(self.reader, self.max_frame_bytes)
                 slot: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-                self._order.append(slot)
-                task = asyncio.ensure_future(self._run(frame, slot))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                self._order.append((slot, len(frame)))
+                self._order_bytes += len(frame)
+                self._spawn(self._run(frame, slot))
+                while (
+                    len(self._order) >= self.max_in_flight
+                    or self._order_bytes > self.max_frame_bytes
+                ) and not self.closed:
+                    self._room.clear()
+                    await self._room.wait()
+                if self.closed:
+                    return
         except (asyncio.IncompleteReadError, ConnectionError) as exc:
             if isinstance(exc, FrameTooLarge):
                 logger.warning("%s closing connection from %s: %s", self.name, self.peer, exc)
@@ -92,6 +117,11 @@ class ServerConnection:
             raise
         finally:
             self.close()
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _run(self, frame: bytes, slot: asyncio.Future[Any]) -> None:
         try:
@@ -109,21 +139,47 @@ class ServerConnection:
         self._drain()
 
     def _drain(self) -> None:
-        while self._order and self._order[0].done():
-            result = self._order.popleft().result()
+        """Write the answers that are ready, in request order, until one is not ready or the
+        client stops reading."""
+        while self._order and self._order[0][0].done() and not self._write_blocked:
+            slot, size = self._order.popleft()
+            self._order_bytes -= size
+            self._room.set()
+            result = slot.result()
             if result is CLOSE:
                 self.close()
                 return
             if result is not None and not self.closed:
                 write_frame(self.writer, result)
+                _, high = self.writer.transport.get_write_buffer_limits()
+                if self.writer.transport.get_write_buffer_size() > high:
+                    self._write_blocked = True
+                    self._spawn(self._wait_writable())
+
+    async def _wait_writable(self) -> None:
+        try:
+            await self.writer.drain()
+        except OSError:  # the connection was lost
+            self.close()
+            return
+        self._write_blocked = False
+        self._drain()
 
     def close(self) -> None:
+        """Close the connection and stop the requests still being worked on: their answers
+        could only go back on it (a long-poll fetch would otherwise wait out its MaxWaitMs
+        for nobody). What a request already did (an append) stays done."""
         if not self.closed:
             self.closed = True
-            for slot in self._order:
+            for slot, _ in self._order:
                 if not slot.done():
                     slot.cancel()
             self._order.clear()
+            self._order_bytes = 0
+            self._room.set()
+            for task in self._tasks:
+                if task is not asyncio.current_task():
+                    task.cancel()
             self.writer.close()
 
 
