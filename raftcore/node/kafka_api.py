@@ -192,23 +192,11 @@ async def produce(node: RaftNode, body: Any, version: int) -> Any:
         # acks=all: the core's verdict (raftcore.raft.pending): committed in the epoch that
         # appended the records, or NOT_LEADER_OR_FOLLOWER as soon as that leadership ends.
         timeout = max(body.timeout_ms, 1) / 1000
-        for resp, appended in waits:
-            try:
-                await node.wait_committed(appended, timeout)
-            except NotLeaderError as exc:
-                resp.error_code = Errors.NOT_LEADER_OR_FOLLOWER
-                resp.base_offset = -1
-                resp.current_leader = cls.LeaderIdAndEpoch(
-                    leader_id=exc.leader.leader_id if exc.leader.known else -1,
-                    leader_epoch=exc.leader.epoch,
-                )
-            except asyncio.TimeoutError:
-                resp.error_code = Errors.REQUEST_TIMED_OUT
-                resp.base_offset = -1
-            except RaftcoreError:  # the node stopped
-                resp.error_code = Errors.NOT_LEADER_OR_FOLLOWER
-                resp.base_offset = -1
-                resp.current_leader = _current_leader(node, cls.LeaderIdAndEpoch)
+        try:
+            await _wait_verdicts(node, cls, waits, timeout)
+        finally:  # a closed connection cancels us: drop the verdicts nobody will read
+            for _, appended in waits:
+                node.forget(appended)
     response = cls(responses=results, throttle_time_ms=0)
     if any(
         p.error_code == Errors.NOT_LEADER_OR_FOLLOWER
@@ -217,6 +205,27 @@ async def produce(node: RaftNode, body: Any, version: int) -> Any:
     ):
         response.node_endpoints = _node_endpoints(node, cls.NodeEndpoint)
     return response
+
+
+async def _wait_verdicts(node: RaftNode, cls: Any, waits: list, timeout: float) -> None:
+    """acks=all: the core's verdict on each append (raftcore.raft.pending)."""
+    for resp, appended in waits:
+        try:
+            await node.wait_committed(appended, timeout)
+        except NotLeaderError as exc:
+            resp.error_code = Errors.NOT_LEADER_OR_FOLLOWER
+            resp.base_offset = -1
+            resp.current_leader = cls.LeaderIdAndEpoch(
+                leader_id=exc.leader.leader_id if exc.leader.known else -1,
+                leader_epoch=exc.leader.epoch,
+            )
+        except asyncio.TimeoutError:
+            resp.error_code = Errors.REQUEST_TIMED_OUT
+            resp.base_offset = -1
+        except RaftcoreError:  # the node stopped
+            resp.error_code = Errors.NOT_LEADER_OR_FOLLOWER
+            resp.base_offset = -1
+            resp.current_leader = _current_leader(node, cls.LeaderIdAndEpoch)
 
 
 def _produce_partition(

@@ -326,6 +326,11 @@ class RaftNode:
             self._verdicts[appended.token] = self._loop.create_future()
         return appended
 
+    def forget(self, appended: Appended) -> None:
+        """Stop waiting for the verdict of a tracked append (its waiter went away)."""
+        if appended.token is not None:
+            self._verdicts.pop(appended.token, None)
+
     async def wait_committed(self, appended: Appended, timeout_s: float | None = None) -> None:
         """Wait for the core's verdict on a tracked append: return once it is committed in
         the epoch that appended it; raise NotLeaderError (naming the leader known then) as
