@@ -19,6 +19,7 @@ from raftcore.error_codes import Errors
 from raftcore.errors import CorruptRecordError, InvalidAppendError, RaftcoreError
 from raftcore.node import raft_wire
 from raftcore.node.producer_state import Duplicate
+from raftcore.produce_validation import validate_produced
 from raftcore.protocol.api import SUPPORTED_VERSIONS, ApiKey, encode_response, response_spec
 from raftcore.raft import Appended, NotLeaderError
 from raftcore.raft.states import LeaderState
@@ -174,7 +175,7 @@ async def produce(node: RaftNode, body: Any, version: int) -> Any:
                 index=p.index, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1
             )
             error, appended = _produce_partition(
-                node, topic.name, p, version, error_for_all, track=acks == -1
+                node, topic.name, p, version, error_for_all, track=acks == -1, resp=resp
             )
             resp.error_code = error
             if appended is not None:
@@ -229,10 +230,18 @@ async def _wait_verdicts(node: RaftNode, cls: Any, waits: list, timeout: float) 
 
 
 def _produce_partition(
-    node: RaftNode, topic: str, p: Any, version: int, error_for_all: int | None, *, track: bool
+    node: RaftNode,
+    topic: str,
+    p: Any,
+    version: int,
+    error_for_all: int | None,
+    *,
+    track: bool,
+    resp: Any,
 ) -> tuple[int, Appended | None]:
     """(error, the append) of appending one partition's records; with ``track`` the append
-    awaits the core's verdict (the caller must wait for it)."""
+    awaits the core's verdict (the caller must wait for it). A refusal of malformed records
+    is explained in ``resp`` (Produce v8+ RecordErrors and ErrorMessage, KIP-467)."""
     if error_for_all is not None:
         return error_for_all, None
     if topic != node.config.topic or p.index != 0:
@@ -253,8 +262,17 @@ def _produce_partition(
     if scan.error is not None or scan.count == 0:
         logger.info("%s refusing produced records: %s", node.prefix, scan.error)
         return Errors.CORRUPT_MESSAGE, None
-    if (scan.attributes & 0x30).any():  # transactional or control batches
-        return Errors.INVALID_RECORD, None
+    refusal = validate_produced(records)  # every record, before anything is written
+    if refusal is not None:
+        logger.info("%s refusing produced records: %s", node.prefix, refusal.reason)
+        resp.error_message = refusal.reason
+        resp.record_errors = [
+            response_spec(ApiKey.PRODUCE).cls.BatchIndexAndErrorMessage(
+                batch_index=max(refusal.record_index, 0),
+                batch_index_error_message=refusal.reason,
+            )
+        ]
+        return refusal.error_code, None
     # Idempotence: retries of a remembered batch get their first offsets back.
     producers = node.producers
     verdicts = []

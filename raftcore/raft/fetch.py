@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from raftcore.error_codes import Errors
 from raftcore.errors import CorruptRecordError, InvalidAppendError, RaftInvariantError
+from raftcore.produce_validation import check_well_formed
 from raftcore.raft.messages import FetchRequest, FetchResponse
 from raftcore.raft.replicated_log import truncate_to_end_offset, validate_offset_and_epoch
 from raftcore.raft.states import FollowerState, LeaderState
@@ -217,6 +218,7 @@ def _append(core: RaftCore, state: FollowerState, records: bytes | memoryview, s
             raise InvalidAppendError(
                 f"a batch of epoch {int(scan.epochs.max())} from the leader of epoch {state.epoch}"
             )
+        check_well_formed(records)  # every record decodes (issue 9): no poisoned log
         core.log.append_as_follower(records)
     except (CorruptRecordError, InvalidAppendError) as exc:
         logger.error("%s refusing records from leader %d: %s", core.prefix, source, exc)
