@@ -24,7 +24,7 @@ from raftcore.raft import (
     VoteRequest,
     VoteResponse,
 )
-from raftcore.raft.states import CandidateState, LeaderState
+from raftcore.raft.states import CandidateState, LeaderState, ProspectiveState
 from raftcore.records import encode_batch
 
 CLUSTER = "test-cluster"
@@ -146,13 +146,35 @@ class Harness:
         """Let the election timeout (at most 2T) pass."""
         self.advance(2 * self.config.election_timeout_ms)
 
-    def become_candidate(self) -> None:
+    def become_prospective(self) -> None:
+        """Let the election timeout pass: a voter first asks for pre-votes (KIP-996)."""
         self.time_out_election()
+        assert isinstance(self.state, ProspectiveState), self.state
+
+    def become_candidate(self) -> None:
+        """Time out, win the pre-vote, and stand for election (epoch + 1)."""
+        self.become_prospective()
+        others = [v for v in self.config.voters if v != self.node_id]
+        self.grant_pre_votes(*others)
         assert isinstance(self.state, CandidateState), self.state
+
+    def pre_votes(self) -> list[Outbound]:
+        """Remove and return the pre-vote requests sent."""
+        found = [o for o in self.sent if isinstance(o.message, VoteRequest) and o.message.pre_vote]
+        for o in found:
+            self.sent.remove(o)
+        return found
+
+    def grant_pre_votes(self, *voters: int, granted: bool = True) -> None:
+        for out in self.pre_votes():
+            if out.destination in voters:
+                self.respond(
+                    out, VoteResponse(Errors.NONE, -1, out.message.candidate_epoch, granted)
+                )
 
     def grant_votes(self, *voters: int) -> None:
         for out in self.take(VoteRequest):
-            if out.destination in voters:
+            if out.destination in voters and not out.message.pre_vote:
                 self.respond(out, VoteResponse(Errors.NONE, -1, out.message.candidate_epoch, True))
 
     def become_leader(self) -> LeaderState:

@@ -16,6 +16,7 @@ from raftcore.raft.states import (
     CandidateState,
     FollowerState,
     LeaderState,
+    ProspectiveState,
     ResignedState,
     UnattachedState,
     VotedState,
@@ -68,11 +69,15 @@ def test_election_timeout_is_randomized_in_t_to_2t():
     assert len(deadlines) > 20  # actually random
 
 
-def test_voter_becomes_candidate_when_the_election_timeout_expires():
+def test_voter_runs_a_pre_vote_then_stands_when_the_election_timeout_expires():
+    """KIP-996: the timeout makes it Prospective in the same epoch; a majority of pre-votes
+    makes it Candidate in the next."""
     h = Harness()
     h.advance(999)
     assert isinstance(h.state, UnattachedState)
     h.time_out_election()
+    assert isinstance(h.state, ProspectiveState) and h.epoch == 0
+    h.grant_pre_votes(2)
     assert isinstance(h.state, CandidateState) and h.epoch == 1
 
 
@@ -135,6 +140,9 @@ def test_rejection_by_a_majority_starts_a_randomized_exponential_backoff():
         assert lost.backing_off
         backoffs.add(lost.backoff_deadline - h.now)  # retries=1: 100 ms * random[0, 2)
         h.advance(max(0, int(lost.backoff_deadline - h.now)))
+        # then a pre-vote first (KIP-996), in the epoch it lost
+        assert isinstance(h.state, ProspectiveState) and h.epoch == 1
+        h.grant_pre_votes(2, 3)
         assert isinstance(h.state, CandidateState) and h.epoch == 2 and h.state.retries == 2
     assert backoffs == {0, 100}
 
@@ -147,15 +155,18 @@ def test_election_backoff_is_capped_by_election_backoff_max():
         h.advance(int(state.election_deadline - h.now))
         assert state.backing_off and state.backoff_deadline - h.now <= 150
         h.advance(int(state.backoff_deadline - h.now))
+        h.grant_pre_votes(2, 3)
     assert h.state.retries >= 8
 
 
-def test_election_timeout_of_a_candidate_leads_to_backoff_then_a_new_epoch():
+def test_election_timeout_of_a_candidate_leads_to_backoff_then_a_pre_vote_then_a_new_epoch():
     h = Harness()
     h.become_candidate()
     h.advance(2000)
     assert h.state.backing_off
     h.advance(1000)
+    assert isinstance(h.state, ProspectiveState) and h.epoch == 1
+    h.grant_pre_votes(2)
     assert h.epoch == 2
 
 
@@ -327,6 +338,8 @@ def test_a_refused_connection_to_the_leader_starts_the_election_within_a_fifth_o
     assert isinstance(h.state, FollowerState)
     h._take(h.core.peer_unreachable(1, h.now))
     h.advance(h.config.election_timeout_ms // 5)
+    assert isinstance(h.state, ProspectiveState) and h.epoch == 5
+    h.grant_pre_votes(3)
     assert isinstance(h.state, CandidateState)
     assert h.epoch == 6
 
@@ -338,4 +351,4 @@ def test_a_refused_connection_to_another_voter_changes_no_timer():
     h.advance(h.config.fetch_timeout_ms - 1)
     assert isinstance(h.state, FollowerState)
     h.advance(1)
-    assert isinstance(h.state, CandidateState)
+    assert isinstance(h.state, ProspectiveState)

@@ -15,7 +15,12 @@ from raftcore.raft import (
     truncate_to_end_offset,
     validate_offset_and_epoch,
 )
-from raftcore.raft.states import CandidateState, FollowerState, UnattachedState
+from raftcore.raft.states import (
+    CandidateState,
+    FollowerState,
+    ProspectiveState,
+    UnattachedState,
+)
 from raftcore.raft.values import ValidationKind
 from raftcore.records import iter_batches
 
@@ -309,11 +314,14 @@ def test_a_follower_refuses_corrupt_records_and_keeps_going():
     assert h.log.end_offset == 0 and isinstance(h.state, FollowerState)
 
 
-def test_a_voter_follower_becomes_candidate_when_the_fetch_timeout_expires():
+def test_a_voter_follower_runs_a_pre_vote_when_the_fetch_timeout_expires():
+    """KIP-996: Prospective in the same epoch; Candidate only once a majority would vote."""
     h = follower(fetch_timeout_ms=2000)
     h.advance(1999)
     assert isinstance(h.state, FollowerState)
     h.advance(1)
+    assert isinstance(h.state, ProspectiveState) and h.epoch == 5
+    h.grant_pre_votes(3)
     assert isinstance(h.state, CandidateState) and h.epoch == 6
 
 
@@ -380,13 +388,13 @@ def test_end_quorum_epoch_makes_the_first_preferred_successor_stand_at_once():
     h = follower(leader=2, epoch=5, election_backoff_max_ms=1000, fetch_timeout_ms=5000)
     h.request(2, EndQuorumEpochRequest(CLUSTER, 2, 5, (1, 3)))
     h.advance(0)
-    assert isinstance(h.state, CandidateState)
+    assert isinstance(h.state, ProspectiveState) and h.epoch == 5
     h2 = follower(leader=2, epoch=5, election_backoff_max_ms=1000, fetch_timeout_ms=5000)
     h2.request(2, EndQuorumEpochRequest(CLUSTER, 2, 5, (3, 1)))
     h2.advance(499)
     assert isinstance(h2.state, FollowerState)  # second in line waits 1000 >> 1 = 500 ms
     h2.advance(1)
-    assert isinstance(h2.state, CandidateState)
+    assert isinstance(h2.state, ProspectiveState)
 
 
 def test_an_observer_without_a_leader_asks_a_voter_and_follows_the_answer():

@@ -37,7 +37,10 @@ def test_every_transition_is_logged_at_debug_with_epoch_and_reason(caplog):
         h.become_leader()
     lines = [r.getMessage() for r in caplog.records if "->" in r.getMessage()]
     assert any(
-        "unattached -> Candidate(epoch=1" in line and "election timeout" in line for line in lines
+        "unattached -> Prospective(epoch=0" in line and "election timeout" in line for line in lines
+    )
+    assert any(
+        "prospective -> Candidate(epoch=1" in line and "pre-vote granted" in line for line in lines
     )
     assert any(
         "candidate -> Leader(epoch=1" in line and "won the election" in line for line in lines
@@ -53,11 +56,13 @@ def test_a_durable_transition_writes_the_store_before_switching():
             super().write(state)
 
     h = Harness(store=SpyStore())
-    h.become_candidate()
+    h.become_prospective()
+    assert writes == []  # Prospective is kept in memory only: nothing stored changes
+    h.grant_pre_votes(2, 3)
     # written while the in-memory state was still the old one
     assert writes[-1] == (
         ElectionState(1, voted_id=1, voters=frozenset({1, 2, 3})),
-        "UnattachedState",
+        "ProspectiveState",
     )
 
 

@@ -1,5 +1,5 @@
-"""The Raft core's messages on the Kafka wire: Vote, BeginQuorumEpoch, EndQuorumEpoch (v1) and
-the replica Fetch (v17).
+"""The Raft core's messages on the Kafka wire: Vote (v2, with KIP-996's PreVote),
+BeginQuorumEpoch, EndQuorumEpoch (v1) and the replica Fetch (v17).
 
 Kafka's RPCs are multi-partition; a raftcore cluster replicates exactly one topic-partition, so a
 request carries one topic (by name, or by id in Fetch) with one partition 0. A request that names
@@ -51,7 +51,7 @@ __all__ = [
 ]
 
 VERSIONS = {
-    ApiKey.VOTE: 1,
+    ApiKey.VOTE: 2,  # v2: PreVote (KIP-996)
     ApiKey.BEGIN_QUORUM_EPOCH: 1,
     ApiKey.END_QUORUM_EPOCH: 1,
     ApiKey.FETCH: 17,
@@ -113,6 +113,7 @@ def encode_request(node: RaftNode, out: Outbound) -> tuple[int, int, bytes]:
             voter_directory_id=_ZERO_UUID,
             last_offset_epoch=message.last_offset_epoch,
             last_offset=message.last_offset,
+            pre_vote=message.pre_vote,
         )
         body = cls(
             cluster_id=message.cluster_id,
@@ -230,6 +231,7 @@ def decode_request(node: RaftNode, header: Any, body: Any) -> tuple[int, RaftReq
             last_offset_epoch=p.last_offset_epoch,
             last_offset=p.last_offset,
             voter_id=getattr(body, "voter_id", -1),
+            pre_vote=bool(getattr(p, "pre_vote", False)),
         )
     if key == ApiKey.BEGIN_QUORUM_EPOCH:
         p = _single_partition(node, key, body)

@@ -75,7 +75,7 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.METADATA: (0, 12),
     ApiKey.API_VERSIONS: (0, 3),
     ApiKey.INIT_PRODUCER_ID: (0, 4),
-    ApiKey.VOTE: (0, 1),
+    ApiKey.VOTE: (0, 2),
     ApiKey.BEGIN_QUORUM_EPOCH: (0, 1),
     ApiKey.END_QUORUM_EPOCH: (0, 1),
     ApiKey.DESCRIBE_QUORUM: (0, 2),

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from raftcore.error_codes import Errors
 from raftcore.raft.messages import BeginQuorumEpochRequest, BeginQuorumEpochResponse
-from raftcore.raft.states import LeaderState
+from raftcore.raft.states import LeaderState, ProspectiveState
 
 if TYPE_CHECKING:
     from raftcore.raft.core import RaftCore
@@ -35,6 +35,18 @@ def handle_request(
     core.maybe_transition(
         request.leader_id, request.leader_epoch, now, f"BeginQuorumEpoch from {request.leader_id}"
     )
+    state = core.quorum.state
+    if (
+        isinstance(state, ProspectiveState)
+        and state.leader == request.leader_id
+        and state.epoch == request.leader_epoch
+    ):
+        # The leader it gave up on is alive and reaches it: follow it again instead of
+        # waiting out the pre-vote (raftcore; Kafka leaves a Prospective that already knows
+        # the leader to its election timeout or a majority of rejections).
+        core.transition_to_follower(
+            request.leader_epoch, request.leader_id, now, "its leader is alive (BeginQuorumEpoch)"
+        )
     if request.voter_id >= 0 and request.voter_id != core.node_id:
         return _response(core, Errors.INVALID_VOTER_KEY)
     return _response(core, Errors.NONE)

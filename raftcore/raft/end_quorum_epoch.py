@@ -54,6 +54,10 @@ def handle_request(
         state.override_fetch_timeout(
             now, election_backoff_ms(position, len(successors), core.config.election_backoff_max_ms)
         )
+        # Its leader is gone: the successors' pre-votes may be granted now (Kafka PR #23168,
+        # KAFKA-20895; without it a five-voter quorum's first successor gets only its own and
+        # the resigned leader's).
+        state.leader_resigned = True
     return _response(core, Errors.NONE)
 
 

@@ -34,7 +34,10 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class VoteRequest:
     """A candidate asks for a vote. ``last_offset_epoch``/``last_offset`` describe the
-    candidate's log (its last fetched epoch and end offset); ``voter_id`` is the receiver."""
+    candidate's log (its last fetched epoch and end offset); ``voter_id`` is the receiver.
+    ``pre_vote`` (Vote v2, KIP-996): a Prospective asks, in its current epoch, whether the
+    voter would vote for it; the answer binds nothing. (Kafka's v2 schema calls the
+    candidate fields ReplicaEpoch/ReplicaId; the wire format is the same.)"""
 
     cluster_id: str | None
     candidate_epoch: int
@@ -42,6 +45,7 @@ class VoteRequest:
     last_offset_epoch: int
     last_offset: int
     voter_id: int = -1
+    pre_vote: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,32 +2,42 @@
 
 Each transition that a restart must remember is written to the quorum-state store *before*
 the in-memory state changes (Kafka's durableTransitionTo), so a vote, once promised, survives
-a crash. Resigned is the only state kept in memory alone (a restarted former leader comes back
-Resigned from the stored "leader = self").
+a crash. Resigned and Prospective are the states kept in memory alone (a restarted former leader
+comes back Resigned from the stored "leader = self"; Prospective changes nothing stored).
 
 Transition table (from -> to: when). The code below checks every transition against
 ``TRANSITIONS``, and a test checks this table against ``TRANSITIONS``.
 
-    unattached -> unattached: a higher epoch is seen
-    unattached -> voted: a vote is granted in this epoch
-    unattached -> candidate: the election timeout expires (voters only)
-    unattached -> follower: the leader of this or a higher epoch is learned
-    voted      -> unattached: a higher epoch is seen
-    voted      -> candidate: the election timeout expires
-    voted      -> follower: the leader of this or a higher epoch is learned
-    candidate  -> unattached: a higher epoch is seen
-    candidate  -> candidate: the election was lost or timed out and the backoff ended
-    candidate  -> leader: a majority granted its vote
-    candidate  -> follower: the leader of this or a higher epoch is learned
-    follower   -> unattached: a higher epoch is seen
-    follower   -> candidate: the fetch timeout expires (voters only)
-    follower   -> follower: the leader of a higher epoch is learned
-    leader     -> unattached: a higher epoch is seen
-    leader     -> follower: the leader of a higher epoch is learned
-    leader     -> resigned: shutdown, resignation, or a majority stopped fetching
-    resigned   -> unattached: a higher epoch is seen (observers: epoch + 1 on timeout)
-    resigned   -> candidate: the election timeout expires (voters only)
-    resigned   -> follower: the leader of a higher epoch is learned
+    unattached  -> unattached: a higher epoch is seen
+    unattached  -> voted: a vote is granted in this epoch
+    unattached  -> prospective: the election timeout expires (voters only)
+    unattached  -> follower: the leader of this or a higher epoch is learned
+    voted       -> unattached: a higher epoch is seen
+    voted       -> prospective: the election timeout expires
+    voted       -> follower: the leader of this or a higher epoch is learned
+    prospective -> unattached: a higher epoch is seen; or, in the same epoch, the pre-vote
+                   was lost or timed out and no leader or vote is known
+    prospective -> voted: a vote is granted in this epoch; or it had voted in this epoch
+                   and the pre-vote was lost or timed out
+    prospective -> candidate: a majority granted its pre-vote (or a voter lacks pre-vote)
+    prospective -> follower: the leader of this or a higher epoch is learned; or it knew
+                   the leader and the pre-vote was lost or timed out
+    candidate   -> unattached: a higher epoch is seen
+    candidate   -> prospective: the election was lost or timed out and the backoff ended
+    candidate   -> leader: a majority granted its vote
+    candidate   -> follower: the leader of this or a higher epoch is learned
+    follower    -> unattached: a higher epoch is seen
+    follower    -> prospective: the fetch timeout expires (voters only)
+    follower    -> follower: the leader of a higher epoch is learned
+    leader      -> unattached: a higher epoch is seen
+    leader      -> follower: the leader of a higher epoch is learned
+    leader      -> resigned: shutdown, resignation, or a majority stopped fetching
+    resigned    -> unattached: a higher epoch is seen, or the election timeout expires (epoch + 1)
+    resigned    -> follower: the leader of a higher epoch is learned
+
+Pre-vote (KIP-996): only Prospective becomes Candidate, so the epoch rises only after a
+majority said it would vote. Prospective is kept in memory only, like Resigned: it keeps the
+epoch, leader and vote of the state it came from, and so does the file.
 """
 
 from __future__ import annotations
@@ -44,6 +54,7 @@ from raftcore.raft.states import (
     EpochState,
     FollowerState,
     LeaderState,
+    ProspectiveState,
     ResignedState,
     UnattachedState,
     VotedState,
@@ -56,12 +67,13 @@ __all__ = ["TRANSITIONS", "IllegalTransitionError", "QuorumState"]
 logger = logging.getLogger(__name__)
 
 TRANSITIONS: dict[str, frozenset[str]] = {
-    "unattached": frozenset({"unattached", "voted", "candidate", "follower"}),
-    "voted": frozenset({"unattached", "candidate", "follower"}),
-    "candidate": frozenset({"unattached", "candidate", "leader", "follower"}),
-    "follower": frozenset({"unattached", "candidate", "follower"}),
+    "unattached": frozenset({"unattached", "voted", "prospective", "follower"}),
+    "voted": frozenset({"unattached", "prospective", "follower"}),
+    "prospective": frozenset({"unattached", "voted", "candidate", "follower"}),
+    "candidate": frozenset({"unattached", "prospective", "leader", "follower"}),
+    "follower": frozenset({"unattached", "prospective", "follower"}),
     "leader": frozenset({"unattached", "follower", "resigned"}),
-    "resigned": frozenset({"unattached", "candidate", "follower"}),
+    "resigned": frozenset({"unattached", "follower"}),
 }
 
 
@@ -197,9 +209,13 @@ class QuorumState:
                 f"{self.prefix} unattached needs a higher epoch than {self.epoch}, got {epoch}"
             )
         state = self.state
-        if self.is_voter and isinstance(state, (UnattachedState, VotedState, CandidateState)):
+        if self.is_voter and (
+            isinstance(state, (UnattachedState, VotedState, CandidateState, ResignedState))
+            or (isinstance(state, ProspectiveState) and not state.is_vote_rejected())
+        ):
             # Keep the election timer running: a candidate that cannot win (its log is behind)
-            # must not hold everyone else off by bumping the epoch again and again.
+            # must not hold everyone else off by bumping the epoch again and again. (Kafka's
+            # transitionToUnattached; a resigned leader's timer ran out, so it runs at once.)
             deadline = state.election_deadline
         else:
             deadline = self._election_deadline(now)
@@ -207,17 +223,69 @@ class QuorumState:
 
     def transition_to_voted(self, candidate_id: int, now: int) -> None:
         state = self.state
-        if not isinstance(state, UnattachedState):
+        if not isinstance(state, (UnattachedState, ProspectiveState)) or (
+            isinstance(state, ProspectiveState)
+            and (state.voted_id is not None or state.leader is not None)
+        ):
             raise IllegalTransitionError(f"{self.prefix} cannot vote from {state!r}")
         self._switch(
             VotedState(state.epoch, self.voters, candidate_id, self._election_deadline(now)),
             f"granted the vote to {candidate_id}",
         )
 
+    def transition_to_prospective(self, now: int, reason: str) -> ProspectiveState:
+        """Start a pre-vote in this epoch (KIP-996), keeping the leader and vote known; a
+        memory-only transition, since nothing stored changes (Kafka's transitionToProspective)."""
+        state = self.state
+        if not self.is_voter:
+            raise IllegalTransitionError(f"{self.prefix} an observer cannot run a pre-vote")
+        if isinstance(state, (LeaderState, ResignedState, ProspectiveState)):
+            raise IllegalTransitionError(f"{self.prefix} cannot run a pre-vote from {state!r}")
+        new = ProspectiveState(
+            state.epoch,
+            self.voters,
+            self.local_id,
+            self._election_deadline(now),
+            leader=state.leader_id,
+            voted_id=state.voted_id if isinstance(state, VotedState) else None,
+            retries=state.retries if isinstance(state, CandidateState) else 0,
+        )
+        self._switch(new, reason, durable=False)
+        return new
+
+    def transition_after_pre_vote(self, now: int, reason: str) -> None:
+        """The pre-vote was lost or timed out: back to what this replica knows of the epoch,
+        in the same epoch -- Follower of the leader it knew, Voted for its candidate, or
+        Unattached (Kafka's prospectiveTransitionAfterElectionLoss). The epoch stays."""
+        state = self.state
+        if not isinstance(state, ProspectiveState):
+            raise IllegalTransitionError(f"{self.prefix} no pre-vote to end in {state!r}")
+        # Timed out: the election timer is spent, so it starts again at once; rejected: a new
+        # random election timeout first (Kafka keeps the remaining time unless rejected).
+        deadline = (
+            self._election_deadline(now) if state.is_vote_rejected() else state.election_deadline
+        )
+        new: EpochState
+        if state.leader is not None:
+            new = FollowerState(
+                state.epoch, self.voters, state.leader, self.config.fetch_timeout_ms, now
+            )
+        elif state.voted_id is not None:
+            new = VotedState(state.epoch, self.voters, state.voted_id, deadline)
+        else:
+            new = UnattachedState(state.epoch, self.voters, deadline)
+        # Nothing stored changes (same epoch, leader and vote), but write it as Kafka does.
+        self._switch(new, reason)
+
     def transition_to_candidate(self, now: int, reason: str) -> CandidateState:
         if not self.is_voter:
             raise IllegalTransitionError(f"{self.prefix} an observer cannot be a candidate")
-        retries = self.state.retries + 1 if isinstance(self.state, CandidateState) else 1
+        if not isinstance(self.state, ProspectiveState):
+            # KIP-996: only a pre-vote won (or a voter without pre-vote) raises the epoch.
+            raise IllegalTransitionError(
+                f"{self.prefix} only Prospective becomes Candidate, not {self.state!r}"
+            )
+        retries = self.state.retries + 1
         new = CandidateState(
             self.epoch + 1, self.voters, self.local_id, retries, self._election_deadline(now)
         )
@@ -249,7 +317,8 @@ class QuorumState:
                     f"{self.prefix} epoch {epoch} already has leader {state.leader_id}, "
                     f"told {leader_id}"
                 )
-            return  # already following it
+            if not isinstance(state, ProspectiveState):
+                return  # already following it
         if epoch < self.epoch:
             raise IllegalTransitionError(
                 f"{self.prefix} cannot follow {leader_id} in past epoch {epoch} < {self.epoch}"

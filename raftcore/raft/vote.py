@@ -3,6 +3,13 @@
 A voter grants at most one vote per epoch -- persisted before the answer leaves -- and only to
 a candidate whose log is at least as up to date as its own, compared by last epoch first and
 then end offset.
+
+Pre-vote (KIP-996, Vote v2 ``PreVote``): a Prospective asks, in its *current* epoch (Kafka's
+buildVoteRequest sends ``quorum.epoch()`` either way), whether the voters would vote for it.
+A pre-vote is never persisted and changes no state (except that a higher epoch is adopted
+first, as for any Vote); it is granted to an up-to-date log by any replica that has no live
+leader: Unattached, Voted, Prospective, Candidate and Resigned replicas, and a Follower that
+has not fetched from its leader in this epoch (KAFKA-17641/17642). The Leader refuses.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from typing import TYPE_CHECKING
 from raftcore.error_codes import Errors
 from raftcore.raft.messages import VoteRequest, VoteResponse
 from raftcore.raft.replicated_log import end_offset_and_epoch
-from raftcore.raft.states import CandidateState, UnattachedState
+from raftcore.raft.states import CandidateState, ProspectiveState, UnattachedState
 from raftcore.raft.values import OffsetAndEpoch
 
 if TYPE_CHECKING:
@@ -22,14 +29,15 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def build_request(core: RaftCore, voter_id: int) -> VoteRequest:
+def build_request(core: RaftCore, voter_id: int, *, pre_vote: bool = False) -> VoteRequest:
     return VoteRequest(
         cluster_id=core.config.cluster_id,
-        candidate_epoch=core.quorum.epoch,
+        candidate_epoch=core.quorum.epoch,  # a pre-vote too: the epoch is not raised to ask
         candidate_id=core.node_id,
         last_offset_epoch=core.log.last_fetched_epoch,
         last_offset=core.log.end_offset,
         voter_id=voter_id,
+        pre_vote=pre_vote,
     )
 
 
@@ -45,11 +53,13 @@ def handle_request(core: RaftCore, request: VoteRequest, now: int) -> VoteRespon
     us; then the vote itself."""
     if not core.has_valid_cluster_id(request.cluster_id):
         return _response(core, Errors.INCONSISTENT_CLUSTER_ID)
-    if (
-        request.last_offset < 0
-        or request.last_offset_epoch < 0
-        or request.last_offset_epoch >= request.candidate_epoch
-    ):
+    # A candidate raised its epoch past its log's; a Prospective did not, so its log may end
+    # in the very epoch it asks in (Kafka's isIllegalEpoch).
+    if request.pre_vote:
+        illegal_epoch = request.last_offset_epoch > request.candidate_epoch
+    else:
+        illegal_epoch = request.last_offset_epoch >= request.candidate_epoch
+    if request.last_offset < 0 or request.last_offset_epoch < 0 or illegal_epoch:
         return _response(core, Errors.INVALID_REQUEST)
     error = core.validate_voter_only_request(request.candidate_id, request.candidate_epoch)
     if error is not None:
@@ -62,13 +72,22 @@ def handle_request(core: RaftCore, request: VoteRequest, now: int) -> VoteRespon
         return _response(core, Errors.INVALID_VOTER_KEY)
     candidate_log = OffsetAndEpoch(request.last_offset, request.last_offset_epoch)
     up_to_date = candidate_log >= end_offset_and_epoch(core.log)
-    granted = core.quorum.state.can_grant_vote(request.candidate_id, up_to_date)
-    if granted and isinstance(core.quorum.state, UnattachedState):
-        # Durable before the answer is returned: the vote survives a crash.
-        core.transition_to_voted(request.candidate_id, now)
+    state = core.quorum.state
+    if request.pre_vote:
+        # Binds nothing: no state change, nothing persisted, several may be granted.
+        granted = state.can_grant_pre_vote(request.candidate_id, up_to_date)
+    else:
+        granted = state.can_grant_vote(request.candidate_id, up_to_date)
+        if granted and (
+            isinstance(state, UnattachedState)
+            or (isinstance(state, ProspectiveState) and state.voted_id is None)
+        ):
+            # Durable before the answer is returned: the vote survives a crash.
+            core.transition_to_voted(request.candidate_id, now)
     logger.info(
-        "%s vote for %d in epoch %d %s (its log %s, ours %s)",
+        "%s %svote for %d in epoch %d %s (its log %s, ours %s)",
         core.prefix,
+        "pre-" if request.pre_vote else "",
         request.candidate_id,
         request.candidate_epoch,
         "granted" if granted else "refused",
@@ -79,6 +98,13 @@ def handle_request(core: RaftCore, request: VoteRequest, now: int) -> VoteRespon
 
 
 def handle_response(core: RaftCore, source: int, response: VoteResponse, now: int) -> bool:
+    if response.error_code == Errors.UNSUPPORTED_VERSION and isinstance(
+        core.quorum.state, ProspectiveState
+    ):
+        # A voter that does not speak Vote v2 cannot pre-vote: run the real election at once,
+        # as Kafka's handleVoteResponse does (stronger than counting it as a grant).
+        core.transition_to_candidate(now, f"voter {source} does not support pre-vote")
+        return True
     handled = core.maybe_handle_common_response(
         response.error_code, response.leader_id, response.leader_epoch, now
     )
@@ -94,4 +120,12 @@ def handle_response(core: RaftCore, source: int, response: VoteResponse, now: in
             state.record_rejected(source)
             if state.is_vote_rejected() and not state.backing_off:
                 core.start_election_backoff(state, now, "lost the election")
+    elif isinstance(state, ProspectiveState) and response.leader_epoch == state.epoch:
+        # Requests are reset on every transition, so this answers our pre-vote.
+        if response.vote_granted:
+            state.record_granted(source)
+        else:
+            state.record_rejected(source)
+            if state.is_vote_rejected():
+                core.transition_after_pre_vote(now, f"pre-vote rejected in epoch {state.epoch}")
     return True

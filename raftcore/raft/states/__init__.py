@@ -9,6 +9,7 @@ from raftcore.raft.states.base import EpochState
 from raftcore.raft.states.candidate import CandidateState
 from raftcore.raft.states.follower import FollowerState
 from raftcore.raft.states.leader import LeaderState, ReplicaState
+from raftcore.raft.states.prospective import ProspectiveState
 from raftcore.raft.states.resigned import ResignedState
 from raftcore.raft.states.unattached import UnattachedState
 from raftcore.raft.states.voted import VotedState
@@ -18,6 +19,7 @@ __all__ = [
     "EpochState",
     "FollowerState",
     "LeaderState",
+    "ProspectiveState",
     "ReplicaState",
     "ResignedState",
     "UnattachedState",

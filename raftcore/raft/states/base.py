@@ -32,5 +32,11 @@ class EpochState:
         least as up to date as ours, in this epoch?"""
         return False
 
+    def can_grant_pre_vote(self, candidate_id: int, log_up_to_date: bool) -> bool:
+        """KIP-996: would this state tell ``candidate_id`` (a Prospective in this epoch) that it
+        would vote for it? A pre-vote is never persisted and may be granted to several. The
+        Leader never grants."""
+        return False
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(epoch={self.epoch})"

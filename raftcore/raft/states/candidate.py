@@ -69,6 +69,10 @@ class CandidateState(EpochState):
         """Even every outstanding voter could not make a majority any more."""
         return len(self.granted) + len(self.unrecorded_voters()) < self.majority
 
+    def can_grant_pre_vote(self, candidate_id: int, log_up_to_date: bool) -> bool:
+        # It never votes for another in its epoch, but a pre-vote binds nothing (KIP-996).
+        return log_up_to_date
+
     def election_expired(self, now: int) -> bool:
         return now >= self.election_deadline
 

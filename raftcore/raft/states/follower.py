@@ -18,7 +18,13 @@ class FollowerState(EpochState):
         self.fetch_timeout_ms = fetch_timeout_ms
         self.fetch_deadline = now + fetch_timeout_ms
         self.high_watermark: int | None = None
+        # A successful fetch from the leader in this epoch; until then it may grant pre-votes
+        # (KAFKA-17641/17642: once it has one, it refuses them, so a replica that lost its
+        # leader cannot win pre-votes from replicas that still have it).
         self.has_fetched = False
+        # The leader told it that it resigned (EndQuorumEpoch): pre-votes may be granted again
+        # (Kafka PR #23168, KAFKA-20895, open).
+        self.leader_resigned = False
 
     @property
     def leader_id(self) -> int | None:
@@ -37,6 +43,9 @@ class FollowerState(EpochState):
     def override_fetch_timeout(self, now: int, timeout_ms: int) -> None:
         """After the leader resigned (EndQuorumEpoch): stand for election sooner, by rank."""
         self.fetch_deadline = now + timeout_ms
+
+    def can_grant_pre_vote(self, candidate_id: int, log_up_to_date: bool) -> bool:
+        return log_up_to_date and (not self.has_fetched or self.leader_resigned)
 
     def update_high_watermark(self, high_watermark: int | None) -> bool:
         """Set the high watermark; it never moves backwards (a regression is a bug)."""

@@ -35,6 +35,10 @@ class ResignedState(EpochState):
     def acknowledge(self, voter_id: int) -> None:
         self.unacknowledged.discard(voter_id)
 
+    def can_grant_pre_vote(self, candidate_id: int, log_up_to_date: bool) -> bool:
+        # It gave the epoch up: an up-to-date successor may go ahead (KIP-996).
+        return log_up_to_date
+
     def election_expired(self, now: int) -> bool:
         return now >= self.election_deadline
 

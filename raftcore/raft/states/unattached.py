@@ -18,6 +18,9 @@ class UnattachedState(EpochState):
         # up to date as ours (epoch first, then offset).
         return log_up_to_date
 
+    def can_grant_pre_vote(self, candidate_id: int, log_up_to_date: bool) -> bool:
+        return log_up_to_date
+
     def election_expired(self, now: int) -> bool:
         return now >= self.election_deadline
 

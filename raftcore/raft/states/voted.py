@@ -23,6 +23,10 @@ class VotedState(EpochState):
         # One vote per epoch: only the same candidate gets it again (a retried request).
         return candidate_id == self.voted_id
 
+    def can_grant_pre_vote(self, candidate_id: int, log_up_to_date: bool) -> bool:
+        # A pre-vote binds nothing: any up-to-date log, whoever got the vote (KIP-996).
+        return log_up_to_date
+
     def election_expired(self, now: int) -> bool:
         return now >= self.election_deadline
 
