@@ -49,6 +49,7 @@ from raftcore.raft.states import (
     EpochState,
     FollowerState,
     LeaderState,
+    ProspectiveState,
     ResignedState,
     UnattachedState,
     VotedState,
@@ -508,12 +509,27 @@ class RaftCore:
         old = self.quorum.state
         self.quorum.transition_to_voted(candidate_id, now)
         self._carry_high_watermark(old)
+        if isinstance(old, ProspectiveState):
+            self._left(old, now)  # its pre-vote is over; late answers are not for Voted
+
+    def transition_to_prospective(self, now: int, reason: str) -> None:
+        """KIP-996: ask before raising the epoch. A single voter wins its pre-vote at once."""
+        old = self.quorum.state
+        self.quorum.transition_to_prospective(now, reason)
+        self._carry_high_watermark(old)
+        self._left(old, now)  # Kafka resets the connections on becoming Prospective
+
+    def transition_after_pre_vote(self, now: int, reason: str) -> None:
+        old = self.quorum.state
+        self.quorum.transition_after_pre_vote(now, reason)
+        self._carry_high_watermark(old)
+        self._left(old, now)
 
     def transition_to_candidate(self, now: int, reason: str) -> None:
         old = self.quorum.state
         self.quorum.transition_to_candidate(now, reason)
         self._carry_high_watermark(old)
-        self._left(old, now)
+        self._left(old, now)  # pre-vote answers must not count as votes
 
     def _become_leader(self, now: int) -> None:
         """Lead: record the epoch's start in the log (KAFKA-7415), then write the LeaderChange
@@ -647,7 +663,8 @@ class RaftCore:
             return now
         if state.backing_off:
             if state.backoff_complete(now):
-                self.transition_to_candidate(now, "election backoff completed")
+                # KIP-996: the next epoch only after a new pre-vote says it could win.
+                self.transition_to_prospective(now, "election backoff completed")
                 return now
             return state.backoff_deadline  # type: ignore[return-value]
         if state.election_expired(now):
@@ -676,7 +693,8 @@ class RaftCore:
     def _poll_follower(self, state: FollowerState, now: int) -> float:
         if state.fetch_expired(now):
             if self.quorum.is_voter:
-                self.transition_to_candidate(
+                # KIP-996: ask first; the epoch rises only if a majority lost the leader too.
+                self.transition_to_prospective(
                     now,
                     f"no fetch response from leader {state.leader} "
                     f"within {self.config.fetch_timeout_ms} ms",
@@ -701,11 +719,30 @@ class RaftCore:
     def _poll_unattached(self, state: UnattachedState | VotedState, now: int) -> float:
         if self.quorum.is_voter:
             if state.election_expired(now):
-                self.transition_to_candidate(now, "election timeout expired")
+                self.transition_to_prospective(now, "election timeout expired")
                 return now
             return state.election_deadline
         self._discover_leader(now)
         return now + self.config.retry_backoff_ms
+
+    def _poll_prospective(self, state: ProspectiveState, now: int) -> float:
+        """KIP-996 pre-vote: a majority of grants makes it Candidate (epoch + 1); a majority of
+        rejections or the end of the election timeout sends it back, epoch unchanged."""
+        if state.is_vote_granted():
+            self.transition_to_candidate(now, f"pre-vote granted by {sorted(state.granted)}")
+            return now
+        if not self.quorum.is_voter:
+            self.transition_after_pre_vote(now, "no longer a voter")
+            return now
+        if state.is_vote_rejected() or state.election_expired(now):
+            outcome = "rejected" if state.is_vote_rejected() else "timed out"
+            self.transition_after_pre_vote(now, f"pre-vote {outcome} in epoch {state.epoch}")
+            return now
+        for voter in sorted(state.unrecorded_voters()):
+            if voter != self.node_id and self.requests.is_ready(voter, now):
+                # Binds nothing, so it need not wait for the log to be durable.
+                self.send_request(voter, vote.build_request(self, voter, pre_vote=True), now)
+        return state.election_deadline
 
     def _discover_leader(self, now: int) -> None:
         """An observer without a (live) leader asks a random voter, which answers with the
@@ -722,8 +759,12 @@ class RaftCore:
             if self.requests.is_ready(voter, now):
                 self.send_request(voter, end_quorum_epoch.build_request(self, state), now)
         if state.election_expired(now):
+            # Kafka (KIP-996): out of Resigned always by epoch + 1 -- never Prospective in the
+            # epoch it led; a voter's timer stays spent, so it runs its pre-vote at once.
             if self.quorum.is_voter and not self._shutting_down:
-                self.transition_to_candidate(now, "resigned and the election timeout expired")
+                self.transition_to_unattached(
+                    state.epoch + 1, now, "resigned and the election timeout expired"
+                )
             elif self.quorum.is_observer:
                 self.transition_to_unattached(state.epoch + 1, now, "resigned non-voter")
             return now
@@ -785,6 +826,7 @@ _POLLERS = {
     FollowerState: RaftCore._poll_follower,
     UnattachedState: RaftCore._poll_unattached,
     VotedState: RaftCore._poll_unattached,
+    ProspectiveState: RaftCore._poll_prospective,
     ResignedState: RaftCore._poll_resigned,
 }
 

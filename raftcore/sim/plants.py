@@ -113,6 +113,22 @@ def _ack_on_offset_alone() -> None:
     RaftCore._settle_pending = settle  # type: ignore[method-assign]
 
 
+def _no_pre_vote() -> None:
+    """A voter skips the pre-vote (KIP-996): the moment it would start asking, it stands for
+    election in the next epoch, as before pre-vote. Random seeds do not catch it (it breaks no
+    safety property); the healed-partition scenario (raftcore.sim.healed_partition) does."""
+    from raftcore.raft.states import ProspectiveState
+
+    original = RaftCore.transition_to_prospective
+
+    def transition_to_prospective(self, now, reason):  # type: ignore[no-untyped-def]
+        original(self, now, reason)
+        if isinstance(self.quorum.state, ProspectiveState):
+            self.transition_to_candidate(now, f"{reason} (no pre-vote)")
+
+    RaftCore.transition_to_prospective = transition_to_prospective  # type: ignore[method-assign]
+
+
 PLANTS: dict[str, Callable[[], None]] = {
     "ack-on-offset-alone": _ack_on_offset_alone,
     "hw-without-own-epoch": _hw_without_own_epoch_rule,
@@ -120,6 +136,7 @@ PLANTS: dict[str, Callable[[], None]] = {
     "truncate-one-too-far": _truncate_one_too_far,
     "ack-before-flush": _ack_before_flush,
     "forget-vote": _forget_vote_on_restart,
+    "no-pre-vote": _no_pre_vote,
 }
 
 
