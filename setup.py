@@ -46,6 +46,7 @@ extensions = [
     ext("records", CRC),
     ext("segment", CRC),
     ext("epoch_cache"),
+    ext("validation", CRC),
 ]
 
 directives = {

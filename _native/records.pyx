@@ -870,6 +870,23 @@ cdef object _decompress(int codec, const uint8_t *data, Py_ssize_t size, Py_ssiz
         f"compression; raftcore reads none, gzip and zstd")
 
 
+def decompress_records(int codec, data, Py_ssize_t position=0):
+    """The records of a compressed batch payload (the bytes after its 61-byte header),
+    decompressed by codec id within the decompression limit. Raises CorruptRecordError for a
+    payload that does not decompress or expands beyond the limit (``position`` is reported),
+    UnsupportedCompressionError for snappy and lz4."""
+    cdef Py_buffer view
+    if codec < 0 or codec > CODEC_MASK:
+        raise ValueError(f"a compression codec id is 0..7, got {codec}")
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        if codec == COMPRESSION_NONE:
+            return PyBytes_FromStringAndSize(<const char *>view.buf, view.len)
+        return _decompress(codec, <const uint8_t *>view.buf, view.len, position)
+    finally:
+        PyBuffer_Release(&view)
+
+
 @cython.final
 cdef class _RecordIterator:
     cdef RecordBatch batch

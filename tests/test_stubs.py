@@ -9,6 +9,7 @@ MODULES = [
     "raftcore._native.records",
     "raftcore._native.segment",
     "raftcore._native.epoch_cache",
+    "raftcore._native.validation",
 ]
 
 

@@ -254,25 +254,25 @@ def _produce_partition(
     records = p.records
     if records is None or len(records) == 0:
         return Errors.INVALID_RECORD, None
-    try:
-        # headers only: the log checks every CRC as it appends (CorruptRecordError below)
-        scan = scan_batches(records, check_crc=False)
-    except RaftcoreError:
-        return Errors.CORRUPT_MESSAGE, None
-    if scan.error is not None or scan.count == 0:
-        logger.info("%s refusing produced records: %s", node.prefix, scan.error)
-        return Errors.CORRUPT_MESSAGE, None
-    refusal = validate_produced(records)  # every record, before anything is written
+    # Every record of every batch, before anything is written (Kafka's LogValidator).
+    refusal = validate_produced(records, max_batch_bytes=node.config.log.max_message_bytes)
     if refusal is not None:
         logger.info("%s refusing produced records: %s", node.prefix, refusal.reason)
-        resp.error_message = refusal.reason
-        resp.record_errors = [
-            response_spec(ApiKey.PRODUCE).cls.BatchIndexAndErrorMessage(
-                batch_index=max(refusal.record_index, 0),
-                batch_index_error_message=refusal.reason,
-            )
-        ]
+        resp.error_message = refusal.reason  # Produce v8+ (KIP-467)
+        if refusal.record_index >= 0:  # RecordErrors name a record of the batch
+            resp.record_errors = [
+                response_spec(ApiKey.PRODUCE).cls.BatchIndexAndErrorMessage(
+                    batch_index=refusal.record_index, batch_index_error_message=refusal.reason
+                )
+            ]
         return refusal.error_code, None
+    try:
+        scan = scan_batches(records, check_crc=False)  # headers, for the producer state
+    except RaftcoreError:
+        return Errors.CORRUPT_MESSAGE, None
+    if scan.error is not None or scan.count == 0:  # validation has refused these already
+        logger.info("%s refusing produced records: %s", node.prefix, scan.error)
+        return Errors.CORRUPT_MESSAGE, None
     # Idempotence: retries of a remembered batch get their first offsets back.
     producers = node.producers
     verdicts = []
