@@ -34,8 +34,16 @@ def leader(log):
     out = core.start(now)
     now += 2500
     out = core.poll(now)
-    for o in out.messages:
-        core.handle(o.destination, o.correlation_id, VoteResponse(0, -1, core.epoch, True), now)
+    sent = list(out.messages)
+    for _ in range(4):  # the pre-vote (KIP-996), then the vote
+        if core.is_leader():
+            break
+        requests, sent = sent, []
+        for o in requests:
+            if type(o.message).__name__ == "VoteRequest":
+                reply = VoteResponse(0, -1, core.epoch, True)
+                sent += core.handle(o.destination, o.correlation_id, reply, now).messages
+        sent += core.poll(now).messages
     assert core.is_leader()
     log.flush()
     core.poll(now)
