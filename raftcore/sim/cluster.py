@@ -413,40 +413,26 @@ class Simulation:
                     self.invariants.after_event(node)
                 if not self.faults_active and self.invariants.settled():
                     self.invariants.check_acknowledged()
-                    return SimResult(
-                        sc,
-                        None,
-                        self.events,
-                        self.now,
-                        self.appends,
-                        list(self.trace),
-                        dict(self.invariants.outcomes),
-                    )
+                    return self._result(None)
             self.invariants.check_liveness()
             raise Violation(
                 "liveness", f"no settled quorum {sc.heal_ms} ms after the faults stopped"
             )
         except Violation as v:
-            return SimResult(
-                sc,
-                v,
-                self.events,
-                self.now,
-                self.appends,
-                list(self.trace),
-                dict(self.invariants.outcomes),
-            )
+            return self._result(v)
         except RaftcoreError as exc:
-            v = Violation("core-error", f"{type(exc).__name__}: {exc}")
-            return SimResult(
-                sc,
-                v,
-                self.events,
-                self.now,
-                self.appends,
-                list(self.trace),
-                dict(self.invariants.outcomes),
-            )
+            return self._result(Violation("core-error", f"{type(exc).__name__}: {exc}"))
+
+    def _result(self, violation: Violation | None) -> SimResult:
+        return SimResult(
+            self.scenario,
+            violation,
+            self.events,
+            self.now,
+            self.appends,
+            list(self.trace),
+            dict(self.invariants.outcomes),
+        )
 
     def _heal(self) -> None:
         self.faults_active = False
