@@ -1,0 +1,67 @@
+"""The log's two checkpoint files: the log start offset and the clean point (recovery point).
+
+A checkpoint that cannot be read is reported and ignored: the log then starts at its first
+segment, or recovery checks every segment."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from raftcore.checkpoint import parse_ints, read_checkpoint, write_checkpoint
+from raftcore.errors import CorruptCheckpointError
+from raftcore.log.config import CHECKPOINT_VERSION, LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _CleanPoint:
+    """Bytes of segment ``segment_base`` before ``position`` -- and all earlier segments -- are
+    durable and were checked; ``offset`` is the offset at that position."""
+
+    offset: int
+    segment_base: int
+    position: int
+
+
+def read_log_start_offset(directory: Path) -> int | None:
+    path = directory / LOG_START_OFFSET_FILE
+    try:
+        lines = read_checkpoint(path, CHECKPOINT_VERSION)
+        if lines is None:
+            return None
+        if len(lines) != 1:
+            raise CorruptCheckpointError(f"{path}: expected one line, got {len(lines)}")
+        return parse_ints(path, lines[0], 2, 1)[0]
+    except CorruptCheckpointError as exc:
+        logger.warning("[log %s] %s; using the first segment's base offset", directory, exc)
+        return None
+
+
+def write_log_start_offset(directory: Path, log_start: int) -> None:
+    write_checkpoint(directory / LOG_START_OFFSET_FILE, CHECKPOINT_VERSION, [str(log_start)])
+
+
+def read_clean_point(directory: Path) -> _CleanPoint | None:
+    path = directory / RECOVERY_POINT_FILE
+    try:
+        lines = read_checkpoint(path, CHECKPOINT_VERSION)
+        if lines is None:
+            return None
+        if len(lines) != 1:
+            raise CorruptCheckpointError(f"{path}: expected one line, got {len(lines)}")
+        offset, base, position = parse_ints(path, lines[0], 2, 3)
+        return _CleanPoint(offset, base, position)
+    except CorruptCheckpointError as exc:
+        logger.warning("[log %s] %s; recovering every segment", directory, exc)
+        return None
+
+
+def write_clean_point(directory: Path, c: _CleanPoint) -> None:
+    write_checkpoint(
+        directory / RECOVERY_POINT_FILE,
+        CHECKPOINT_VERSION,
+        [f"{c.offset} {c.segment_base} {c.position}"],
+    )

@@ -1,0 +1,670 @@
+"""The log's public face: :class:`SegmentedLog` -- appends, reads, truncation, retention and
+durability over the segments that recovery hands it (see the package docstring for the
+directory layout and the invariants every operation keeps)."""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from raftcore._native.records import (
+    RecordBatch,
+    check_batch_crcs,
+    encode_batch,
+    iter_batches,
+    restamp_batches,
+    scan_batches,
+    span_batches,
+)
+from raftcore.checkpoint import fsync_directory
+from raftcore.epoch_cache import EpochEndOffset, LeaderEpochFileCache
+from raftcore.errors import (
+    CorruptRecordError,
+    InvalidAppendError,
+    LogClosedError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+)
+from raftcore.log.checkpoints import _CleanPoint, write_clean_point, write_log_start_offset
+from raftcore.log.config import DELETED_SUFFIX, INT32_MAX, LogConfig
+from raftcore.log.recovery import lock_directory, recover
+from raftcore.log.segment import (
+    _epoch_changes,
+    _Segment,
+    find_last_batch_epoch,
+    first_discontinuity,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class SegmentedLog:
+    """A Kafka-format replicated log on disk. Open it with :meth:`open`.
+
+    Thread-safe: every method takes the log's lock, except that ``flush`` releases it while
+    waiting for the disk, so appends go on during an fsync.
+    """
+
+    def __init__(self, directory: Path, config: LogConfig) -> None:
+        # Use SegmentedLog.open(); this constructor only sets fields.
+        self._dir = directory
+        self._config = config
+        self._lock = threading.RLock()
+        self._segments: list[_Segment] = []
+        self._bases: list[int] = []
+        self._log_start = 0
+        self._epochs: LeaderEpochFileCache
+        self._last_batch_epoch = -1
+        self._clean: _CleanPoint = _CleanPoint(0, 0, 0)
+        self._unchecked_bytes = 0  # appended since the clean point last moved
+        self._generation = 0  # bumped by rolls and truncations
+        self._flushed_offset = 0
+        self._dir_dirty = False
+        self._lock_fd = -1
+        self._closed = False
+
+    # ---- opening and recovery ----------------------------------------------------------------
+
+    @classmethod
+    def open(cls, directory: str | os.PathLike[str], **config: Any) -> SegmentedLog:
+        """Open (or create) the log in ``directory``, recovering from an unclean shutdown.
+
+        ``config`` holds LogConfig fields (``segment_bytes=...``) or a ``config=LogConfig``.
+        """
+        cfg = config.pop("config", None)
+        if cfg is None:
+            cfg = LogConfig(**config)
+        elif config:
+            raise TypeError("pass either config=LogConfig(...) or keyword settings, not both")
+        path = Path(directory)
+        path.mkdir(parents=True, exist_ok=True)
+        log = cls(path, cfg)
+        log._acquire_directory_lock()
+        try:
+            log._load()
+        except BaseException:
+            log._release_directory_lock()
+            raise
+        return log
+
+    def _acquire_directory_lock(self) -> None:
+        self._lock_fd = lock_directory(self._dir)
+
+    def _release_directory_lock(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def _load(self) -> None:
+        recovered = recover(self._dir, self._config)
+        self._segments = recovered.segments
+        self._bases = [s.base_offset for s in recovered.segments]
+        self._log_start = recovered.log_start
+        self._epochs = recovered.epochs
+        self._last_batch_epoch = recovered.last_batch_epoch
+        self._dir_dirty = recovered.dir_dirty
+        active = self._segments[-1]
+        end = active.next_offset
+        self._flushed_offset = end
+
+        # Everything is now checked: record that, so the next open need not scan it again.
+        self._clean = _CleanPoint(end, active.base_offset, active.size)
+        self.flush()
+        self._write_clean_point()
+        self._write_log_start_offset()
+
+    # ---- checkpoints -------------------------------------------------------------------------
+
+    def _write_log_start_offset(self) -> None:
+        write_log_start_offset(self._dir, self._log_start)
+
+    def _write_clean_point(self) -> None:
+        write_clean_point(self._dir, self._clean)
+        self._unchecked_bytes = 0
+
+    def _lower_clean_point(self, seg: _Segment, position: int, offset: int) -> None:
+        """Before truncating below the clean point, move it down (durably): data written after
+        the truncation is unchecked until recovery or a flush says otherwise."""
+        c = self._clean
+        if seg.base_offset < c.segment_base or (
+            seg.base_offset == c.segment_base and position < c.position
+        ):
+            self._clean = _CleanPoint(offset, seg.base_offset, position)
+            self._write_clean_point()
+
+    # ---- properties --------------------------------------------------------------------------
+
+    @property
+    def directory(self) -> Path:
+        return self._dir
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @property
+    def end_offset(self) -> int:
+        """The log end offset (LEO): the offset the next appended record gets."""
+        return self._segments[-1].next_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        """The first offset that can be read."""
+        return self._log_start
+
+    @property
+    def last_fetched_epoch(self) -> int:
+        """The latest leader epoch in the epoch cache: the epoch of the last batch, or the
+        epoch a new leader started (KIP-595 ``LastFetchedEpoch``). 0 for an empty log -- epoch
+        0 is the primordial epoch, which never has a leader."""
+        epoch = self._epochs.latest_epoch
+        return epoch if epoch >= 0 else 0
+
+    @property
+    def flushed_offset(self) -> int:
+        """Every offset below this was fsynced by a completed ``flush``."""
+        return self._flushed_offset
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def segment_base_offsets(self) -> list[int]:
+        with self._lock:
+            return list(self._bases)
+
+    def epoch_entries(self) -> list[tuple[int, int]]:
+        """The leader-epoch cache: (epoch, start offset) pairs, oldest first."""
+        with self._lock:
+            return self._epochs.entries()
+
+    def end_offset_for_epoch(self, epoch: int) -> EpochEndOffset:
+        """The largest epoch <= ``epoch`` known to this log and the offset where it ends (the
+        start of the next epoch, or the log end offset for the latest one). This is the
+        question of KIP-595 fetch validation and KIP-279 truncation.
+
+        For an epoch below every known epoch the answer is (``epoch``, the first epoch's start
+        offset); for an epoch above all of them, or an empty cache, it is (last fetched epoch,
+        log end offset). Returns a named tuple ``(epoch, end_offset)``.
+        """
+        with self._lock:
+            end = self.end_offset
+            result = self._epochs.end_offset_for(epoch, end)
+            if result.end_offset < 0:
+                return EpochEndOffset((self.last_fetched_epoch, end))
+            return result
+
+    def epoch_for_offset(self, offset: int) -> int:
+        """The leader epoch of the record at ``offset`` (-1 if unknown)."""
+        with self._lock:
+            return self._epochs.epoch_for_offset(offset)
+
+    # ---- appends -----------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"log {self._dir} is closed")
+
+    def initialize_leader_epoch(self, epoch: int) -> None:
+        """Record that ``epoch`` starts at the log end offset, before anything is written in it
+        (a new leader does this at once, so it can answer divergence questions about its epoch
+        -- Kafka KAFKA-7415)."""
+        with self._lock:
+            self._check_open()
+            latest = self._epochs.latest_epoch
+            if epoch < latest:
+                raise InvalidAppendError(
+                    f"log {self._dir}: epoch {epoch} is older than the latest epoch {latest}"
+                )
+            self._epochs.assign(epoch, self.end_offset)
+
+    def append_as_leader(
+        self,
+        records: Iterable[Any],
+        epoch: int,
+        *,
+        compression: str = "none",
+        timestamp_ms: int | None = None,
+        control: bool = False,
+    ) -> tuple[int, int]:
+        """Encode ``records`` into one batch at the end of the log, stamped with ``epoch``.
+
+        Records are as for :func:`raftcore.records.encode_batch`. Returns (first offset,
+        last offset). The epoch must not be older than the log's latest epoch.
+        """
+        with self._lock:
+            self._check_open()
+            if epoch < 0:
+                raise InvalidAppendError(f"leader epoch must be >= 0, got {epoch}")
+            latest = self._epochs.latest_epoch
+            if epoch < latest:
+                raise InvalidAppendError(
+                    f"log {self._dir}: cannot append in epoch {epoch}, the log is already in "
+                    f"epoch {latest}"
+                )
+            base = self.end_offset
+            data = encode_batch(
+                records,
+                base_offset=base,
+                leader_epoch=epoch,
+                compression=compression,
+                timestamp_ms=timestamp_ms,
+                control=control,
+            )
+            if len(data) > self._config.max_message_bytes:
+                raise RecordTooLargeError(
+                    f"log {self._dir}: a batch of {len(data)} bytes exceeds max_message_bytes "
+                    f"{self._config.max_message_bytes}"
+                )
+            scan = scan_batches(data, check_crc=False)
+            self._write(data, scan, verify=False)
+            return base, int(scan.last_offsets[0])
+
+    def append_batches_as_leader(
+        self, batches: bytes | bytearray | memoryview, epoch: int
+    ) -> tuple[int, int]:
+        """Append batches a producer built: they get offsets from the log end and ``epoch``
+        (both outside the CRC, so it stays valid); every batch's CRC is checked, and nothing is
+        written unless all pass. Returns (first offset, last offset)."""
+        with self._lock:
+            self._check_open()
+            latest = self._epochs.latest_epoch
+            if epoch < max(latest, 0):
+                raise InvalidAppendError(
+                    f"log {self._dir}: cannot append in epoch {epoch}, the log is already in "
+                    f"epoch {latest}"
+                )
+            base = self.end_offset
+            data, _ = restamp_batches(batches, base, epoch)
+            scan = scan_batches(data, check_crc=False)
+            scan.raise_error()
+            if scan.count == 0:
+                raise InvalidAppendError(f"log {self._dir}: no batches to append")
+            biggest = int(scan.sizes.max())
+            if biggest > self._config.max_message_bytes:
+                raise RecordTooLargeError(
+                    f"log {self._dir}: a batch of {biggest} bytes exceeds max_message_bytes "
+                    f"{self._config.max_message_bytes}"
+                )
+            self._write(data, scan, verify=True)
+            return base, int(scan.last_offsets[-1])
+
+    def append_as_follower(self, batches: bytes | bytearray | memoryview) -> tuple[int, int] | None:
+        """Append whole batches that already carry offsets and epochs (as a follower copies the
+        leader's log). Every batch must pass its CRC check; the first must start at the log
+        end offset, each next one must follow the one before, and leader epochs must not
+        decrease. Nothing is written unless every batch passes.
+
+        Returns (first offset, last offset), or None for an empty buffer.
+        """
+        with self._lock:
+            self._check_open()
+            # Structure first (headers only); the CRCs are checked as the bytes are written.
+            scan = scan_batches(batches, check_crc=False)
+            if scan.error is not None:
+                raise CorruptRecordError(
+                    f"log {self._dir}: refusing a follower append: {scan.error}",
+                    scan.error_position,
+                )
+            if scan.count == 0:
+                return None
+            end = self.end_offset
+            problem = first_discontinuity(scan, end)
+            if problem is not None:
+                raise InvalidAppendError(
+                    f"log {self._dir}: refusing a follower append: {problem[1]}"
+                )
+            first_epoch = int(scan.epochs[0])
+            if first_epoch < 0:
+                raise InvalidAppendError(
+                    f"log {self._dir}: batch at offset {end} has no leader epoch ({first_epoch})"
+                )
+            if first_epoch < self._last_batch_epoch:
+                raise InvalidAppendError(
+                    f"log {self._dir}: batch at offset {end} has leader epoch {first_epoch}, "
+                    f"older than the log's last batch epoch {self._last_batch_epoch}"
+                )
+            self._write(batches, scan, verify=True)
+            return end, int(scan.last_offsets[-1])
+
+    def _write(self, data: Any, scan: Any, *, verify: bool) -> None:
+        """Write the scanned batches, rolling segments as they fill, then record their epochs.
+        With ``verify``, CRCs are checked and nothing is kept unless every batch passes."""
+        view = memoryview(data)
+        if view.ndim != 1 or view.itemsize != 1:
+            view = view.cast("B")
+        ends = scan.positions + scan.sizes
+        seg_bytes = self._config.segment_bytes
+        seg = self._segments[-1]
+        total = int(ends[-1] - scan.positions[0])
+        fits = (seg.size == 0 or seg.size + total <= seg_bytes) and int(
+            scan.last_offsets[-1]
+        ) - seg.base_offset <= INT32_MAX
+        if verify and not fits:
+            # Spanning segments: check everything before writing anything, so that a bad batch
+            # never leaves an earlier segment half-extended.
+            bad = check_batch_crcs(view, int(scan.positions[0]), int(ends[-1]))
+            if bad >= 0:
+                raise CorruptRecordError(
+                    f"log {self._dir}: refusing a follower append: the batch at byte {bad} of "
+                    f"the input fails its CRC check",
+                    bad,
+                )
+            verify = False
+        i, n = 0, scan.count
+        if fits:
+            seg.append(view, scan, 0, n, self._config.index_interval_bytes, verify=verify)
+            i = n
+        while i < n:
+            seg = self._segments[-1]
+            room = seg_bytes - seg.size
+            used = ends[i:] - scan.positions[i]
+            j = i + int(np.searchsorted(used, room, side="right"))
+            # Relative offsets in the index are int32: roll before they would overflow.
+            j = min(
+                j,
+                i
+                + int(
+                    np.searchsorted(
+                        scan.last_offsets[i:], seg.base_offset + INT32_MAX, side="right"
+                    )
+                ),
+            )
+            if j == i:
+                if seg.size == 0:
+                    j = i + 1  # a batch larger than a segment gets a segment of its own
+                else:
+                    self._roll()
+                    continue
+            seg.append(view, scan, i, j, self._config.index_interval_bytes, verify=verify)
+            i = j
+        for epoch, start in _epoch_changes(scan, scan.count):
+            self._epochs.assign(epoch, start)
+        self._last_batch_epoch = int(scan.epochs[-1])
+        self._unchecked_bytes += total
+
+    def _roll(self) -> None:
+        """Start a new segment at the log end offset. The finished segment is fsynced and its
+        index written, and the clean point moves to the new segment."""
+        old = self._segments[-1]
+        old.finish()
+        new = _Segment.create(self._dir, old.next_offset, self._config.segment_bytes)
+        fsync_directory(self._dir)
+        self._dir_dirty = False
+        self._segments.append(new)
+        self._bases.append(new.base_offset)
+        self._generation += 1
+        self._clean = _CleanPoint(new.base_offset, new.base_offset, 0)
+        self._write_clean_point()
+
+    # ---- reads -------------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int = 1 << 20) -> memoryview:
+        """Whole batches starting with the batch that holds ``offset``: as many as fit in
+        ``max_bytes``, but at least one, and never past the end of that batch's segment.
+
+        Returns a zero-copy, read-only memoryview (empty at the log end offset). Raises
+        OffsetOutOfRangeError for an offset below the log start or above the log end.
+        """
+        with self._lock:
+            self._check_open()
+            end = self.end_offset
+            if offset < self._log_start or offset > end:
+                raise OffsetOutOfRangeError(
+                    f"log {self._dir}: offset {offset} is outside [{self._log_start}, {end}]"
+                )
+            if offset == end:
+                return memoryview(b"")
+            i = bisect.bisect_right(self._bases, offset) - 1
+            seg = self._segments[i]
+            while seg.next_offset <= offset:  # an empty segment: the data is in the next one
+                i += 1
+                seg = self._segments[i]
+            m = seg.map()
+            position = seg.find_position(offset)
+            stop = span_batches(m, position, seg.size, max(max_bytes, 1))
+            return m.view(position, stop)
+
+    def batches(self, start_offset: int | None = None) -> Iterator[RecordBatch]:
+        """Iterate every batch from the one holding ``start_offset`` (default: the log start)
+        to the end of the log, as zero-copy RecordBatch views (positions are file positions)."""
+        with self._lock:
+            self._check_open()
+            offset = self._log_start if start_offset is None else start_offset
+            plan = []
+            for seg in self._segments:
+                if seg.next_offset <= offset or seg.size == 0:
+                    continue
+                m = seg.map()
+                position = seg.find_position(max(offset, seg.base_offset))
+                plan.append((m.view(position, seg.size), position))
+        for view, position in plan:
+            yield from iter_batches(view, position)
+
+    # ---- truncation and retention ------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch holding an offset >= ``offset`` and return the new end offset.
+
+        Batches are never split: when ``offset`` falls inside a batch, that whole batch goes
+        and the new end offset is its base offset (below ``offset``). Epoch-cache entries that
+        start at or after the new end are removed too -- also when ``offset`` is at or past
+        the end (KAFKA-10706). When nothing at or above the log start would remain (``offset``
+        below the log start, or inside a batch that begins below it) the log is emptied and
+        restarts at ``offset``, as Kafka does.
+        """
+        with self._lock:
+            self._check_open()
+            if offset < 0:
+                raise ValueError(f"truncation offset must be >= 0, got {offset}")
+            end = self.end_offset
+            if offset < self._log_start:
+                self.truncate_fully_and_start_at(offset)
+                return offset
+            if offset >= end:
+                self._epochs.truncate_from_end(offset)
+                return end
+            i = bisect.bisect_right(self._bases, offset) - 1
+            seg = self._segments[i]
+            position = seg.find_position(offset)
+            if position < seg.size:
+                batch = next(iter_batches(seg.map().view(position, seg.size)))
+                new_end = batch.base_offset
+            else:
+                new_end = seg.next_offset
+            if new_end < self._log_start:
+                self.truncate_fully_and_start_at(offset)
+                return offset
+            self._lower_clean_point(seg, position, new_end)
+            removed = self._segments[i + 1 :]
+            for s in removed:
+                s.delete()
+            del self._segments[i + 1 :]
+            del self._bases[i + 1 :]
+            if removed:
+                seg.reopen_writable(self._config.segment_bytes)
+                self._dir_dirty = True
+            seg.truncate(position, new_end)
+            self._generation += 1
+            os.fsync(seg.fd)
+            if self._dir_dirty:
+                fsync_directory(self._dir)
+                self._dir_dirty = False
+            self._epochs.truncate_from_end(new_end)
+            self._flushed_offset = min(self._flushed_offset, new_end)
+            self._last_batch_epoch = find_last_batch_epoch(self._segments)
+            logger.info(
+                "[log %s] truncated to offset %d (asked %d, end was %d)",
+                self._dir,
+                new_end,
+                offset,
+                end,
+            )
+            return new_end
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and restart the empty log at ``offset``: log start offset =
+        end offset = ``offset``, epoch cache cleared (as when a snapshot replaces the log)."""
+        with self._lock:
+            self._check_open()
+            if offset < 0:
+                raise ValueError(f"offset must be >= 0, got {offset}")
+            old = self._segments
+            # Mark the old segments first, so a crash in the middle leaves nothing ambiguous:
+            # *.deleted files are removed on open.
+            for s in old:
+                s.close_fd()
+                s.drop_mapping()
+                for path in (s.log_path, s.index_path):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.replace(path, path.with_name(path.name + DELETED_SUFFIX))
+            fsync_directory(self._dir)
+            self._log_start = offset
+            self._write_log_start_offset()
+            new = _Segment.create(self._dir, offset, self._config.segment_bytes)
+            self._segments = [new]
+            self._bases = [offset]
+            self._epochs.clear()
+            self._generation += 1
+            self._last_batch_epoch = -1
+            self._flushed_offset = offset
+            self._clean = _CleanPoint(offset, offset, 0)
+            self._write_clean_point()
+            for s in old:
+                for path in (s.log_path, s.index_path):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path.with_name(path.name + DELETED_SUFFIX))
+            fsync_directory(self._dir)
+            logger.info(
+                "[log %s] truncated fully; the log restarts at offset %d", self._dir, offset
+            )
+
+    def set_log_start_offset(self, offset: int) -> bool:
+        """Advance the log start offset to ``offset`` (never backwards; at most the end offset)
+        and delete the segments that lie wholly below it. Returns whether it moved."""
+        with self._lock:
+            self._check_open()
+            end = self.end_offset
+            if offset > end:
+                raise OffsetOutOfRangeError(
+                    f"log {self._dir}: log start offset {offset} would pass the end offset {end}"
+                )
+            if offset <= self._log_start:
+                return False
+            self._log_start = offset
+            self._write_log_start_offset()
+            self._epochs.truncate_from_start(offset)
+            if self._segments[-1].next_offset <= offset and self._segments[-1].size > 0:
+                self._roll()
+            doomed = 0
+            while (
+                doomed < len(self._segments) - 1
+                and self._segments[doomed + 1].base_offset <= offset
+            ):
+                doomed += 1
+            for s in self._segments[:doomed]:
+                s.delete()
+            if doomed:
+                del self._segments[:doomed]
+                del self._bases[:doomed]
+                fsync_directory(self._dir)
+                if self._clean.segment_base < self._segments[0].base_offset:
+                    first = self._segments[0]
+                    self._clean = _CleanPoint(first.base_offset, first.base_offset, 0)
+                    self._write_clean_point()
+            return True
+
+    # ---- durability --------------------------------------------------------------------------
+
+    def flush(self) -> int:
+        """Make everything appended so far durable (fsync of the segment files, and of the
+        directory when segments were created or deleted). The lock is not held during the
+        fsyncs, so appends go on meanwhile. Returns the offset below which the log is now
+        durable."""
+        with self._lock:
+            self._check_open()
+            target = self.end_offset
+            generation = self._generation
+            active = self._segments[-1]
+            candidate = _CleanPoint(target, active.base_offset, active.size)
+            fds = []
+            try:
+                for seg in self._segments:
+                    if seg.dirty:
+                        fds.append(os.dup(seg.fd))
+                        seg.dirty = False
+                dir_dirty, self._dir_dirty = self._dir_dirty, False
+            except BaseException:
+                for fd in fds:
+                    os.close(fd)
+                raise
+        try:
+            for fd in fds:
+                os.fsync(fd)
+            if dir_dirty:
+                fsync_directory(self._dir)
+        except BaseException:
+            with self._lock:
+                for seg in self._segments:
+                    seg.dirty = seg.fd >= 0
+                self._dir_dirty = True
+            raise
+        finally:
+            for fd in fds:
+                os.close(fd)
+        with self._lock:
+            if generation == self._generation and target > self._flushed_offset:
+                self._flushed_offset = target
+                # Bound the work of recovery: move the clean point up to what is now durable.
+                if self._unchecked_bytes >= self._config.recovery_checkpoint_bytes:
+                    self._clean = candidate
+                    self._write_clean_point()
+            return self._flushed_offset
+
+    def close(self) -> None:
+        """Flush, write the indexes and the clean point, and release the directory. Views
+        handed out earlier stay readable."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                self.flush()
+                for seg in self._segments:
+                    seg.persist_index()
+                active = self._segments[-1]
+                self._clean = _CleanPoint(active.next_offset, active.base_offset, active.size)
+                self._write_clean_point()
+            finally:
+                for seg in self._segments:
+                    seg.close_fd()
+                    seg.drop_mapping()
+                self._closed = True
+                self._release_directory_lock()
+
+    def __enter__(self) -> SegmentedLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"SegmentedLog({str(self._dir)!r}, start={self._log_start}, end={self.end_offset}, "
+            f"segments={len(self._segments)}, epoch={self.last_fetched_epoch})"
+        )
