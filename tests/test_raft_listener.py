@@ -82,7 +82,7 @@ def test_the_listener_replays_the_committed_log_after_a_restart():
 def test_a_listener_can_start_after_what_it_already_applied():
     listener = RecordingListener()
     h = Harness(log=log_with(1, 1, 1), listener=listener, start=False)
-    h.core.listener_next_offset = 2
+    h.core.feed.next_offset = 2
     h._take(h.core.start(h.now))
     h.begin_quorum_epoch(2, 3)
     [out] = h.take(FetchRequest)

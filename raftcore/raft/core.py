@@ -10,7 +10,9 @@ are collaborators. The same inputs give the same outputs.
 
 The rules of each RPC live in their own module: :mod:`raftcore.raft.vote`,
 :mod:`raftcore.raft.begin_quorum_epoch`, :mod:`raftcore.raft.end_quorum_epoch`,
-:mod:`raftcore.raft.fetch`. Transitions live in :class:`QuorumState`.
+:mod:`raftcore.raft.fetch`. Transitions live in :class:`QuorumState`, the passage of time
+state by state in :mod:`raftcore.raft.polling`, the listener's progress in
+:mod:`raftcore.raft.listener`.
 """
 
 from __future__ import annotations
@@ -19,13 +21,14 @@ import logging
 import random as random_module
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from raftcore.error_codes import Errors, error_name
 from raftcore.errors import RaftcoreError, RaftInvariantError
-from raftcore.raft import begin_quorum_epoch, end_quorum_epoch, fetch, vote
+from raftcore.raft import begin_quorum_epoch, end_quorum_epoch, fetch, polling, vote
 from raftcore.raft.config import QuorumConfig
 from raftcore.raft.control_records import leader_change_record
+from raftcore.raft.listener import CommittedBatch, Listener, ListenerFeed
 from raftcore.raft.messages import (
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
@@ -45,17 +48,13 @@ from raftcore.raft.quorum_store import QuorumStateStore
 from raftcore.raft.replicated_log import ReplicatedLog
 from raftcore.raft.request_manager import RequestManager
 from raftcore.raft.states import (
-    CandidateState,
     EpochState,
     FollowerState,
     LeaderState,
     ProspectiveState,
     ResignedState,
-    UnattachedState,
-    VotedState,
 )
 from raftcore.raft.values import LeaderAndEpoch
-from raftcore.records import Record, RecordBatch, iter_batches
 
 __all__ = [
     "CommittedBatch",
@@ -69,9 +68,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 INF = float("inf")
-# Kafka's RETRY_BACKOFF_BASE_MS: the unit of the randomized election backoff.
-ELECTION_BACKOFF_BASE_MS = 100
-LISTENER_READ_BYTES = 1 << 20
 
 
 class NotLeaderError(RaftcoreError):
@@ -85,54 +81,6 @@ class NotLeaderError(RaftcoreError):
             f"in epoch {leader.epoch}"
         )
         self.leader = leader
-
-
-class CommittedBatch:
-    """A committed data batch handed to the listener. Its records are decoded on first use
-    of ``records`` (a node with no use for them pays nothing)."""
-
-    __slots__ = (
-        "_batch",
-        "_from",
-        "_records",
-        "append_timestamp",
-        "base_offset",
-        "epoch",
-        "last_offset",
-    )
-
-    def __init__(self, batch: RecordBatch, from_offset: int) -> None:
-        self._batch = batch
-        self._from = from_offset  # records below it were delivered before (a partial batch)
-        self._records: list[Record] | None = None
-        self.base_offset: int = batch.base_offset
-        self.last_offset: int = batch.last_offset
-        self.epoch: int = batch.partition_leader_epoch
-        self.append_timestamp: int = batch.max_timestamp
-
-    @property
-    def records(self) -> list[Record]:
-        if self._records is None:
-            self._records = [r for r in self._batch.records() if r.offset >= self._from]
-        return self._records
-
-    def __repr__(self) -> str:
-        return f"CommittedBatch({self.base_offset}..{self.last_offset}, epoch={self.epoch})"
-
-
-class Listener(Protocol):
-    """The application's view of the log (Kafka's RaftClient.Listener).
-
-    ``handle_commit`` receives every committed data batch exactly once and in order, from the
-    listener's start offset up to the high watermark (control batches are skipped; their
-    offsets still advance). ``handle_leader_change`` is called at most once per epoch; on the
-    leader only after the listener has read everything committed before the epoch began, so
-    the application sees the whole committed state before it writes as leader (KAFKA-15345).
-    """
-
-    def handle_commit(self, batches: list[CommittedBatch]) -> None: ...
-
-    def handle_leader_change(self, leader: LeaderAndEpoch) -> None: ...
 
 
 @dataclass(slots=True)
@@ -180,17 +128,18 @@ class RaftCore:
         self.prefix = log_prefix or f"[node {node_id}]"
         self.quorum = QuorumState(node_id, config, store, log, rng=self.rng, log_prefix=self.prefix)
         self.requests = RequestManager(config.retry_backoff_ms, config.request_timeout_ms)
-        self.listener = listener
-        self.listener_next_offset = (
-            log.log_start_offset if listener_start_offset is None else listener_start_offset
+        self.feed = ListenerFeed(
+            listener,
+            log,
+            self.quorum,
+            log.log_start_offset if listener_start_offset is None else listener_start_offset,
         )
-        self._last_fired = LeaderAndEpoch(None, 0)
         self._outbox: list[Outbound] = []
         self._completions: list[AppendOutcome] = []
         self._append_token = 0
         self._correlation = 0
         self._parked: list[_Parked] = []
-        self._shutting_down = False
+        self.shutting_down = False
         self._started = False
 
     # ---- public state ------------------------------------------------------------------------
@@ -213,6 +162,15 @@ class RaftCore:
     def high_watermark(self) -> int | None:
         """The offset below which everything is committed, as far as this replica knows."""
         return self.quorum.state.high_watermark
+
+    @property
+    def listener(self) -> Listener | None:
+        return self.feed.listener
+
+    @property
+    def listener_next_offset(self) -> int:
+        """The next offset the listener will be handed."""
+        return self.feed.next_offset
 
     # ---- entry points ------------------------------------------------------------------------
 
@@ -318,7 +276,7 @@ class RaftCore:
 
     def _writable_leader(self, epoch: int | None) -> LeaderState:
         state = self.quorum.state
-        if not isinstance(state, LeaderState) or state.resign_requested or self._shutting_down:
+        if not isinstance(state, LeaderState) or state.resign_requested or self.shutting_down:
             raise NotLeaderError(self.leader_and_epoch())
         if epoch is not None and epoch != state.epoch:
             raise NotLeaderError(self.leader_and_epoch(), f"epoch {epoch} is not current")
@@ -357,7 +315,7 @@ class RaftCore:
 
     def begin_shutdown(self, now: int) -> Output:
         """Stop taking appends and, if leading, resign first."""
-        self._shutting_down = True
+        self.shutting_down = True
         return self.resign(now)
 
     # ---- helpers used by the RPC modules -----------------------------------------------------
@@ -403,7 +361,7 @@ class RaftCore:
             return Errors.UNKNOWN_LEADER_EPOCH
         if not self.quorum.is_leader():
             return Errors.NOT_LEADER_OR_FOLLOWER
-        if self._shutting_down:
+        if self.shutting_down:
             return Errors.BROKER_NOT_AVAILABLE
         return None
 
@@ -531,7 +489,7 @@ class RaftCore:
         self._carry_high_watermark(old)
         self._left(old, now)  # pre-vote answers must not count as votes
 
-    def _become_leader(self, now: int) -> None:
+    def become_leader(self, now: int) -> None:
         """Lead: record the epoch's start in the log (KAFKA-7415), then write the LeaderChange
         control record, so that the high watermark can pass the epoch start as soon as the
         quorum has it."""
@@ -544,7 +502,7 @@ class RaftCore:
         self.log.append_as_leader([(key, value)], state.epoch, control=True)
         logger.info("%s leader of epoch %d from offset %d", self.prefix, state.epoch, epoch_start)
 
-    def _resign(self, state: LeaderState, now: int, reason: str) -> None:
+    def resign_leadership(self, state: LeaderState, now: int, reason: str) -> None:
         self.quorum.transition_to_resigned(
             state.non_leader_voters_by_descending_fetch_offset(), now, reason
         )
@@ -611,8 +569,8 @@ class RaftCore:
     def _finish(self, now: int) -> Output:
         if not self._started:
             raise RaftcoreError(f"{self.prefix} call start() first")
-        deadline = self._poll_state(now)
-        self._update_listener()
+        deadline = polling.poll(self, now)
+        self.feed.update()
         if self._parked:
             self._complete_parked(now, expired_only=True)
             deadline = min(deadline, min(p.deadline for p in self._parked) if self._parked else INF)
@@ -625,210 +583,9 @@ class RaftCore:
         self._completions = []
         return out
 
-    def _poll_state(self, now: int) -> float:
-        # A transition inside one poll may call for another (e.g. candidate -> leader); run
-        # the new state's poll too, a bounded number of times.
-        for _ in range(4):
-            state = self.quorum.state
-            deadline = _POLLERS[type(state)](self, state, now)
-            if self.quorum.state is state:
-                return deadline
-        return now + 1
-
-    def _poll_leader(self, state: LeaderState, now: int) -> float:
-        if state.resign_requested or self._shutting_down:
-            self._resign(state, now, "resignation requested")
-            return now
-        if state.check_quorum_expired(now):
-            self._resign(
-                state, now, f"no majority fetched within {self.config.check_quorum_timeout_ms} ms"
-            )
-            return now
-        if state.update_local_state(self.log.flushed_offset, now):
-            self.on_high_watermark_changed(now)
-        self._maybe_fire_leader_change()
-        if state.begin_quorum_due(now):
-            for voter in sorted(state.voters):
-                if voter != self.node_id and self.requests.is_ready(voter, now):
-                    self.send_request(voter, begin_quorum_epoch.build_request(self, voter), now)
-            state.reset_begin_quorum_timer(now)
-        return min(
-            state.begin_quorum_deadline,
-            state.check_quorum_deadline if len(state.voters) > 1 else INF,
-        )
-
-    def _poll_candidate(self, state: CandidateState, now: int) -> float:
-        if state.is_vote_granted():
-            self._become_leader(now)
-            return now
-        if state.backing_off:
-            if state.backoff_complete(now):
-                # KIP-996: the next epoch only after a new pre-vote says it could win.
-                self.transition_to_prospective(now, "election backoff completed")
-                return now
-            return state.backoff_deadline  # type: ignore[return-value]
-        if state.election_expired(now):
-            self.start_election_backoff(state, now, "election timed out")
-            return state.backoff_deadline  # type: ignore[return-value]
-        for voter in sorted(state.unrecorded_voters()):
-            if voter != self.node_id and self.requests.is_ready(voter, now):
-                # The request claims our log end: it may only leave once that is durable, or a
-                # crash could leave us leading without records we promised to have (found by
-                # the simulation at seed 25504; Kafka flushes follower appends synchronously).
-                request = vote.build_request(self, voter)
-                self.send_request(voter, request, now, after_flush=request.last_offset)
-        return state.election_deadline
-
-    def start_election_backoff(self, state: CandidateState, now: int, reason: str) -> None:
-        """Kafka's binary exponential backoff: min(100 ms * random[0, 2^retries), max)."""
-        span = 2 << min(20, state.retries - 1)
-        backoff = min(
-            ELECTION_BACKOFF_BASE_MS * self.rng.randrange(span), self.config.election_backoff_max_ms
-        )
-        state.start_backoff(now, backoff)
-        logger.info(
-            "%s %s in epoch %d; backing off %d ms", self.prefix, reason, state.epoch, backoff
-        )
-
-    def _poll_follower(self, state: FollowerState, now: int) -> float:
-        if state.fetch_expired(now):
-            if self.quorum.is_voter:
-                # KIP-996: ask first; the epoch rises only if a majority lost the leader too.
-                self.transition_to_prospective(
-                    now,
-                    f"no fetch response from leader {state.leader} "
-                    f"within {self.config.fetch_timeout_ms} ms",
-                )
-                return now
-            # An observer never stands; it asks a voter who leads now (a new leader does
-            # not tell observers), while still trying the leader it knows.
-            self._discover_leader(now)
-        if self.requests.is_ready(state.leader, now):
-            request = fetch.build_request(self, state)
-            # The fetch offset acknowledges the log up to it: send only once it is durable
-            # (KAFKA-10533; every replica flushes, KAFKA-13884).
-            self.send_request(state.leader, request, now, after_flush=request.fetch_offset)
-        if self.quorum.is_voter:
-            return state.fetch_deadline
-        return (
-            state.fetch_deadline
-            if not state.fetch_expired(now)
-            else now + self.config.retry_backoff_ms
-        )
-
-    def _poll_unattached(self, state: UnattachedState | VotedState, now: int) -> float:
-        if self.quorum.is_voter:
-            if state.election_expired(now):
-                self.transition_to_prospective(now, "election timeout expired")
-                return now
-            return state.election_deadline
-        self._discover_leader(now)
-        return now + self.config.retry_backoff_ms
-
-    def _poll_prospective(self, state: ProspectiveState, now: int) -> float:
-        """KIP-996 pre-vote: a majority of grants makes it Candidate (epoch + 1); a majority of
-        rejections or the end of the election timeout sends it back, epoch unchanged."""
-        if state.is_vote_granted():
-            self.transition_to_candidate(now, f"pre-vote granted by {sorted(state.granted)}")
-            return now
-        if not self.quorum.is_voter:
-            self.transition_after_pre_vote(now, "no longer a voter")
-            return now
-        if state.is_vote_rejected() or state.election_expired(now):
-            outcome = "rejected" if state.is_vote_rejected() else "timed out"
-            self.transition_after_pre_vote(now, f"pre-vote {outcome} in epoch {state.epoch}")
-            return now
-        for voter in sorted(state.unrecorded_voters()):
-            if voter != self.node_id and self.requests.is_ready(voter, now):
-                # Binds nothing, so it need not wait for the log to be durable.
-                self.send_request(voter, vote.build_request(self, voter, pre_vote=True), now)
-        return state.election_deadline
-
-    def _discover_leader(self, now: int) -> None:
-        """An observer without a (live) leader asks a random voter, which answers with the
-        leader it knows."""
-        leader = self.quorum.leader_id
-        voters = sorted(self.config.voters - {self.node_id, leader})
-        if voters:
-            target = voters[self.rng.randrange(len(voters))]
-            if self.requests.is_ready(target, now):
-                self.send_request(target, fetch.build_discovery_request(self), now)
-
-    def _poll_resigned(self, state: ResignedState, now: int) -> float:
-        for voter in sorted(state.unacknowledged):
-            if self.requests.is_ready(voter, now):
-                self.send_request(voter, end_quorum_epoch.build_request(self, state), now)
-        if state.election_expired(now):
-            # Kafka (KIP-996): out of Resigned always by epoch + 1 -- never Prospective in the
-            # epoch it led; a voter's timer stays spent, so it runs its pre-vote at once.
-            if self.quorum.is_voter and not self._shutting_down:
-                self.transition_to_unattached(
-                    state.epoch + 1, now, "resigned and the election timeout expired"
-                )
-            elif self.quorum.is_observer:
-                self.transition_to_unattached(state.epoch + 1, now, "resigned non-voter")
-            return now
-        return state.election_deadline
-
-    # ---- the listener -------------------------------------------------------------------------
-
-    def _maybe_fire_leader_change(self) -> None:
-        if self.listener is None:
-            return
-        current = self.quorum.leader_and_epoch()
-        last = self._last_fired
-        # Kafka's shouldFireLeaderChange: a newer epoch, or this epoch's leader becoming known.
-        if current.epoch < last.epoch or current == last:
-            return
-        if current.epoch == last.epoch and (current.leader_id is None or last.known):
-            return
-        state = self.quorum.state
-        # On the leader: only once the listener has read everything committed before the epoch.
-        if isinstance(state, LeaderState) and self.listener_next_offset < state.epoch_start_offset:
-            return
-        self._last_fired = current
-        self.listener.handle_leader_change(current)
-
-    def _update_listener(self) -> None:
-        """Hand committed batches to the listener: everything below the high watermark, each
-        batch once and in order, CRC-checked (KAFKA-14104)."""
-        listener = self.listener
-        if listener is None:
-            return
-        hw = self.quorum.state.high_watermark
-        while hw is not None and self.listener_next_offset < hw:
-            # A copy: the batches handed out may outlive the log's mapped view (a truncation,
-            # a closed segment); copying is cheap, decoding the records is left to the listener.
-            data = bytes(self.log.read(self.listener_next_offset, LISTENER_READ_BYTES))
-            committed: list[CommittedBatch] = []
-            next_offset = self.listener_next_offset
-            for batch in iter_batches(data):
-                if batch.base_offset >= hw:
-                    break
-                batch.validate()
-                if not batch.is_control:
-                    committed.append(CommittedBatch(batch, next_offset))
-                next_offset = batch.last_offset + 1
-            if next_offset == self.listener_next_offset:
-                break  # nothing readable (should not happen below the high watermark)
-            self.listener_next_offset = next_offset
-            if committed:
-                listener.handle_commit(committed)
-        self._maybe_fire_leader_change()
-
     def __repr__(self) -> str:
         return f"RaftCore({self.node_id}, {self.quorum.state!r}, end={self.log.end_offset})"
 
-
-_POLLERS = {
-    LeaderState: RaftCore._poll_leader,
-    CandidateState: RaftCore._poll_candidate,
-    FollowerState: RaftCore._poll_follower,
-    UnattachedState: RaftCore._poll_unattached,
-    VotedState: RaftCore._poll_unattached,
-    ProspectiveState: RaftCore._poll_prospective,
-    ResignedState: RaftCore._poll_resigned,
-}
 
 _RESPONSE_HANDLERS = {
     FetchResponse: fetch.handle_response,

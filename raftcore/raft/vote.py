@@ -18,6 +18,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from raftcore.error_codes import Errors
+from raftcore.raft import polling
 from raftcore.raft.messages import VoteRequest, VoteResponse
 from raftcore.raft.replicated_log import end_offset_and_epoch
 from raftcore.raft.states import CandidateState, ProspectiveState, UnattachedState
@@ -119,7 +120,7 @@ def handle_response(core: RaftCore, source: int, response: VoteResponse, now: in
         else:
             state.record_rejected(source)
             if state.is_vote_rejected() and not state.backing_off:
-                core.start_election_backoff(state, now, "lost the election")
+                polling.start_election_backoff(core, state, now, "lost the election")
     elif isinstance(state, ProspectiveState) and response.leader_epoch == state.epoch:
         # Requests are reset on every transition, so this answers our pre-vote.
         if response.vote_granted:

@@ -1,0 +1,127 @@
+"""The application's view of the log: committed batches, in order, exactly once, and the
+leader changes (Kafka's RaftClient.Listener and KafkaRaftClient.updateListenersProgress).
+
+:class:`ListenerFeed` is the core's side: it remembers how far the listener has read and which
+leader it was last told of, and hands it what the high watermark allows.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from raftcore.raft.states import LeaderState
+from raftcore.raft.values import LeaderAndEpoch
+from raftcore.records import Record, RecordBatch, iter_batches
+
+if TYPE_CHECKING:
+    from raftcore.raft.quorum_state import QuorumState
+    from raftcore.raft.replicated_log import ReplicatedLog
+
+__all__ = ["CommittedBatch", "Listener", "ListenerFeed"]
+
+LISTENER_READ_BYTES = 1 << 20
+
+
+class CommittedBatch:
+    """A committed data batch handed to the listener. Its records are decoded on first use
+    of ``records`` (a node with no use for them pays nothing)."""
+
+    __slots__ = (
+        "_batch",
+        "_from",
+        "_records",
+        "append_timestamp",
+        "base_offset",
+        "epoch",
+        "last_offset",
+    )
+
+    def __init__(self, batch: RecordBatch, from_offset: int) -> None:
+        self._batch = batch
+        self._from = from_offset  # records below it were delivered before (a partial batch)
+        self._records: list[Record] | None = None
+        self.base_offset: int = batch.base_offset
+        self.last_offset: int = batch.last_offset
+        self.epoch: int = batch.partition_leader_epoch
+        self.append_timestamp: int = batch.max_timestamp
+
+    @property
+    def records(self) -> list[Record]:
+        if self._records is None:
+            self._records = [r for r in self._batch.records() if r.offset >= self._from]
+        return self._records
+
+    def __repr__(self) -> str:
+        return f"CommittedBatch({self.base_offset}..{self.last_offset}, epoch={self.epoch})"
+
+
+class Listener(Protocol):
+    """The application's view of the log (Kafka's RaftClient.Listener).
+
+    ``handle_commit`` receives every committed data batch exactly once and in order, from the
+    listener's start offset up to the high watermark (control batches are skipped; their
+    offsets still advance). ``handle_leader_change`` is called at most once per epoch; on the
+    leader only after the listener has read everything committed before the epoch began, so
+    the application sees the whole committed state before it writes as leader (KAFKA-15345).
+    """
+
+    def handle_commit(self, batches: list[CommittedBatch]) -> None: ...
+
+    def handle_leader_change(self, leader: LeaderAndEpoch) -> None: ...
+
+
+class ListenerFeed:
+    """How far the listener has read (``next_offset``) and what it was told last."""
+
+    def __init__(
+        self, listener: Listener | None, log: ReplicatedLog, quorum: QuorumState, next_offset: int
+    ) -> None:
+        self.listener = listener
+        self.log = log
+        self.quorum = quorum
+        self.next_offset = next_offset
+        self._last_fired = LeaderAndEpoch(None, 0)
+
+    def maybe_fire_leader_change(self) -> None:
+        if self.listener is None:
+            return
+        current = self.quorum.leader_and_epoch()
+        last = self._last_fired
+        # Kafka's shouldFireLeaderChange: a newer epoch, or this epoch's leader becoming known.
+        if current.epoch < last.epoch or current == last:
+            return
+        if current.epoch == last.epoch and (current.leader_id is None or last.known):
+            return
+        state = self.quorum.state
+        # On the leader: only once the listener has read everything committed before the epoch.
+        if isinstance(state, LeaderState) and self.next_offset < state.epoch_start_offset:
+            return
+        self._last_fired = current
+        self.listener.handle_leader_change(current)
+
+    def update(self) -> None:
+        """Hand committed batches to the listener: everything below the high watermark, each
+        batch once and in order, CRC-checked (KAFKA-14104)."""
+        listener = self.listener
+        if listener is None:
+            return
+        hw = self.quorum.state.high_watermark
+        while hw is not None and self.next_offset < hw:
+            # A copy: the batches handed out may outlive the log's mapped view (a truncation,
+            # a closed segment); copying is cheap, decoding the records is left to the listener.
+            data = bytes(self.log.read(self.next_offset, LISTENER_READ_BYTES))
+            committed: list[CommittedBatch] = []
+            next_offset = self.next_offset
+            for batch in iter_batches(data):
+                if batch.base_offset >= hw:
+                    break
+                batch.validate()
+                if not batch.is_control:
+                    committed.append(CommittedBatch(batch, next_offset))
+                next_offset = batch.last_offset + 1
+            if next_offset == self.next_offset:
+                break  # nothing readable (should not happen below the high watermark)
+            self.next_offset = next_offset
+            if committed:
+                listener.handle_commit(committed)
+        self.maybe_fire_leader_change()
