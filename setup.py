@@ -47,6 +47,7 @@ extensions = [
     ext("segment", CRC),
     ext("epoch_cache"),
     ext("validation", CRC),
+    ext("kv_records", CRC),
 ]
 
 directives = {

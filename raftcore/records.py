@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import struct
 
+from raftcore._native.kv_records import DEFAULT_MAX_KEY_SIZE, KvPairs, decode_kv_pairs
 from raftcore._native.records import (
     COMPRESSION_NAMES,
     RECORD_BATCH_OVERHEAD,
@@ -34,16 +35,19 @@ from raftcore.errors import CorruptRecordError, UnsupportedCompressionError
 
 __all__ = [
     "COMPRESSION_NAMES",
+    "DEFAULT_MAX_KEY_SIZE",
     "RECORD_BATCH_OVERHEAD",
     "BatchBuilder",
     "BatchScan",
     "ControlRecordType",
     "CorruptRecordError",
+    "KvPairs",
     "Record",
     "RecordBatch",
     "UnsupportedCompressionError",
     "check_batch_crcs",
     "control_record_key",
+    "decode_kv_pairs",
     "encode_batch",
     "encode_batch_kv",
     "encode_control_batch",

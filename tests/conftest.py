@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-NATIVE_MODULES = ("crc32c", "records", "segment", "epoch_cache", "validation")
+NATIVE_MODULES = ("crc32c", "records", "segment", "epoch_cache", "validation", "kv_records")
 SOURCE_ROOT = Path(__file__).resolve().parent.parent
 
 

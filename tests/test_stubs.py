@@ -10,6 +10,7 @@ MODULES = [
     "raftcore._native.segment",
     "raftcore._native.epoch_cache",
     "raftcore._native.validation",
+    "raftcore._native.kv_records",
 ]
 
 

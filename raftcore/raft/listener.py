@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Protocol
 
 from raftcore.raft.states import LeaderState
 from raftcore.raft.values import LeaderAndEpoch
-from raftcore.records import Record, RecordBatch, iter_batches
+from raftcore.records import (
+    DEFAULT_MAX_KEY_SIZE,
+    KvPairs,
+    Record,
+    RecordBatch,
+    decode_kv_pairs,
+    iter_batches,
+)
 
 if TYPE_CHECKING:
     from raftcore.raft.quorum_state import QuorumState
@@ -34,6 +41,7 @@ class CommittedBatch:
         "base_offset",
         "epoch",
         "last_offset",
+        "size_in_bytes",
     )
 
     def __init__(self, batch: RecordBatch, from_offset: int) -> None:
@@ -44,12 +52,26 @@ class CommittedBatch:
         self.last_offset: int = batch.last_offset
         self.epoch: int = batch.partition_leader_epoch
         self.append_timestamp: int = batch.max_timestamp
+        self.size_in_bytes: int = batch.size_in_bytes
+
+    @property
+    def first_offset(self) -> int:
+        """The offset of the first record handed out: the base offset, or where the listener
+        started inside this batch."""
+        return max(self.base_offset, self._from)
 
     @property
     def records(self) -> list[Record]:
         if self._records is None:
             self._records = [r for r in self._batch.records() if r.offset >= self._from]
         return self._records
+
+    def kv_pairs(self, max_key_size: int = DEFAULT_MAX_KEY_SIZE) -> KvPairs:
+        """The records as (key, value) pairs, decoded natively without a Record per record
+        (:func:`raftcore.records.decode_kv_pairs`; records whose key is null, empty or longer
+        than ``max_key_size`` are reported in ``skipped`` instead). The CRC is not checked
+        again: the feed checked it before handing the batch out."""
+        return decode_kv_pairs(self._batch.buffer, self._from, max_key_size, False)
 
     def __repr__(self) -> str:
         return f"CommittedBatch({self.base_offset}..{self.last_offset}, epoch={self.epoch})"
@@ -80,6 +102,10 @@ class ListenerFeed:
         self.log = log
         self.quorum = quorum
         self.next_offset = next_offset
+        # Set by a listener that cannot take more now (it applies off the caller's thread and
+        # its backlog is full): delivery stops where it is and resumes from there (Kafka hands
+        # a listener its next batch only once it has closed the last one).
+        self.paused = False
         self._last_fired = LeaderAndEpoch(None, 0)
 
     def maybe_fire_leader_change(self) -> None:
@@ -106,7 +132,7 @@ class ListenerFeed:
         if listener is None:
             return
         hw = self.quorum.state.high_watermark
-        while hw is not None and self.next_offset < hw:
+        while hw is not None and self.next_offset < hw and not self.paused:
             # A copy: the batches handed out may outlive the log's mapped view (a truncation,
             # a closed segment); copying is cheap, decoding the records is left to the listener.
             data = bytes(self.log.read(self.next_offset, LISTENER_READ_BYTES))

@@ -1,0 +1,272 @@
+# cython: language_level=3
+"""The (key, value) pairs of one record batch, for key/value state machines.
+
+``decode_kv_pairs`` walks the records of one batch and returns their keys and values as a list
+of ``(key, value)`` tuples: no Record object, no timestamp; headers are skipped (their lengths
+checked, their keys checked as UTF-8, as the Record path decodes them).
+
+The record rules are those of :mod:`raftcore._native.records` (Kafka's DefaultRecord): every
+length is checked against the end of the batch before it is used, offset deltas increase and
+stay within LastOffsetDelta, a record's Length equals its fields, no byte follows the last
+record, and the CRC-32C covers the batch. A violation raises CorruptRecordError naming the byte
+position, never reads outside the buffer.
+
+Key rule of the key/value records: a key is 1 to ``max_key_size`` bytes (LMDB's limit, 511,
+by default). A record with a null, empty or longer key is not a pair: it is reported in
+``skipped`` with its offset and why, so that every replica skips the same records.
+"""
+
+cimport cython
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t
+
+from crc32c_impl cimport rc_crc32c, rc_crc32c_init
+from wire cimport load_i16, load_i32, load_i64, load_u32, read_varint, read_varlong
+
+from raftcore._native.records import decompress_records
+from raftcore.errors import CorruptRecordError
+
+rc_crc32c_init()
+
+cdef enum:
+    BASE_OFFSET_OFF = 0
+    LENGTH_OFF = 8
+    MAGIC_OFF = 16
+    CRC_OFF = 17
+    ATTRIBUTES_OFF = 21
+    LAST_OFFSET_DELTA_OFF = 23
+    RECORDS_COUNT_OFF = 57
+    HEADER_SIZE = 61
+    LOG_OVERHEAD = 12
+    MIN_RECORD_SIZE = 7
+    CODEC_MASK = 0x07
+    CONTROL_FLAG = 0x20
+
+DEFAULT_MAX_KEY_SIZE = 511
+
+
+cdef object _corrupt(str message, Py_ssize_t position):
+    return CorruptRecordError(f"{message} (at byte position {position})", position)
+
+
+@cython.final
+cdef class KvPairs:
+    """What ``decode_kv_pairs`` found in one batch.
+
+    - ``pairs``: ``(key, value)`` per record at or after ``from_offset``, in offset order;
+      ``value`` is None for a delete (a null value);
+    - ``deletes``: how many of ``pairs`` have a null value;
+    - ``skipped``: ``(offset, reason)`` of each record whose key breaks the key rule;
+    - ``records``: records at or after ``from_offset`` (pairs and skipped ones);
+    - ``base_offset`` and ``last_offset`` of the batch.
+    """
+    cdef readonly list pairs
+    cdef readonly Py_ssize_t deletes
+    cdef readonly list skipped
+    cdef readonly Py_ssize_t records
+    cdef readonly int64_t base_offset
+    cdef readonly int64_t last_offset
+
+    def __repr__(self):
+        return (f"KvPairs({self.base_offset}..{self.last_offset}, pairs={len(self.pairs)}, "
+                f"deletes={self.deletes}, skipped={len(self.skipped)})")
+
+
+def decode_kv_pairs(buffer, int64_t from_offset=0, Py_ssize_t max_key_size=DEFAULT_MAX_KEY_SIZE,
+                    bint check_crc=True):
+    """The (key, value) pairs of the records of ``buffer`` -- exactly one record batch -- at
+    offsets >= ``from_offset``. See the module docstring for the rules and :class:`KvPairs`
+    for the result. A control batch has no key/value records: it is refused (ValueError)."""
+    cdef Py_buffer view
+    cdef KvPairs out
+    if isinstance(buffer, str):
+        raise TypeError("a record batch is bytes-like, not str")
+    if max_key_size < 1:
+        raise ValueError(f"max_key_size must be at least 1, got {max_key_size}")
+    PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
+    try:
+        out = _decode(buffer, <const uint8_t *>view.buf, view.len, from_offset, max_key_size,
+                      check_crc)
+    finally:
+        PyBuffer_Release(&view)
+    return out
+
+
+cdef KvPairs _decode(object owner, const uint8_t *b, Py_ssize_t size, int64_t from_offset,
+                     Py_ssize_t max_key_size, bint check_crc):
+    cdef int32_t length, last_delta, count
+    cdef int16_t attributes
+    cdef int64_t base_offset
+    cdef uint32_t crc
+    cdef int codec
+    cdef object payload = None
+    cdef const uint8_t *start
+    cdef const uint8_t *end
+    cdef KvPairs out
+    if size < HEADER_SIZE:
+        raise _corrupt(f"a record batch needs {HEADER_SIZE} bytes of header, got {size}", 0)
+    length = load_i32(b + LENGTH_OFF)
+    if length < HEADER_SIZE - LOG_OVERHEAD or <Py_ssize_t>length + LOG_OVERHEAD != size:
+        raise _corrupt(f"record batch length {length} does not match its {size} bytes "
+                       f"(one whole batch expected)", LENGTH_OFF)
+    if b[MAGIC_OFF] != 2:
+        raise _corrupt(f"record batch magic is {b[MAGIC_OFF]}, only magic 2 is supported",
+                       MAGIC_OFF)
+    base_offset = load_i64(b + BASE_OFFSET_OFF)
+    last_delta = load_i32(b + LAST_OFFSET_DELTA_OFF)
+    count = load_i32(b + RECORDS_COUNT_OFF)
+    attributes = load_i16(b + ATTRIBUTES_OFF)
+    if base_offset < 0 or last_delta < 0 or count < 0:
+        raise _corrupt(f"record batch has base offset {base_offset}, last offset delta "
+                       f"{last_delta} and {count} records", BASE_OFFSET_OFF)
+    if check_crc:
+        crc = rc_crc32c(0, b + ATTRIBUTES_OFF, size - ATTRIBUTES_OFF)
+        if crc != load_u32(b + CRC_OFF):
+            raise _corrupt(f"record batch at offset {base_offset} has CRC "
+                           f"{load_u32(b + CRC_OFF):#010x} but its bytes give {crc:#010x}",
+                           CRC_OFF)
+    if attributes & CONTROL_FLAG:
+        raise ValueError(f"record batch at offset {base_offset} is a control batch: it holds "
+                         "no key/value records")
+    codec = attributes & CODEC_MASK
+    if codec == 0:
+        if <int64_t>count * MIN_RECORD_SIZE > size - HEADER_SIZE:
+            raise _corrupt(f"record batch claims {count} records in {size - HEADER_SIZE} bytes",
+                           RECORDS_COUNT_OFF)
+        start = b + HEADER_SIZE
+        end = b + size
+    else:
+        payload = decompress_records(codec, memoryview(owner)[HEADER_SIZE:size], 0)
+        start = <const uint8_t *>PyBytes_AS_STRING(payload)
+        end = start + PyBytes_GET_SIZE(payload)
+    out = KvPairs.__new__(KvPairs)
+    out.pairs = []
+    out.skipped = []
+    out.deletes = 0
+    out.records = 0
+    out.base_offset = base_offset
+    out.last_offset = base_offset + last_delta
+    _walk(out, b, start, end, payload is not None, base_offset, last_delta, count, from_offset,
+          max_key_size)
+    return out
+
+
+cdef int _walk(KvPairs out, const uint8_t *batch, const uint8_t *start, const uint8_t *end,
+               bint compressed, int64_t base_offset, int32_t last_delta, int32_t count,
+               int64_t from_offset, Py_ssize_t max_key_size) except -1:
+    cdef const uint8_t *p = start
+    cdef const uint8_t *q
+    cdef const uint8_t *rec_start
+    cdef const uint8_t *rec_end
+    cdef const uint8_t *kp
+    cdef int32_t length = 0, offset_delta = 0, klen = 0, vlen = 0, hcount = 0
+    cdef int32_t hklen = 0, hvlen = 0, i, h
+    cdef int32_t prev_delta = -1
+    cdef int64_t ts_delta, offset
+    cdef bint wanted
+    cdef list pairs = out.pairs
+    cdef object key, value
+    for i in range(count):
+        rec_start = p
+        q = read_varint(p, end, &length)
+        if q == NULL:
+            _bad(batch, start, p, compressed, base_offset, "truncated record length")
+        if length < MIN_RECORD_SIZE - 1 or length > end - q:
+            _bad(batch, start, p, compressed, base_offset,
+                 f"record length {length} does not fit in the batch ({end - q} bytes left)")
+        p = q
+        rec_end = p + length
+        p += 1  # attributes (unused)
+        p = read_varlong(p, rec_end, &ts_delta)
+        if p == NULL:
+            _bad(batch, start, rec_start, compressed, base_offset, "bad record timestamp delta")
+        q = read_varint(p, rec_end, &offset_delta)
+        if q == NULL:
+            _bad(batch, start, p, compressed, base_offset, "bad record offset delta")
+        if offset_delta <= prev_delta or offset_delta > last_delta:
+            _bad(batch, start, p, compressed, base_offset,
+                 f"record offset delta {offset_delta} is out of order (previous {prev_delta}, "
+                 f"last {last_delta})")
+        p = q
+        offset = base_offset + offset_delta
+        wanted = offset >= from_offset
+        q = read_varint(p, rec_end, &klen)
+        if q == NULL or klen < -1 or klen > rec_end - q:
+            _bad(batch, start, p, compressed, base_offset,
+                 "record key length does not fit in the record")
+        p = q
+        kp = p
+        if klen > 0:
+            p += klen
+        q = read_varint(p, rec_end, &vlen)
+        if q == NULL or vlen < -1 or vlen > rec_end - q:
+            _bad(batch, start, p, compressed, base_offset,
+                 "record value length does not fit in the record")
+        p = q
+        value = None
+        if vlen >= 0:
+            if wanted:
+                value = PyBytes_FromStringAndSize(<const char *>p, vlen)
+            p += vlen
+        q = read_varint(p, rec_end, &hcount)
+        if q == NULL or hcount < 0 or hcount > rec_end - q:
+            _bad(batch, start, p, compressed, base_offset, "bad record header count")
+        p = q
+        for h in range(hcount):
+            q = read_varint(p, rec_end, &hklen)
+            if q == NULL or hklen < 0 or hklen > rec_end - q:
+                _bad(batch, start, p, compressed, base_offset,
+                     "record header key length does not fit in the record")
+            p = q
+            if not _is_utf8(p, hklen):
+                _bad(batch, start, p, compressed, base_offset, "record header key is not UTF-8")
+            p += hklen
+            q = read_varint(p, rec_end, &hvlen)
+            if q == NULL or hvlen < -1 or hvlen > rec_end - q:
+                _bad(batch, start, p, compressed, base_offset,
+                     "record header value length does not fit in the record")
+            p = q + (hvlen if hvlen > 0 else 0)
+        if p != rec_end:
+            _bad(batch, start, rec_start, compressed, base_offset,
+                 f"record length {length} disagrees with its fields ({rec_end - p} bytes unread)")
+        p = rec_end
+        prev_delta = offset_delta
+        if not wanted:
+            continue
+        out.records += 1
+        if klen < 1 or klen > max_key_size:
+            out.skipped.append((offset, "a null key" if klen < 0 else
+                                f"a key of {klen} bytes (keys are 1..{max_key_size} bytes)"))
+            continue
+        key = PyBytes_FromStringAndSize(<const char *>kp, klen)
+        if value is None:
+            out.deletes += 1
+        pairs.append((key, value))
+    if p != end:
+        _bad(batch, start, p, compressed, base_offset,
+             f"{end - p} bytes follow the last of {count} records")
+    return 0
+
+
+cdef bint _is_utf8(const uint8_t *p, int32_t n):
+    """Header keys are strings (as the Record path decodes them): ASCII at C speed, anything
+    else through Python's UTF-8 decoder."""
+    cdef int32_t i
+    for i in range(n):
+        if p[i] >= 0x80:
+            try:
+                PyUnicode_DecodeUTF8(<const char *>p, n, NULL)
+            except UnicodeDecodeError:
+                return False
+            return True
+    return True
+
+
+cdef int _bad(const uint8_t *batch, const uint8_t *start, const uint8_t *at, bint compressed,
+              int64_t base_offset, str what) except -1:
+    if compressed:
+        raise _corrupt(f"record batch at offset {base_offset}: {what} (byte {at - start} of the "
+                       "decompressed records)", 0)
+    raise _corrupt(f"record batch at offset {base_offset}: {what}", at - batch)
