@@ -51,6 +51,35 @@ class LogClosedError(LogError):
     """An operation on a log that was closed."""
 
 
+class SnapshotError(LogError):
+    """Base class of the snapshot store's errors (``raftcore.snapshot``)."""
+
+
+class CorruptSnapshotError(SnapshotError, CorruptLogError):
+    """A snapshot file (or the ``.part`` file of one being written or received) that is not a
+    whole, sound snapshot: torn, a failing CRC, no header first or footer last, bytes after the
+    footer, the wrong size. ``path`` names the file and ``position`` the byte position in it
+    where the problem was found, when known."""
+
+    def __init__(self, message: str, path: str | None = None, position: int | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.position = position
+
+
+class SnapshotNotFoundError(SnapshotError, LookupError):
+    """No frozen snapshot with that id is in the store."""
+
+
+class SnapshotExistsError(SnapshotError):
+    """A snapshot with that id is already frozen in the store."""
+
+
+class SnapshotPositionError(SnapshotError, IndexError):
+    """A byte position outside a snapshot (a FetchSnapshot position at or past its size), or a
+    received chunk that does not start where the bytes received so far end."""
+
+
 class RaftInvariantError(RaftcoreError):
     """A message that only a bug could produce (two leaders in an epoch, a truncation below
     the high watermark, a high watermark moving back, an INVALID_REQUEST answer). The replica
