@@ -1,6 +1,9 @@
 """An in-memory ReplicatedLog for the simulation: the same batch bytes, the same epoch cache
 (native), the same rules as the segmented log, and a ``crash()`` that loses what was not
-flushed -- as a power failure would."""
+flushed -- as a power failure would. It keeps snapshots too (KIP-630, the
+:class:`~raftcore.raft.replicated_log.SnapshotLog` half), as bytes in Kafka's snapshot format
+(:mod:`raftcore.raft.memory_snapshot`); a frozen snapshot survives a crash, as a fsynced file
+would."""
 
 from __future__ import annotations
 
@@ -10,6 +13,12 @@ from typing import Any
 
 from raftcore._native.epoch_cache import EpochCache, EpochEndOffset
 from raftcore.errors import InvalidAppendError, OffsetOutOfRangeError
+from raftcore.raft.memory_snapshot import (
+    MemoryRawSnapshotWriter,
+    MemorySnapshotReader,
+    MemorySnapshotWriter,
+)
+from raftcore.raft.values import OffsetAndEpoch
 from raftcore.records import encode_batch, restamp_batches, scan_batches
 
 __all__ = ["InMemoryLog"]
@@ -29,6 +38,7 @@ class InMemoryLog:
         self._flushed = 0
         self._cache = EpochCache()
         self._timestamp_ms = timestamp_ms
+        self._snapshots: dict[OffsetAndEpoch, bytes] = {}  # frozen, by id
 
     # ---- state -------------------------------------------------------------------------------
 
@@ -43,7 +53,13 @@ class InMemoryLog:
     @property
     def last_fetched_epoch(self) -> int:
         epoch = self._cache.latest_epoch
-        return epoch if epoch >= 0 else 0
+        if epoch >= 0:
+            return epoch
+        # An empty log that starts at a snapshot: the snapshot's epoch (KAFKA-10761).
+        latest = self.latest_snapshot_id()
+        if latest is not None and latest.offset == self._start == self._end:
+            return latest.epoch
+        return 0
 
     @property
     def flushed_offset(self) -> int:
@@ -159,12 +175,101 @@ class InMemoryLog:
         return new_end
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Empty the log and start it at ``offset``; snapshots below it are forgotten."""
         self._batches.clear()
         self._bases.clear()
         self._lasts.clear()
         self._epochs.clear()
         self._start = self._end = self._flushed = offset
         self._cache.clear()
+        self._forget_snapshots_below(offset)
+
+    # ---- snapshots (KIP-630) ------------------------------------------------------------------
+
+    def latest_snapshot_id(self) -> OffsetAndEpoch | None:
+        return max(self._snapshots, key=_by_offset) if self._snapshots else None
+
+    def earliest_snapshot_id(self) -> OffsetAndEpoch | None:
+        return min(self._snapshots, key=_by_offset) if self._snapshots else None
+
+    def snapshot_ids(self) -> list[OffsetAndEpoch]:
+        return sorted(self._snapshots, key=_by_offset)
+
+    def create_new_snapshot(
+        self, snapshot_id: OffsetAndEpoch, *, last_contained_log_timestamp: int = 0
+    ) -> MemorySnapshotWriter | None:
+        """A writer for a snapshot of the state up to ``snapshot_id.offset`` (exclusive); None
+        below the log start offset or when it exists. Raises ValueError off a batch boundary
+        or with an epoch that is not the epoch of the record at ``offset - 1``."""
+        offset = snapshot_id.offset
+        if offset < self._start or snapshot_id in self._snapshots:
+            return None
+        if offset > self._end:
+            raise ValueError(f"snapshot {snapshot_id} is past the log end {self._end}")
+        i = bisect.bisect_left(self._lasts, offset - 1)
+        if i == len(self._lasts) or self._lasts[i] != offset - 1:
+            raise ValueError(f"snapshot {snapshot_id} does not end at a batch boundary")
+        if self._epochs[i] != snapshot_id.epoch:
+            raise ValueError(
+                f"snapshot {snapshot_id}: the record at {offset - 1} has epoch {self._epochs[i]}"
+            )
+        return MemorySnapshotWriter(
+            snapshot_id,
+            self._install_snapshot,
+            last_contained_log_timestamp=last_contained_log_timestamp,
+            timestamp_ms=self._timestamp_ms,
+        )
+
+    def create_new_snapshot_unchecked(
+        self, snapshot_id: OffsetAndEpoch
+    ) -> MemoryRawSnapshotWriter | None:
+        if snapshot_id in self._snapshots:
+            return None
+        return MemoryRawSnapshotWriter(snapshot_id, self._install_snapshot)
+
+    def _install_snapshot(self, snapshot_id: OffsetAndEpoch, data: bytes) -> None:
+        self._snapshots[snapshot_id] = data
+
+    def read_snapshot(self, snapshot_id: OffsetAndEpoch) -> MemorySnapshotReader | None:
+        data = self._snapshots.get(snapshot_id)
+        return None if data is None else MemorySnapshotReader(snapshot_id, data)
+
+    def delete_before_snapshot(self, snapshot_id: OffsetAndEpoch) -> bool:
+        """Advance the log start offset to ``snapshot_id.offset`` (Kafka's
+        deleteBeforeSnapshot): only to an existing snapshot, forward, and not past the latest
+        snapshot or the log end. Whole batches below it go, and the older snapshots."""
+        latest = self.latest_snapshot_id()
+        offset = snapshot_id.offset
+        if (
+            snapshot_id not in self._snapshots
+            or latest is None
+            or not self._start < offset <= min(latest.offset, self._end)
+        ):
+            return False
+        i = bisect.bisect_right(self._lasts, offset - 1)
+        del self._batches[:i], self._bases[:i], self._lasts[:i], self._epochs[:i]
+        self._start = offset
+        self._flushed = max(self._flushed, offset)
+        self._cache.truncate_from_start(offset)
+        self._forget_snapshots_below(offset)
+        return True
+
+    def truncate_to_latest_snapshot(self) -> bool:
+        """If the latest snapshot is ahead of the log, start the log at its end offset
+        (Kafka's truncateToLatestSnapshot)."""
+        latest = self.latest_snapshot_id()
+        if latest is None:
+            return False
+        epoch = self._cache.latest_epoch
+        epoch = epoch if epoch >= 0 else 0
+        if latest.epoch > epoch or (latest.epoch == epoch and latest.offset > self._end):
+            self.truncate_fully_and_start_at(latest.offset)
+            return True
+        return False
+
+    def _forget_snapshots_below(self, offset: int) -> None:
+        for sid in [s for s in self._snapshots if s.offset < offset]:
+            del self._snapshots[sid]
 
     # ---- durability --------------------------------------------------------------------------
 
@@ -183,5 +288,9 @@ class InMemoryLog:
     def __repr__(self) -> str:
         return (
             f"InMemoryLog(start={self._start}, end={self._end}, flushed={self._flushed}, "
-            f"epochs={self._cache.entries()})"
+            f"epochs={self._cache.entries()}, snapshots={self.snapshot_ids()})"
         )
+
+
+def _by_offset(snapshot_id: OffsetAndEpoch) -> tuple[int, int]:
+    return (snapshot_id.offset, snapshot_id.epoch)
