@@ -17,6 +17,11 @@ _KAFKA_NAMES = {
     "quorum.request.timeout.ms": "request_timeout_ms",
     "quorum.retry.backoff.ms": "retry_backoff_ms",
     "quorum.append.linger.ms": "append_linger_ms",
+    # KIP-630's names, and Kafka's metadata-log ones where KIP-630's were not kept.
+    "snapshot.minimum.records": "snapshot_min_records",
+    "metadata.log.max.record.bytes.between.snapshots": "snapshot_min_bytes",
+    "metadata.log.max.snapshot.interval.ms": "snapshot_interval_ms",
+    "max.replication.lag.ms": "max_replication_lag_ms",
 }
 
 
@@ -39,6 +44,13 @@ class QuorumConfig:
     - ``fetch_max_wait_ms`` (500) and ``fetch_max_bytes`` (8 MiB): the follower's fetch
       long-poll and size, Kafka's MAX_FETCH_WAIT_MS and MAX_FETCH_SIZE_BYTES.
     - ``cluster_id``: checked on every raft request (INCONSISTENT_CLUSTER_ID).
+    - Snapshots (KIP-630), all off (0) by default: the core raises ``Output.snapshot_due``
+      once the listener has read ``snapshot_min_records`` records, or ``snapshot_min_bytes``
+      bytes of batches, since the last snapshot, or ``snapshot_interval_ms`` has passed since
+      it with at least one record read.
+    - ``max_replication_lag_ms`` (30000, KIP-630's max.replication.lag.ms): the leader moves
+      its log start offset to its latest snapshot once every replica it tracks has fetched
+      past it, or once the snapshot is this old, whichever comes first.
     """
 
     voters: frozenset[int] = field(default_factory=frozenset)
@@ -51,6 +63,10 @@ class QuorumConfig:
     fetch_max_wait_ms: int = 500
     fetch_max_bytes: int = 8 << 20
     cluster_id: str = ""
+    snapshot_min_records: int = 0
+    snapshot_min_bytes: int = 0
+    snapshot_interval_ms: int = 0
+    max_replication_lag_ms: int = 30_000
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "voters", frozenset(int(v) for v in self.voters))
@@ -59,10 +75,21 @@ class QuorumConfig:
                 value = getattr(self, f.name)
                 if not isinstance(value, int) or value < 0:
                     raise ValueError(f"{f.name} must be a non-negative int, got {value!r}")
+        if not isinstance(self.snapshot_min_records, int) or self.snapshot_min_records < 0:
+            raise ValueError(
+                "snapshot_min_records must be a non-negative int, "
+                f"got {self.snapshot_min_records!r}"
+            )
         if self.fetch_timeout_ms == 0 or self.request_timeout_ms == 0:
             raise ValueError("fetch_timeout_ms and request_timeout_ms must be positive")
         if any(v < 0 for v in self.voters):
             raise ValueError(f"voter ids must be >= 0, got {sorted(self.voters)}")
+
+    @property
+    def snapshots_enabled(self) -> bool:
+        return bool(
+            self.snapshot_min_records or self.snapshot_min_bytes or self.snapshot_interval_ms
+        )
 
     @property
     def majority(self) -> int:

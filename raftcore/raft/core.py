@@ -10,7 +10,8 @@ are collaborators. The same inputs give the same outputs.
 
 The rules of each RPC live in their own module: :mod:`raftcore.raft.vote`,
 :mod:`raftcore.raft.begin_quorum_epoch`, :mod:`raftcore.raft.end_quorum_epoch`,
-:mod:`raftcore.raft.fetch`. Transitions live in :class:`QuorumState`, the passage of time
+:mod:`raftcore.raft.fetch`, :mod:`raftcore.raft.fetch_snapshot`; snapshot decisions in
+:mod:`raftcore.raft.snapshots`. Transitions live in :class:`QuorumState`, the passage of time
 state by state in :mod:`raftcore.raft.polling`, the listener's progress in
 :mod:`raftcore.raft.listener`.
 """
@@ -25,7 +26,14 @@ from typing import Any
 
 from raftcore.error_codes import Errors, error_name
 from raftcore.errors import RaftcoreError, RaftInvariantError
-from raftcore.raft import begin_quorum_epoch, end_quorum_epoch, fetch, polling, vote
+from raftcore.raft import (
+    begin_quorum_epoch,
+    end_quorum_epoch,
+    fetch,
+    fetch_snapshot,
+    polling,
+    vote,
+)
 from raftcore.raft.config import QuorumConfig
 from raftcore.raft.control_records import leader_change_record
 from raftcore.raft.listener import CommittedBatch, Listener, ListenerFeed
@@ -36,6 +44,8 @@ from raftcore.raft.messages import (
     EndQuorumEpochResponse,
     FetchRequest,
     FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
     Outbound,
     RaftRequest,
     RaftResponse,
@@ -47,6 +57,7 @@ from raftcore.raft.quorum_state import QuorumState
 from raftcore.raft.quorum_store import QuorumStateStore
 from raftcore.raft.replicated_log import ReplicatedLog
 from raftcore.raft.request_manager import RequestManager
+from raftcore.raft.snapshots import SnapshotManager
 from raftcore.raft.states import (
     EpochState,
     FollowerState,
@@ -54,7 +65,7 @@ from raftcore.raft.states import (
     ProspectiveState,
     ResignedState,
 )
-from raftcore.raft.values import LeaderAndEpoch
+from raftcore.raft.values import LeaderAndEpoch, OffsetAndEpoch
 
 __all__ = [
     "CommittedBatch",
@@ -87,11 +98,13 @@ class NotLeaderError(RaftcoreError):
 class Output:
     """What one call into the core produced: messages to send, when to poll next, and the
     verdicts on tracked appends (committed in their epoch, or failed: see
-    :mod:`raftcore.raft.pending`)."""
+    :mod:`raftcore.raft.pending`). ``snapshot_due``: time to take a snapshot
+    (``create_snapshot``, see :mod:`raftcore.raft.snapshots`)."""
 
     messages: list[Outbound] = field(default_factory=list)
     next_deadline: float = INF
     completions: list[AppendOutcome] = field(default_factory=list)
+    snapshot_due: bool = False
 
 
 @dataclass(slots=True)
@@ -132,8 +145,9 @@ class RaftCore:
             listener,
             log,
             self.quorum,
-            log.log_start_offset if listener_start_offset is None else listener_start_offset,
+            listener_start_offset,  # None: a new listener (it loads the latest snapshot)
         )
+        self.snapshots = SnapshotManager(self)
         self._outbox: list[Outbound] = []
         self._completions: list[AppendOutcome] = []
         self._append_token = 0
@@ -176,6 +190,7 @@ class RaftCore:
 
     def start(self, now: int) -> Output:
         """Read the stored state and start (Kafka's initialize)."""
+        self.snapshots.start(now)
         self.quorum.initialize(now)
         self._started = True
         return self._finish(now)
@@ -187,6 +202,12 @@ class RaftCore:
         kind = type(message)
         if kind is FetchRequest:
             fetch.handle_request(self, source, correlation_id, message, now)  # type: ignore[arg-type]
+        elif kind is FetchSnapshotRequest:
+            self._reply(
+                source,
+                correlation_id,
+                fetch_snapshot.handle_request(self, source, message, now),  # type: ignore[arg-type]
+            )
         elif kind is VoteRequest:
             self._reply(source, correlation_id, vote.handle_request(self, message, now))  # type: ignore[arg-type]
         elif kind is BeginQuorumEpochRequest:
@@ -281,6 +302,22 @@ class RaftCore:
         if epoch is not None and epoch != state.epoch:
             raise NotLeaderError(self.leader_and_epoch(), f"epoch {epoch} is not current")
         return state
+
+    # ---- snapshots (raftcore.raft.snapshots) ---------------------------------------------------
+
+    def create_snapshot(self, end_offset: int, now: int) -> Any:
+        """After ``Output.snapshot_due``: a writer for the state up to ``end_offset`` (the
+        listener's next offset), or None if that snapshot exists. Raises
+        InvalidSnapshotError for an offset the core refuses."""
+        return self.snapshots.create(end_offset, now)
+
+    def snapshot_frozen(self, snapshot_id: OffsetAndEpoch, now: int) -> Output:
+        self.snapshots.frozen(snapshot_id, now)
+        return self._finish(now)
+
+    def snapshot_abandoned(self, now: int) -> Output:
+        self.snapshots.abandoned(now)
+        return self._finish(now)
 
     def peer_unreachable(self, peer_id: int, now: int) -> Output:
         """The node could not connect to ``peer_id``: the connection was refused, so no process
@@ -433,6 +470,8 @@ class RaftCore:
         """After any transition: old requests no longer matter; a former leader fails the
         appends it had not seen committed and answers the fetches it held."""
         self.requests.reset()
+        if isinstance(old, FollowerState):
+            old.drop_snapshot_download()  # a new leader or epoch: the .part is discarded
         if isinstance(old, LeaderState):
             self._abandon_pending(old)
             parked, self._parked = self._parked, []
@@ -574,10 +613,13 @@ class RaftCore:
         if self._parked:
             self._complete_parked(now, expired_only=True)
             deadline = min(deadline, min(p.deadline for p in self._parked) if self._parked else INF)
-        deadline = min(deadline, self.requests.next_deadline())
+        deadline = min(deadline, self.requests.next_deadline(), self.snapshots.next_deadline(now))
         self._settle_pending()
         out = Output(
-            self._outbox, max(deadline, now + 1) if deadline != INF else INF, self._completions
+            self._outbox,
+            max(deadline, now + 1) if deadline != INF else INF,
+            self._completions,
+            self.snapshots.due(now),
         )
         self._outbox = []
         self._completions = []
@@ -589,6 +631,7 @@ class RaftCore:
 
 _RESPONSE_HANDLERS = {
     FetchResponse: fetch.handle_response,
+    FetchSnapshotResponse: fetch_snapshot.handle_response,
     VoteResponse: vote.handle_response,
     BeginQuorumEpochResponse: begin_quorum_epoch.handle_response,
     EndQuorumEpochResponse: end_quorum_epoch.handle_response,

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from raftcore.error_codes import Errors
 from raftcore.errors import CorruptRecordError, InvalidAppendError, RaftInvariantError
 from raftcore.produce_validation import check_well_formed
+from raftcore.raft import fetch_snapshot
 from raftcore.raft.messages import FetchRequest, FetchResponse
 from raftcore.raft.replicated_log import truncate_to_end_offset, validate_offset_and_epoch
 from raftcore.raft.states import FollowerState, LeaderState
@@ -193,19 +194,15 @@ def handle_response(core: RaftCore, source: int, response: FetchResponse, now: i
             diverging.offset,
         )
     elif response.snapshot_id is not None:
-        logger.warning(
-            "%s leader %d sent snapshot %r; snapshots are not supported yet",
-            core.prefix,
-            source,
-            response.snapshot_id,
-        )
-        return False
+        # KIP-630: the leader no longer holds what we need; download its snapshot first.
+        return fetch_snapshot.start_download(core, state, response.snapshot_id, source, now)
     else:
         records = response.records
         if len(records) > 0 and not _append(core, state, records, source):
             return False
         if response.high_watermark >= 0:
             state.update_high_watermark(min(response.high_watermark, log.end_offset))
+        core.snapshots.maybe_advance_as_follower(response.log_start_offset)
     state.reset_fetch_timeout(now)
     return True
 

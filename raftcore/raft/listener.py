@@ -2,13 +2,19 @@
 leader changes (Kafka's RaftClient.Listener and KafkaRaftClient.updateListenersProgress).
 
 :class:`ListenerFeed` is the core's side: it remembers how far the listener has read and which
-leader it was last told of, and hands it what the high watermark allows.
+leader it was last told of, and hands it what the high watermark allows. With snapshots
+(KIP-630, Kafka's updateListenersProgress) it first loads the latest snapshot into a listener
+that is new (no start offset given) when one exists, or whose next offset fell below the log
+start offset (a snapshot was installed from the leader), and goes on with the batches from the
+snapshot's end offset.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from raftcore.errors import RaftcoreError
+from raftcore.raft.replicated_log import snapshot_log
 from raftcore.raft.states import LeaderState
 from raftcore.raft.values import LeaderAndEpoch
 from raftcore.records import (
@@ -85,6 +91,11 @@ class Listener(Protocol):
     offsets still advance). ``handle_leader_change`` is called at most once per epoch; on the
     leader only after the listener has read everything committed before the epoch began, so
     the application sees the whole committed state before it writes as leader (KAFKA-15345).
+
+    With snapshots the listener also needs ``handle_load_snapshot(reader)`` (Kafka's
+    handleLoadSnapshot): the reader's state replaces all earlier state, and the next batches
+    start at ``reader.snapshot_id.offset``. A listener without it on a log whose start moved
+    past it is an error (:class:`RaftcoreError`).
     """
 
     def handle_commit(self, batches: list[CommittedBatch]) -> None: ...
@@ -96,17 +107,57 @@ class ListenerFeed:
     """How far the listener has read (``next_offset``) and what it was told last."""
 
     def __init__(
-        self, listener: Listener | None, log: ReplicatedLog, quorum: QuorumState, next_offset: int
+        self,
+        listener: Listener | None,
+        log: ReplicatedLog,
+        quorum: QuorumState,
+        next_offset: int | None,
     ) -> None:
+        """``next_offset`` None: a new listener (it loads the latest snapshot if there is one,
+        else starts at the log start offset)."""
         self.listener = listener
         self.log = log
         self.quorum = quorum
-        self.next_offset = next_offset
+        self.next_offset = log.log_start_offset if next_offset is None else next_offset
+        self._fresh = next_offset is None
+        self.bytes_read = 0  # bytes of batches handed on (the snapshot_min_bytes trigger)
+        self.snapshots_loaded = 0
         # Set by a listener that cannot take more now (it applies off the caller's thread and
         # its backlog is full): delivery stops where it is and resumes from there (Kafka hands
         # a listener its next batch only once it has closed the last one).
         self.paused = False
         self._last_fired = LeaderAndEpoch(None, 0)
+
+    def _maybe_load_snapshot(self, hw: int) -> None:
+        """Kafka's rule: below the high watermark, a new listener loads the latest snapshot
+        if there is one, and so does a listener whose next offset is below the log start."""
+        if self.next_offset >= hw:
+            return  # a new listener stays new until there is something to read
+        fresh, self._fresh = self._fresh, False
+        log = snapshot_log(self.log)
+        below = self.next_offset < self.log.log_start_offset
+        if log is None or not (fresh or below):
+            return
+        latest = log.latest_snapshot_id()
+        if latest is None:
+            if below:
+                raise RaftcoreError(
+                    f"listener at offset {self.next_offset} is below the log start offset "
+                    f"{self.log.log_start_offset} and there is no snapshot to load"
+                )
+            return
+        load: Any = getattr(self.listener, "handle_load_snapshot", None)
+        if load is None:
+            raise RaftcoreError(
+                f"the listener must load snapshot {latest} (its next offset {self.next_offset}, "
+                f"log start {self.log.log_start_offset}) but has no handle_load_snapshot"
+            )
+        reader = log.read_snapshot(latest)
+        if reader is None:
+            raise RaftcoreError(f"snapshot {latest} vanished before the listener loaded it")
+        load(reader)
+        self.next_offset = latest.offset
+        self.snapshots_loaded += 1
 
     def maybe_fire_leader_change(self) -> None:
         if self.listener is None:
@@ -132,6 +183,12 @@ class ListenerFeed:
         if listener is None:
             return
         hw = self.quorum.state.high_watermark
+        if (
+            hw is not None
+            and not self.paused
+            and (self._fresh or self.next_offset < self.log.log_start_offset)
+        ):
+            self._maybe_load_snapshot(hw)
         while hw is not None and self.next_offset < hw and not self.paused:
             # A copy: the batches handed out may outlive the log's mapped view (a truncation,
             # a closed segment); copying is cheap, decoding the records is left to the listener.
@@ -145,6 +202,7 @@ class ListenerFeed:
                 if not batch.is_control:
                     committed.append(CommittedBatch(batch, next_offset))
                 next_offset = batch.last_offset + 1
+                self.bytes_read += batch.size_in_bytes
             if next_offset == self.next_offset:
                 break  # nothing readable (should not happen below the high watermark)
             self.next_offset = next_offset

@@ -5,6 +5,8 @@ Kafka's message specs; the network layer maps them to and from the wire).
 - Fetch (1) with the KRaft fields: the follower's pull, which also acknowledges
   (FetchOffset is how far the follower's log is durable) and carries divergence
   (DivergingEpoch) and leader discovery (CurrentLeader) back.
+- FetchSnapshot (59), KIP-630: a follower the leader answered with a SnapshotId downloads
+  that snapshot in chunks before it fetches again.
 
 Requests and responses travel with a correlation id and the sender's id, outside the value.
 """
@@ -23,6 +25,8 @@ __all__ = [
     "EndQuorumEpochResponse",
     "FetchRequest",
     "FetchResponse",
+    "FetchSnapshotRequest",
+    "FetchSnapshotResponse",
     "Outbound",
     "RaftRequest",
     "RaftResponse",
@@ -136,8 +140,49 @@ class FetchResponse:
         return self.error_code == Errors.NONE
 
 
-RaftRequest = VoteRequest | BeginQuorumEpochRequest | EndQuorumEpochRequest | FetchRequest
-RaftResponse = VoteResponse | BeginQuorumEpochResponse | EndQuorumEpochResponse | FetchResponse
+_NO_SNAPSHOT = OffsetAndEpoch(-1, -1)
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSnapshotRequest:
+    """A follower asks the leader for ``max_bytes`` of snapshot ``snapshot_id`` from byte
+    ``position`` (the bytes it holds so far)."""
+
+    cluster_id: str | None
+    replica_id: int
+    current_leader_epoch: int
+    snapshot_id: OffsetAndEpoch
+    position: int
+    max_bytes: int = 8 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSnapshotResponse:
+    """The leader's chunk: ``data`` is the snapshot's bytes from ``position`` (cut anywhere,
+    Kafka's UnalignedRecords); ``size`` is the whole snapshot's size in bytes."""
+
+    error_code: int
+    current_leader: LeaderAndEpoch
+    snapshot_id: OffsetAndEpoch = _NO_SNAPSHOT
+    size: int = -1
+    position: int = -1
+    data: bytes | memoryview = b""
+
+
+RaftRequest = (
+    VoteRequest
+    | BeginQuorumEpochRequest
+    | EndQuorumEpochRequest
+    | FetchRequest
+    | FetchSnapshotRequest
+)
+RaftResponse = (
+    VoteResponse
+    | BeginQuorumEpochResponse
+    | EndQuorumEpochResponse
+    | FetchResponse
+    | FetchSnapshotResponse
+)
 
 
 @dataclass(slots=True)

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from raftcore.raft import begin_quorum_epoch, end_quorum_epoch, fetch, vote
+from raftcore.raft import begin_quorum_epoch, end_quorum_epoch, fetch, fetch_snapshot, vote
 from raftcore.raft.states import (
     CandidateState,
     EpochState,
@@ -59,6 +59,7 @@ def _poll_leader(core: RaftCore, state: LeaderState, now: int) -> float:
         return now
     if state.update_local_state(core.log.flushed_offset, now):
         core.on_high_watermark_changed(now)
+    core.snapshots.maybe_advance_as_leader(state, now)
     core.feed.maybe_fire_leader_change()
     if state.begin_quorum_due(now):
         for voter in sorted(state.voters):
@@ -117,7 +118,10 @@ def _poll_follower(core: RaftCore, state: FollowerState, now: int) -> float:
         # An observer never stands; it asks a voter who leads now (a new leader does not
         # tell observers), while still trying the leader it knows.
         _discover_leader(core, now)
-    if core.requests.is_ready(state.leader, now):
+    if core.requests.is_ready(state.leader, now) and state.fetching_snapshot is not None:
+        # KIP-630: a snapshot download pauses fetching; it acknowledges nothing.
+        core.send_request(state.leader, fetch_snapshot.build_request(core, state), now)
+    elif core.requests.is_ready(state.leader, now):
         request = fetch.build_request(core, state)
         # The fetch offset acknowledges the log up to it: send only once it is durable
         # (KAFKA-10533; every replica flushes, KAFKA-13884).

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from raftcore.errors import RaftInvariantError
 from raftcore.raft.states.base import EpochState
 from raftcore.raft.values import ElectionState
@@ -25,6 +27,9 @@ class FollowerState(EpochState):
         # The leader told it that it resigned (EndQuorumEpoch): pre-votes may be granted again
         # (Kafka PR #23168, KAFKA-20895, open).
         self.leader_resigned = False
+        # KIP-630: the snapshot being downloaded from this leader (a RawSnapshotWriter); while
+        # it lasts the follower sends FetchSnapshot instead of Fetch. It dies with this state.
+        self.fetching_snapshot: Any = None
 
     @property
     def leader_id(self) -> int | None:
@@ -59,6 +64,12 @@ class FollowerState(EpochState):
         changed = high_watermark != self.high_watermark
         self.high_watermark = high_watermark
         return changed
+
+    def drop_snapshot_download(self) -> None:
+        """Forget the download in progress (its partial bytes are discarded)."""
+        writer, self.fetching_snapshot = self.fetching_snapshot, None
+        if writer is not None:
+            writer.discard()
 
     def __repr__(self) -> str:
         return f"Follower(epoch={self.epoch}, leader={self.leader}, hw={self.high_watermark})"

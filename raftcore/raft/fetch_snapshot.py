@@ -1,0 +1,210 @@
+"""FetchSnapshot (KIP-630): the rules of both ends.
+
+A leader answers a fetch it cannot serve from its log (below its log start offset, or a
+position its log no longer holds, see ``validate_offset_and_epoch``) with the id of its latest
+snapshot. The follower then downloads that snapshot in chunks and fetches again from its end.
+
+On the leader, a FetchSnapshot is validated in order: the cluster id; the leader-only epoch
+checks (FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER); a snapshot it does
+not hold, or the bootstrap id (0, 0), is SNAPSHOT_NOT_FOUND; a position outside the snapshot
+is POSITION_OUT_OF_RANGE; otherwise the answer is at most ``max_bytes`` from ``position``. A
+valid request keeps the leader's quorum alive and the replica's liveness like a fetch, but
+acknowledges nothing.
+
+On the follower: a FetchResponse with a SnapshotId starts a download (kept on the
+FollowerState, so a new leader or epoch drops it); while it lasts the follower sends
+FetchSnapshot(position = bytes held) instead of Fetch. An answer for another snapshot or
+position, SNAPSHOT_NOT_FOUND or POSITION_OUT_OF_RANGE drops the download and the follower
+fetches again. When it holds ``size`` bytes it freezes the download, which verifies the whole
+snapshot first: a torn or corrupted download is discarded, never installed, and the follower
+starts over. Then the log starts at the snapshot (``install_snapshot``), the high watermark
+rises to the snapshot's end (Kafka's updateFollowerHighWatermark after the full truncation),
+and the listener loads the snapshot (:mod:`raftcore.raft.listener`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from raftcore.error_codes import Errors
+from raftcore.errors import CorruptSnapshotError
+from raftcore.raft.messages import FetchSnapshotRequest, FetchSnapshotResponse
+from raftcore.raft.replicated_log import install_snapshot, snapshot_log
+from raftcore.raft.states import FollowerState, LeaderState
+from raftcore.raft.values import OffsetAndEpoch
+
+if TYPE_CHECKING:
+    from raftcore.raft.core import RaftCore
+
+logger = logging.getLogger(__name__)
+
+BOOTSTRAP_SNAPSHOT_ID = OffsetAndEpoch(0, 0)
+
+
+# ---- the leader's answer ----------------------------------------------------------------------
+
+
+def _answer(core: RaftCore, error: int, **fields: object) -> FetchSnapshotResponse:
+    return FetchSnapshotResponse(
+        error_code=error,
+        current_leader=core.quorum.leader_and_epoch(),
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def handle_request(core: RaftCore, source: int, request: FetchSnapshotRequest, now: int):
+    """The leader's answer to a FetchSnapshot (a FetchSnapshotResponse)."""
+    if not core.has_valid_cluster_id(request.cluster_id):
+        return _answer(core, Errors.INCONSISTENT_CLUSTER_ID)
+    error = core.validate_leader_only_request(request.current_leader_epoch)
+    if error is not None:
+        return _answer(core, error)
+    state = core.quorum.state
+    assert isinstance(state, LeaderState)
+    sid = request.snapshot_id
+    log = snapshot_log(core.log)
+    reader = None
+    if log is not None and sid != BOOTSTRAP_SNAPSHOT_ID and sid.offset > 0:
+        reader = log.read_snapshot(sid)
+    if reader is None:
+        return _answer(core, Errors.SNAPSHOT_NOT_FOUND, snapshot_id=sid)
+    size = reader.size
+    if request.position < 0 or request.position >= size:
+        return _answer(core, Errors.POSITION_OUT_OF_RANGE, snapshot_id=sid, size=size)
+    if request.max_bytes < 1:
+        return _answer(core, Errors.INVALID_REQUEST)
+    # A valid request keeps the quorum alive (voters only: the state knows who counts) and
+    # the replica live, as a fetch does; it acknowledges nothing.
+    state.update_check_quorum(request.replica_id, now)
+    if request.replica_id >= 0 and request.replica_id != core.node_id:
+        replica = state.replica(request.replica_id)
+        replica.last_fetch_ms = max(replica.last_fetch_ms, now)
+    length = min(request.max_bytes, size - request.position)
+    return _answer(
+        core,
+        Errors.NONE,
+        snapshot_id=sid,
+        size=size,
+        position=request.position,
+        data=bytes(reader.slice(request.position, length)),
+    )
+
+
+# ---- the follower -----------------------------------------------------------------------------
+
+
+def build_request(core: RaftCore, state: FollowerState) -> FetchSnapshotRequest:
+    writer = state.fetching_snapshot
+    return FetchSnapshotRequest(
+        cluster_id=core.config.cluster_id,
+        replica_id=core.node_id,
+        current_leader_epoch=state.epoch,
+        snapshot_id=writer.snapshot_id,
+        position=writer.size,
+        max_bytes=core.config.fetch_max_bytes,
+    )
+
+
+def start_download(
+    core: RaftCore, state: FollowerState, snapshot_id: OffsetAndEpoch, source: int, now: int
+) -> bool:
+    """The leader answered a fetch with ``snapshot_id``: download it (or, if this replica
+    already holds it, start the log there at once)."""
+    log = snapshot_log(core.log)
+    if log is None or snapshot_id.offset <= 0 or snapshot_id.epoch < 0:
+        logger.error(
+            "%s leader %d sent snapshot id %r, which this replica cannot fetch",
+            core.prefix,
+            source,
+            snapshot_id,
+        )
+        return False
+    state.drop_snapshot_download()
+    writer = log.create_new_snapshot_unchecked(snapshot_id)
+    if writer is None:  # already held (a download frozen earlier)
+        _installed(core, state, snapshot_id, source)
+    else:
+        state.fetching_snapshot = writer
+        logger.info("%s fetching snapshot %r from leader %d", core.prefix, snapshot_id, source)
+    state.reset_fetch_timeout(now)
+    return True
+
+
+def handle_response(core: RaftCore, source: int, response: FetchSnapshotResponse, now: int) -> bool:
+    leader = response.current_leader
+    handled = core.maybe_handle_common_response(
+        response.error_code, -1 if leader.leader_id is None else leader.leader_id, leader.epoch, now
+    )
+    if handled is not None:
+        return handled
+    state = core.quorum.state
+    if not isinstance(state, FollowerState) or state.leader != source:
+        return True
+    writer = state.fetching_snapshot
+    error = response.error_code
+    if writer is None:
+        return True  # the download was dropped meanwhile
+    if error in (Errors.SNAPSHOT_NOT_FOUND, Errors.POSITION_OUT_OF_RANGE) or (
+        error == Errors.NONE
+        and (response.snapshot_id != writer.snapshot_id or response.position != writer.size)
+    ):
+        # The leader moved on (deleted the snapshot) or the chunk is not the one asked for:
+        # start over with a fetch, which names the snapshot to get now.
+        logger.info(
+            "%s dropping the download of snapshot %r from %d (error %d, answer for %r at %d)",
+            core.prefix,
+            writer.snapshot_id,
+            source,
+            error,
+            response.snapshot_id,
+            response.position,
+        )
+        state.drop_snapshot_download()
+        state.reset_fetch_timeout(now)
+        return True
+    if error != Errors.NONE:
+        logger.info("%s fetch snapshot from %d failed: %d", core.prefix, source, error)
+        return False
+    writer.append(response.data)
+    if writer.size >= response.size:
+        state.fetching_snapshot = None
+        snapshot_id = writer.snapshot_id
+        try:
+            if writer.size != response.size:
+                writer.discard()
+                raise CorruptSnapshotError(
+                    f"snapshot {snapshot_id}: {writer.size} bytes received, the leader "
+                    f"announced {response.size}"
+                )
+            writer.freeze()  # verifies the whole snapshot before it is installed
+        except CorruptSnapshotError as exc:
+            logger.error(
+                "%s refusing snapshot %r from leader %d: %s", core.prefix, snapshot_id, source, exc
+            )
+            core.snapshots.refused += 1
+            state.reset_fetch_timeout(now)
+            return True  # nothing installed; the next fetch starts over
+        _installed(core, state, snapshot_id, source)
+    state.reset_fetch_timeout(now)
+    return True
+
+
+def _installed(
+    core: RaftCore, state: FollowerState, snapshot_id: OffsetAndEpoch, source: int
+) -> None:
+    log = snapshot_log(core.log)
+    assert log is not None
+    truncated = install_snapshot(log, snapshot_id)
+    hw = state.high_watermark
+    if hw is None or hw < snapshot_id.offset:
+        # Everything below the snapshot's end is committed (KAFKA-9491).
+        state.update_high_watermark(snapshot_id.offset)
+    core.snapshots.on_snapshot_installed(snapshot_id)
+    logger.info(
+        "%s installed snapshot %r from leader %d%s",
+        core.prefix,
+        snapshot_id,
+        source,
+        "; the log starts there" if truncated else "",
+    )

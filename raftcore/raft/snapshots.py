@@ -1,0 +1,218 @@
+"""Snapshots in the core (KIP-630): when to take one, checking the one the driver takes, and
+when the log start offset may move. Every decision is here, in the pure core, with time
+passed in, so the simulation drives it.
+
+Taking a snapshot is a handshake with the driver (the node, or the simulation):
+
+1. The core raises ``Output.snapshot_due`` when the listener has read enough since the last
+   snapshot (``snapshot_min_records`` records or ``snapshot_min_bytes`` bytes, or
+   ``snapshot_interval_ms`` with at least one record) -- one at a time: no flag while a
+   snapshot is being written.
+2. The driver calls ``core.create_snapshot(end_offset, now)`` with the offset its state
+   machine has applied up to (the listener's next offset). The core checks it: that offset,
+   at a batch boundary, at or below the high watermark, past the latest snapshot; the id's
+   epoch is the epoch of the record at ``end_offset - 1``. It returns a writer (or None when
+   the snapshot exists already).
+3. The driver writes its state into the writer, freezes it, and calls
+   ``core.snapshot_frozen(snapshot_id, now)`` -- or ``core.snapshot_abandoned(now)``.
+
+The log start offset (seed 003, KIP-630): the leader moves it to its latest snapshot only
+when every replica it tracks (voters, and observers that fetched) has fetched at least that
+offset, or when the snapshot has been known for ``max_replication_lag_ms`` (the snapshot's
+age stands for the age of the offset: it is never older than its last record). A follower
+moves its own to the newest snapshot it holds at or below the log start offset the leader
+reports.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from raftcore.errors import RaftcoreError
+from raftcore.raft.replicated_log import snapshot_log
+from raftcore.raft.states import LeaderState
+from raftcore.raft.values import OffsetAndEpoch
+
+if TYPE_CHECKING:
+    from raftcore.raft.core import RaftCore
+
+__all__ = ["InvalidSnapshotError", "SnapshotManager"]
+
+logger = logging.getLogger(__name__)
+
+INF = float("inf")
+
+
+class InvalidSnapshotError(RaftcoreError, ValueError):
+    """A snapshot the core refuses to create: not at the listener's offset, past the high
+    watermark, not past the latest snapshot, or not at a batch boundary."""
+
+
+class SnapshotManager:
+    """The core's snapshot bookkeeping. Lives as long as the core (a restart starts over)."""
+
+    def __init__(self, core: RaftCore, now_hint: int = 0) -> None:
+        self.core = core
+        self.config = core.config
+        self.log = snapshot_log(core.log)
+        if self.config.snapshots_enabled and self.log is None:
+            raise RaftcoreError(
+                f"{core.prefix} snapshots are configured but {type(core.log).__name__} keeps none"
+            )
+        self.writer: Any = None
+        self.last_snapshot_ms: int | None = None
+        self.bytes_at_last = 0
+        # When the latest snapshot became known to this core (the lag rule's clock).
+        self._latest: OffsetAndEpoch | None = None
+        self._latest_since = 0
+        # Snapshots this core knows of at or above the log start (a follower moves its log
+        # start to one of them).
+        self._known: list[OffsetAndEpoch] = []
+        self.taken = self.installed = self.log_start_moves = self.refused = 0
+
+    def start(self, now: int) -> None:
+        self.last_snapshot_ms = now
+        if self.log is not None:
+            self.log.truncate_to_latest_snapshot()  # a snapshot ahead of the log after a crash
+            for sid in (self.log.earliest_snapshot_id(), self.log.latest_snapshot_id()):
+                self._remember(sid)
+
+    def _remember(self, sid: OffsetAndEpoch | None) -> None:
+        if sid is not None and sid not in self._known:
+            self._known.append(sid)
+            self._known.sort(key=lambda s: s.offset)
+
+    # ---- taking a snapshot --------------------------------------------------------------------
+
+    def _base_offset(self) -> int:
+        latest = self.log.latest_snapshot_id() if self.log is not None else None
+        return latest.offset if latest is not None else 0
+
+    def due(self, now: int) -> bool:
+        """Raise ``Output.snapshot_due``? Only with snapshots on and none being written."""
+        cfg = self.config
+        if self.writer is not None or not cfg.snapshots_enabled or self.core.listener is None:
+            return False
+        feed = self.core.feed
+        hw = self.core.high_watermark
+        read = feed.next_offset - self._base_offset()
+        if hw is None or read <= 0 or feed.next_offset > hw:
+            return False
+        if cfg.snapshot_min_records and read >= cfg.snapshot_min_records:
+            return True
+        if (
+            cfg.snapshot_min_bytes
+            and feed.bytes_read - self.bytes_at_last >= cfg.snapshot_min_bytes
+        ):
+            return True
+        last = self.last_snapshot_ms if self.last_snapshot_ms is not None else now
+        return bool(cfg.snapshot_interval_ms) and now - last >= cfg.snapshot_interval_ms
+
+    def next_deadline(self, now: int) -> float:
+        cfg = self.config
+        deadline = INF
+        if cfg.snapshot_interval_ms and self.writer is None and self.last_snapshot_ms is not None:
+            deadline = self.last_snapshot_ms + cfg.snapshot_interval_ms
+        if (
+            self._latest is not None
+            and self.log is not None
+            and isinstance(self.core.quorum.state, LeaderState)
+            and self._latest.offset > self.core.log.log_start_offset
+        ):
+            deadline = min(deadline, self._latest_since + cfg.max_replication_lag_ms)
+        return deadline
+
+    def create(self, end_offset: int, now: int) -> Any:
+        """Check the driver's snapshot and return a writer for it (None if it exists)."""
+        if self.log is None:
+            raise InvalidSnapshotError(f"{self.core.prefix} this log keeps no snapshots")
+        if self.writer is not None:
+            raise InvalidSnapshotError(
+                f"{self.core.prefix} snapshot {self.writer.snapshot_id} is still being written"
+            )
+        feed = self.core.feed
+        hw = self.core.high_watermark
+        if end_offset != feed.next_offset:
+            raise InvalidSnapshotError(
+                f"{self.core.prefix} snapshot at {end_offset}, but the listener has read up to "
+                f"{feed.next_offset}"
+            )
+        if hw is None or end_offset > hw:
+            raise InvalidSnapshotError(
+                f"{self.core.prefix} snapshot at {end_offset} is past the high watermark {hw}"
+            )
+        if end_offset <= self._base_offset():
+            raise InvalidSnapshotError(
+                f"{self.core.prefix} snapshot at {end_offset} is not past the latest "
+                f"{self.log.latest_snapshot_id()}"
+            )
+        epoch = self.log.epoch_for_offset(end_offset - 1)
+        try:
+            writer = self.log.create_new_snapshot(OffsetAndEpoch(end_offset, epoch))
+        except ValueError as exc:
+            raise InvalidSnapshotError(f"{self.core.prefix} {exc}") from None
+        self.writer = writer
+        return writer
+
+    def frozen(self, snapshot_id: OffsetAndEpoch, now: int) -> None:
+        writer = self.writer
+        if writer is None or writer.snapshot_id != snapshot_id:
+            raise InvalidSnapshotError(
+                f"{self.core.prefix} snapshot {snapshot_id} was not the one being written "
+                f"({None if writer is None else writer.snapshot_id})"
+            )
+        self.writer = None
+        self.last_snapshot_ms = now
+        self.bytes_at_last = self.core.feed.bytes_read
+        self.taken += 1
+        self._remember(snapshot_id)
+        logger.info("%s snapshot %r frozen", self.core.prefix, snapshot_id)
+
+    def abandoned(self, now: int) -> None:
+        self.writer = None
+        self.last_snapshot_ms = now  # the interval trigger waits a whole interval again
+
+    def on_snapshot_installed(self, snapshot_id: OffsetAndEpoch) -> None:
+        self.installed += 1
+        self._remember(snapshot_id)
+
+    # ---- the log start offset -----------------------------------------------------------------
+
+    def maybe_advance_as_leader(self, state: LeaderState, now: int) -> None:
+        """Seed 003: move the log start to the latest snapshot once every tracked replica has
+        fetched past it, or once the snapshot is ``max_replication_lag_ms`` old."""
+        log = self.log
+        if log is None:
+            return
+        latest = log.latest_snapshot_id()
+        if latest != self._latest:
+            self._latest, self._latest_since = latest, now
+        if latest is None or latest.offset <= self.core.log.log_start_offset:
+            return
+        hw = state.high_watermark
+        if hw is None or latest.offset > hw:
+            return
+        replicas = [s for v, s in state.voter_states.items() if v != state.local_id]
+        replicas.extend(state.observer_states.values())
+        caught_up = all(
+            r.end_offset is not None and r.end_offset >= latest.offset for r in replicas
+        )
+        if caught_up or now - self._latest_since >= self.config.max_replication_lag_ms:
+            self._move_log_start(latest, "every replica has it" if caught_up else "lag expired")
+
+    def maybe_advance_as_follower(self, leader_log_start: int) -> None:
+        """Move the log start to the newest snapshot held at or below the leader's."""
+        log = self.log
+        if log is None or leader_log_start <= self.core.log.log_start_offset:
+            return
+        candidates = [s for s in self._known if s.offset <= leader_log_start]
+        if candidates:
+            self._move_log_start(candidates[-1], f"the leader's log starts at {leader_log_start}")
+
+    def _move_log_start(self, sid: OffsetAndEpoch, reason: str) -> None:
+        assert self.log is not None
+        if self.log.delete_before_snapshot(sid):
+            self.log_start_moves += 1
+            self._known = [s for s in self._known if s.offset >= sid.offset]
+            logger.info("%s log start offset -> %d (%s)", self.core.prefix, sid.offset, reason)
