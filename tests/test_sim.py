@@ -22,6 +22,9 @@ PLANTS = [
     "ack-before-flush",
     "forget-vote",
     "ack-on-offset-alone",
+    "install-unverified",
+    "serve-below-lso",
+    "listener-skips-snapshot",
 ]
 PLANT_SEEDS = int(os.environ.get("RAFTCORE_PLANT_SEEDS", "3000"))
 

@@ -18,19 +18,23 @@ import time
 from raftcore.sim.cluster import Scenario, SimResult, Simulation
 
 
-def _run_one(args: tuple[int, int, int | None, str | None, bool]) -> SimResult:
-    seed, voters, observers, plant, trace = args
+def _run_one(args: tuple[int, int, int | None, str | None, bool, str]) -> SimResult:
+    seed, voters, observers, plant, trace, snapshots = args
     if plant:
         from raftcore.sim import plants
 
         plants.apply(plant)
-    return Simulation(Scenario.from_seed(seed, voters, observers), trace=trace).run()
+    return Simulation(Scenario.from_seed(seed, voters, observers, snapshots), trace=trace).run()
 
 
-def replay_command(seed: int, voters: int, observers: int | None, plant: str | None) -> str:
+def replay_command(
+    seed: int, voters: int, observers: int | None, plant: str | None, snapshots: str = "seeded"
+) -> str:
     cmd = f"python -m raftcore.sim --nodes {voters} --seeds 1 --start-seed {seed} --trace"
     if observers is not None:
         cmd += f" --observers {observers}"
+    if snapshots != "seeded":
+        cmd += f" --snapshots {snapshots}"
     if plant:
         cmd += f" --plant {plant}"
     return cmd
@@ -58,6 +62,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="run against a deliberately broken core (see raftcore.sim.plants)",
     )
+    parser.add_argument(
+        "--snapshots",
+        choices=["seeded", "on", "off"],
+        default="seeded",
+        help="KIP-630 snapshots: drawn per seed (3 in 4 runs), always, or never (off: every "
+        "seed runs as before snapshots existed)",
+    )
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     # The simulated network reorders and duplicates; the cores log what they survive.
@@ -66,12 +77,14 @@ def main(argv: list[str] | None = None) -> int:
     if any(n < 1 for n in sizes) or args.seeds < 1:
         parser.error("--nodes and --seeds must be positive")
     jobs = [
-        (seed, sizes[i % len(sizes)], args.observers, args.plant, args.trace)
+        (seed, sizes[i % len(sizes)], args.observers, args.plant, args.trace, args.snapshots)
         for i, seed in enumerate(range(args.start_seed, args.start_seed + args.seeds))
     ]
     started = time.perf_counter()
     events = done = 0
     outcomes = {"acknowledged": 0, "failed": 0, "indeterminate": 0}
+    snapshot_runs = 0
+    snapshots: dict[str, int] = {}
     if args.plant:
         from raftcore.sim import plants
 
@@ -84,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
             events += result.events
             for kind, count in result.outcomes.items():
                 outcomes[kind] = outcomes.get(kind, 0) + count
+            if result.snapshots:
+                snapshot_runs += 1
+                for kind, count in result.snapshots.items():
+                    snapshots[kind] = snapshots.get(kind, 0) + count
             if args.trace:
                 print("\n".join(result.trace))
             if not result.ok:
@@ -96,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 for line in result.trace[-40:]:
                     print("  " + line)
-                print(f"replay: {replay_command(seed, voters, args.observers, args.plant)}")
+                command = replay_command(seed, voters, args.observers, args.plant, args.snapshots)
+                print(f"replay: {command}")
                 return 1
             if not args.quiet and done % 100 == 0:
                 rate = done / (time.perf_counter() - started)
@@ -110,6 +128,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.start_seed + done - 1}), {events} events, {elapsed:.1f} s; appends "
         + ", ".join(f"{count} {kind}" for kind, count in outcomes.items())
     )
+    if snapshot_runs:
+        print(
+            f"snapshots in {snapshot_runs} runs: "
+            + ", ".join(f"{count} {kind}" for kind, count in snapshots.items())
+        )
     return 0
 
 

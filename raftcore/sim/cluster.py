@@ -9,6 +9,7 @@ duplication, partitions that come and go, crash-restarts, slow disks. The invari
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import logging
 import random
@@ -27,6 +28,7 @@ from raftcore.raft import (
     QuorumConfig,
     RaftCore,
 )
+from raftcore.raft.messages import FetchSnapshotResponse
 from raftcore.raft.states import LeaderState
 from raftcore.sim.invariants import Invariants, Violation
 
@@ -60,9 +62,17 @@ class Scenario:
     heal_ms: int = 30_000
     append_every_ms: int = 40
     records_per_append: int = 3
+    # KIP-630: snapshots every this many offsets (0: off), the leader's replication lag
+    # before it moves its log start past a lagging replica, and the share of FetchSnapshot
+    # chunks the nemesis corrupts (a flipped byte, or a torn end announced as the whole).
+    snapshot_every: int = 0
+    max_replication_lag_ms: int = 30_000
+    corrupt_snapshot_chunk: float = 0.0
 
     @classmethod
-    def from_seed(cls, seed: int, voters: int, observers: int | None = None) -> Scenario:
+    def from_seed(
+        cls, seed: int, voters: int, observers: int | None = None, snapshots: str = "seeded"
+    ) -> Scenario:
         """Draw a scenario. Styles: "mixed" (everything, at a moderate rate), "crashy"
         (frequent short crashes, sometimes of every node at once, and crashes right after a
         node sends an acknowledgement or a vote -- the narrow windows where a missing fsync
@@ -99,6 +109,13 @@ class Scenario:
             sc.crash_after_send = 0.3
             sc.crash_after = ("VoteResponse",)
             sc.delay_ms = (5, 100)
+        # Snapshots are drawn from their own generator: with them off, every seed runs as it
+        # did before snapshots existed.
+        snap = random.Random(f"snapshots-{seed}")
+        if snapshots == "on" or (snapshots == "seeded" and snap.random() < 0.75):
+            sc.snapshot_every = snap.choice([20, 40, 80, 150])
+            sc.max_replication_lag_ms = snap.choice([300, 1000, 3000, 10_000])
+            sc.corrupt_snapshot_chunk = snap.choice([0.0, 0.05, 0.2])
         return sc
 
     def describe(self) -> str:
@@ -108,6 +125,12 @@ class Scenario:
             f"{self.partitions}, crashes {self.crashes} every {self.crash_every_ms}, "
             f"crash-after-send {self.crash_after_send}, flush {self.flush_delay_ms}, "
             f"slow {self.slow_node}, faults {self.fault_ms} ms"
+            + (
+                f", snapshots every {self.snapshot_every} offsets (lag "
+                f"{self.max_replication_lag_ms} ms, corrupt chunks {self.corrupt_snapshot_chunk})"
+                if self.snapshot_every
+                else ", no snapshots"
+            )
         )
 
 
@@ -124,15 +147,31 @@ SIM_QUORUM = dict(
 
 
 class SimListener:
-    """Records what the core commits, for the invariants."""
+    """Records what the core commits, for the invariants, and keeps the simulated state
+    machine: every committed value by offset, serialized into snapshots and restored from
+    them."""
 
     def __init__(self, node: SimNode) -> None:
         self.node = node
         self.next_offset: int | None = None
         self.leaders: list[LeaderAndEpoch] = []
+        self.state: dict[int, bytes | None] = {}
+        self.applied = 0  # the offset the state is complete up to (exclusive)
 
     def handle_commit(self, batches: list[CommittedBatch]) -> None:
         self.node.sim.invariants.on_commit(self.node, batches)
+        for batch in batches:
+            for r in batch.records:
+                self.state[r.offset] = r.value
+            self.applied = batch.last_offset + 1
+
+    def handle_load_snapshot(self, reader: Any) -> None:
+        self.state = {int(r.key): r.value for r in reader.records()}
+        self.applied = reader.snapshot_id.offset
+        self.node.sim.invariants.on_load_snapshot(self.node, reader.snapshot_id, self.state)
+
+    def snapshot_records(self) -> list[tuple[bytes, bytes | None]]:
+        return [(b"%d" % offset, value) for offset, value in sorted(self.state.items())]
 
     def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
         self.node.sim.invariants.on_leader_change(self.node, leader)
@@ -162,7 +201,16 @@ class SimNode:
         self.flush_scheduled = False
         self.poll_at = INF
         self.listener = SimListener(self)
-        cfg = QuorumConfig(voters=self.sim.voter_ids, **SIM_QUORUM)
+        sc = self.sim.scenario
+        snapshot_config = (
+            dict(
+                snapshot_min_records=sc.snapshot_every,
+                max_replication_lag_ms=sc.max_replication_lag_ms,
+            )
+            if sc.snapshot_every
+            else {}
+        )
+        cfg = QuorumConfig(voters=self.sim.voter_ids, **SIM_QUORUM, **snapshot_config)
         self.core = RaftCore(
             self.node_id,
             cfg,
@@ -176,6 +224,7 @@ class SimNode:
 
     def crash(self) -> None:
         self.alive = False
+        self.sim.count_snapshots(self.core)
         self.core = None
         self.pending = []
         self.log.crash()
@@ -204,6 +253,23 @@ class Simulation:
         self.trace: deque[str] = deque(maxlen=None if trace else 400)
         self.appends = 0
         self.events = 0
+        self.snapshot_stats = {
+            "taken": 0,
+            "installed": 0,
+            "loaded": 0,
+            "log start moves": 0,
+            "chunks corrupted": 0,
+            "downloads refused": 0,
+        }
+
+    def count_snapshots(self, core: RaftCore | None) -> None:
+        if core is not None:
+            st = self.snapshot_stats
+            st["taken"] += core.snapshots.taken
+            st["installed"] += core.snapshots.installed
+            st["loaded"] += core.feed.snapshots_loaded
+            st["log start moves"] += core.snapshots.log_start_moves
+            st["downloads refused"] += core.snapshots.refused
 
     # ---- scheduling ---------------------------------------------------------------------------
 
@@ -229,6 +295,15 @@ class Simulation:
         copies = (
             2 if self.faults_active and sc.duplicate and self.rng.random() < sc.duplicate else 1
         )
+        message = out.message
+        if (
+            sc.corrupt_snapshot_chunk
+            and self.faults_active
+            and type(message) is FetchSnapshotResponse
+            and len(message.data) > 1
+            and self.rng.random() < sc.corrupt_snapshot_chunk
+        ):
+            message = self._corrupt_chunk(message)
         cid = out.correlation_id
         if kind.endswith("Request"):
             # A request travels on a connection of this incarnation of the sender; its
@@ -237,7 +312,7 @@ class Simulation:
             cid |= src.incarnation << 32
         for _ in range(copies):
             delay = self.rng.randint(*sc.delay_ms) if self.faults_active else self.rng.randint(1, 3)
-            self.schedule(self.now + delay, "deliver", (src.node_id, dst, cid, out.message))
+            self.schedule(self.now + delay, "deliver", (src.node_id, dst, cid, message))
         if (
             self.faults_active
             and sc.crash_after_send
@@ -250,8 +325,47 @@ class Simulation:
                 self.now + self.rng.randint(*sc.downtime_ms), "fault", ("restart", src.node_id)
             )
 
+    def _corrupt_chunk(self, message: FetchSnapshotResponse) -> FetchSnapshotResponse:
+        """The nemesis: flip one byte of a snapshot chunk, or cut the chunk short and announce
+        the snapshot as ending there (a torn download that looks complete)."""
+        self.snapshot_stats["chunks corrupted"] += 1
+        data = bytearray(message.data)
+        if self.rng.random() < 0.5:
+            data[self.rng.randrange(len(data))] ^= 1 << self.rng.randrange(8)
+            self.log_event(f"snapshot chunk at {message.position}: a byte flipped")
+            return dataclasses.replace(message, data=bytes(data))
+        cut = self.rng.randrange(1, len(data))
+        self.log_event(f"snapshot chunk at {message.position}: torn at {cut} bytes")
+        return dataclasses.replace(message, data=bytes(data[:cut]), size=message.position + cut)
+
+    def take_snapshot(self, node: SimNode) -> None:
+        """The driver's half of a snapshot: write the state machine at the listener's offset
+        (at once here; off the event loop in the node), freeze, report. Now and then the
+        driver abandons it instead."""
+        core = node.core
+        listener = node.listener
+        end = core.listener_next_offset
+        if listener.applied > end or any(o >= end for o in listener.state):
+            raise Violation("snapshot-state", f"node {node.node_id}: state past offset {end}")
+        writer = core.create_snapshot(end, self.now)
+        if writer is None:
+            self.process(node, core.snapshot_abandoned(self.now))
+            return
+        if self.rng.random() < 0.05:
+            writer.abort()
+            self.log_event(f"snapshot {writer.snapshot_id} abandoned at {node.node_id}")
+            self.process(node, core.snapshot_abandoned(self.now))
+            return
+        self.invariants.on_take_snapshot(node, writer.snapshot_id, listener.state)
+        writer.append(listener.snapshot_records())
+        writer.freeze()
+        self.log_event(f"snapshot {writer.snapshot_id} taken at {node.node_id}")
+        self.process(node, core.snapshot_frozen(writer.snapshot_id, self.now))
+
     def process(self, node: SimNode, output: Any) -> None:
         """Send or hold what a core produced, and arrange its next poll and flush."""
+        if output.snapshot_due:
+            self.take_snapshot(node)
         for outcome in output.completions:
             self.invariants.on_outcome(node, outcome)
         for out in output.messages:
@@ -424,6 +538,9 @@ class Simulation:
             return self._result(Violation("core-error", f"{type(exc).__name__}: {exc}"))
 
     def _result(self, violation: Violation | None) -> SimResult:
+        for node in self.nodes.values():
+            if node.alive:
+                self.count_snapshots(node.core)
         return SimResult(
             self.scenario,
             violation,
@@ -432,6 +549,7 @@ class Simulation:
             self.appends,
             list(self.trace),
             dict(self.invariants.outcomes),
+            dict(self.snapshot_stats) if self.scenario.snapshot_every else {},
         )
 
     def _heal(self) -> None:
@@ -454,6 +572,7 @@ class SimResult:
     appends: int
     trace: list[str]
     outcomes: dict[str, int] = field(default_factory=dict)
+    snapshots: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -473,6 +592,8 @@ def _short(message: Any) -> str:
         "error_code",
         "high_watermark",
         "diverging_epoch",
+        "snapshot_id",
+        "position",
     ):
         value = getattr(message, attr, None)
         if value is not None and value is not False:
@@ -480,7 +601,7 @@ def _short(message: Any) -> str:
     leader = getattr(message, "current_leader", None)
     if leader is not None:
         fields.append(f"leader={leader.leader_id}@{leader.epoch}")
-    records = getattr(message, "records", None)
+    records = getattr(message, "records", None) or getattr(message, "data", None)
     if records:
         fields.append(f"bytes={len(records)}")
     return f"{name}({', '.join(fields)})"

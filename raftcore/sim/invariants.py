@@ -11,6 +11,13 @@
   values at its offsets in that replica's log when reported, is in the log of every later
   leader, and is in the committed log at the end; an append of an epoch its replica no longer
   leads has its verdict (a failure) at once, never later;
+- **snapshots** (KIP-630): a snapshot sits at the log start offset whenever it is above 0
+  (``snapshot-at-log-start``); a snapshot's state is the committed state below its end
+  offset, when taken and when loaded (``snapshot-state``), so a replica that installs one and
+  applies the rest holds the committed state; every snapshot a replica holds verifies as a
+  whole and has the same bytes on every replica holding that id (``corrupt-snapshot``: a torn
+  or corrupted download is never installed); no record below the log start offset is served
+  (the in-memory log raises, a ``core-error``);
 - **liveness**: once the faults stop, a leader is elected and every replica catches up to it,
   high watermark included, within a bounded simulated time.
 """
@@ -19,11 +26,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from raftcore.errors import CorruptSnapshotError
 from raftcore.raft.states import LeaderState
 from raftcore.records import iter_batches
+from raftcore.snapshot.format import verify_snapshot
 
 if TYPE_CHECKING:
-    from raftcore.raft import Appended, AppendOutcome, CommittedBatch, LeaderAndEpoch
+    from raftcore.raft import (
+        Appended,
+        AppendOutcome,
+        CommittedBatch,
+        LeaderAndEpoch,
+        OffsetAndEpoch,
+    )
     from raftcore.sim.cluster import SimNode, Simulation
 
 __all__ = ["Invariants", "Violation"]
@@ -55,6 +70,8 @@ class Invariants:
         self.listener_next: dict[int, int] = {}
         self.leader_checked: set[tuple[int, int, int]] = set()
         self.fired: dict[int, set[int]] = {}
+        self.snapshot_digests: dict[OffsetAndEpoch, bytes] = {}  # id -> bytes, cluster-wide
+        self.seen_snapshots: dict[int, OffsetAndEpoch | None] = {}
 
     # ---- per replica lifecycle ---------------------------------------------------------------
 
@@ -91,6 +108,59 @@ class Invariants:
                     )
             expected = batch.last_offset + 1
         self.listener_next[nid] = expected
+
+    def _committed_below(self, offset: int) -> dict[int, bytes | None]:
+        return {o: v for o, v in self.committed_records.items() if o < offset}
+
+    def on_take_snapshot(self, node: SimNode, snapshot_id: OffsetAndEpoch, state: dict) -> None:
+        expected = self._committed_below(snapshot_id.offset)
+        if state != expected:
+            raise Violation(
+                "snapshot-state",
+                f"node {node.node_id} snapshots {snapshot_id} with {len(state)} values, the "
+                f"committed state below it has {len(expected)} "
+                f"(first difference at {_first_difference(state, expected)})",
+            )
+
+    def on_load_snapshot(self, node: SimNode, snapshot_id: OffsetAndEpoch, state: dict) -> None:
+        """A loaded snapshot replaces the state: it must be the committed state below its
+        end offset; the listener goes on from there."""
+        expected = self._committed_below(snapshot_id.offset)
+        if state != expected:
+            raise Violation(
+                "snapshot-state",
+                f"node {node.node_id} loaded {snapshot_id} holding {len(state)} values, the "
+                f"committed state below it has {len(expected)} "
+                f"(first difference at {_first_difference(state, expected)})",
+            )
+        self.listener_next[node.node_id] = snapshot_id.offset
+
+    def _check_snapshots(self, node: SimNode) -> None:
+        log = node.log
+        nid = node.node_id
+        start = log.log_start_offset
+        earliest = log.earliest_snapshot_id()
+        if start > 0 and (earliest is None or earliest.offset != start):
+            raise Violation(
+                "snapshot-at-log-start",
+                f"node {nid}: log start offset {start}, earliest snapshot {earliest}",
+            )
+        latest = log.latest_snapshot_id()
+        if latest == self.seen_snapshots.get(nid) or latest is None:
+            return
+        self.seen_snapshots[nid] = latest
+        for sid in log.snapshot_ids():
+            data = log.read_snapshot(sid).data
+            known = self.snapshot_digests.setdefault(sid, data)
+            if known != data:
+                raise Violation(
+                    "corrupt-snapshot",
+                    f"node {nid} holds snapshot {sid} with other bytes than another replica",
+                )
+            try:
+                verify_snapshot(data, snapshot_id=sid, name=f"node {nid} snapshot {sid}")
+            except CorruptSnapshotError as exc:
+                raise Violation("corrupt-snapshot", str(exc)) from None
 
     def on_leader_change(self, node: SimNode, leader: LeaderAndEpoch) -> None:
         epochs = self.fired[node.node_id]
@@ -171,6 +241,7 @@ class Invariants:
             if key not in self.leader_checked:
                 self.leader_checked.add(key)
                 self._check_leader_has_acked(node)
+        self._check_snapshots(node)
         # high watermark monotonic on a live replica
         hw = core.high_watermark
         if hw is not None:
@@ -196,7 +267,7 @@ class Invariants:
 
     def _check_committed_prefix(self, node: SimNode, hw: int) -> None:
         nid = node.node_id
-        start = self.checked.get(nid, 0)
+        start = max(self.checked.get(nid, 0), node.log.log_start_offset)
         if start >= hw:
             return
         data = node.log.read(start, 1 << 30)
@@ -216,7 +287,7 @@ class Invariants:
     def _check_leader_has_acked(self, node: SimNode) -> None:
         if not self.acked:
             return
-        values: dict[int, bytes | None] = {}
+        values = _snapshot_values(node)
         if node.log.end_offset > node.log.log_start_offset:
             for batch in iter_batches(node.log.read(node.log.log_start_offset, 1 << 30)):
                 if not batch.is_control:
@@ -265,9 +336,30 @@ class Invariants:
         raise Violation("liveness", "; ".join(parts))
 
 
+def _first_difference(a: dict, b: dict) -> int | None:
+    keys = sorted(set(a) | set(b))
+    return next((k for k in keys if a.get(k, b"<none>") != b.get(k, b"<none>")), None)
+
+
+def _snapshot_values(node: SimNode) -> dict[int, bytes | None]:
+    """The values in the snapshot at the replica's log start (what its log no longer holds)."""
+    earliest = node.log.earliest_snapshot_id()
+    if earliest is None or node.log.log_start_offset == 0:
+        return {}
+    return {int(r.key): r.value for r in node.log.read_snapshot(earliest).records()}
+
+
 def _values_at(node: SimNode, first: int, last: int) -> list[bytes | None]:
-    """The values of the records first..last in the replica's log (data records only)."""
+    """The values of the records first..last in the replica's log (data records only), or in
+    its snapshot for offsets below its log start."""
     values: list[bytes | None] = []
+    start = node.log.log_start_offset
+    if first < start:
+        held = _snapshot_values(node)
+        values.extend(held[o] for o in range(first, min(last + 1, start)) if o in held)
+        first = start
+        if first > last:
+            return values
     for batch in iter_batches(node.log.read(first, 1 << 30)):
         if batch.base_offset > last:
             break

@@ -129,7 +129,55 @@ def _no_pre_vote() -> None:
     RaftCore.transition_to_prospective = transition_to_prospective  # type: ignore[method-assign]
 
 
+def _install_unverified() -> None:
+    """A downloaded snapshot is installed without verifying it first (Kafka freezes a
+    download without reading it): a torn or corrupted FetchSnapshot chunk goes in."""
+    from raftcore.raft.memory_snapshot import MemoryRawSnapshotWriter
+
+    def freeze(self):  # type: ignore[no-untyped-def]
+        install, data = self._install, bytes(self._data)
+        self.discard()
+        install(self.snapshot_id, data)
+
+    MemoryRawSnapshotWriter.freeze = freeze  # type: ignore[method-assign]
+
+
+def _serve_below_lso() -> None:
+    """The leader validates a fetch as before snapshots: a fetch below its log start offset is
+    not redirected to the latest snapshot, and the leader reads records it no longer has."""
+    original = replicated_log.validate_offset_and_epoch
+
+    def validate(log, offset, epoch):  # type: ignore[no-untyped-def]
+        start = log.log_start_offset
+        if offset < start:
+            from raftcore.raft.values import OffsetAndEpoch, ValidOffsetAndEpoch
+
+            return ValidOffsetAndEpoch.valid(OffsetAndEpoch(offset, epoch))
+        return original(log, offset, epoch)
+
+    fetch.validate_offset_and_epoch = validate  # type: ignore[assignment]
+
+
+def _listener_skips_snapshot() -> None:
+    """A listener left below the log start offset (its replica installed a snapshot) jumps to
+    the log start instead of loading the snapshot: it misses the state the snapshot holds."""
+    from raftcore.raft.listener import ListenerFeed
+
+    original = ListenerFeed._maybe_load_snapshot
+
+    def load(self, hw):  # type: ignore[no-untyped-def]
+        if not self._fresh and self.next_offset < self.log.log_start_offset:
+            self.next_offset = self.log.log_start_offset
+            return
+        original(self, hw)
+
+    ListenerFeed._maybe_load_snapshot = load  # type: ignore[method-assign]
+
+
 PLANTS: dict[str, Callable[[], None]] = {
+    "install-unverified": _install_unverified,
+    "serve-below-lso": _serve_below_lso,
+    "listener-skips-snapshot": _listener_skips_snapshot,
     "ack-on-offset-alone": _ack_on_offset_alone,
     "hw-without-own-epoch": _hw_without_own_epoch_rule,
     "second-vote": _second_vote_in_epoch,
