@@ -1,12 +1,20 @@
 """One contract, two logs: the native SegmentedLog and the simulation's InMemoryLog must answer
-every question the Raft core asks in the same way."""
+every question the Raft core asks in the same way -- the snapshot half (KIP-630) included."""
 
 import pytest
 from raft_harness import batch
 
-from raftcore.errors import CorruptRecordError, InvalidAppendError, OffsetOutOfRangeError
+from raftcore.errors import (
+    CorruptRecordError,
+    CorruptSnapshotError,
+    InvalidAppendError,
+    OffsetOutOfRangeError,
+    SnapshotError,
+)
 from raftcore.log import SegmentedLog
 from raftcore.raft import InMemoryLog, OffsetAndEpoch, ReplicatedLog, truncate_to_end_offset
+from raftcore.raft.replicated_log import SnapshotLog, install_snapshot, validate_offset_and_epoch
+from raftcore.raft.values import ValidationKind
 from raftcore.records import encode_batch, iter_batches
 
 
@@ -116,3 +124,184 @@ def test_append_batches_as_leader_refuses_an_older_epoch_and_a_bad_crc(log):
     with pytest.raises((InvalidAppendError, CorruptRecordError)):
         log.append_batches_as_leader(bytes(corrupt), 3)
     assert log.end_offset == 2
+
+
+# ---- snapshots (KIP-630) -----------------------------------------------------------------------
+
+
+def snapshot(log, offset, epoch, state=((b"state", b"1"),)):
+    """Write and freeze a local snapshot of ``log`` at (offset, epoch); returns its id."""
+    sid = OffsetAndEpoch(offset, epoch)
+    writer = log.create_new_snapshot(sid)
+    writer.append(list(state))
+    writer.freeze()
+    return sid
+
+
+def foreign_snapshot(epoch=4, batches=3, state=((b"state", b"9"),)):
+    """(id, bytes) of a snapshot taken on another log, as a leader would serve it."""
+    other = InMemoryLog()
+    fill(other, [epoch] * batches)
+    sid = snapshot(other, other.end_offset, epoch, state)
+    return sid, other.read_snapshot(sid).data
+
+
+def download(log, sid, data, chunk=100):
+    writer = log.create_new_snapshot_unchecked(sid)
+    for i in range(0, len(data), chunk):
+        writer.append(data[i : i + chunk])
+    writer.freeze()
+
+
+def every_offset(log, start):
+    """The offsets from ``start`` to the end (a segmented read stops at a segment's end)."""
+    out = []
+    while start < log.end_offset:
+        out += [r.offset for b in iter_batches(log.read(start, 1 << 30)) for r in b.records()]
+        start = out[-1] + 1
+    return out
+
+
+def content(log, sid):
+    reader = log.read_snapshot(sid)
+    return [(r.key, r.value) for r in reader.records()]
+
+
+def test_both_keep_snapshots(log):
+    assert isinstance(log, SnapshotLog)
+    assert (log.latest_snapshot_id(), log.earliest_snapshot_id()) == (None, None)
+
+
+def test_a_snapshot_id_must_end_at_a_batch_boundary_with_the_epoch_of_its_last_record(log):
+    """KAFKA-14618/14619/17713: offset - 1 is the last offset of a batch of the log, and the id's
+    epoch is that batch's."""
+    fill(log, [1, 2])  # batches [0, 1] epoch 1, [2, 3] epoch 2
+    with pytest.raises(ValueError, match="batch boundary"):
+        log.create_new_snapshot(OffsetAndEpoch(1, 1))
+    with pytest.raises(ValueError, match="epoch"):
+        log.create_new_snapshot(OffsetAndEpoch(4, 1))
+    with pytest.raises(ValueError, match="past the log end"):
+        log.create_new_snapshot(OffsetAndEpoch(6, 2))
+    with pytest.raises(ValueError, match="batch boundary"):
+        log.create_new_snapshot(OffsetAndEpoch(0, 0))
+    writer = log.create_new_snapshot(OffsetAndEpoch(2, 1))
+    assert writer.snapshot_id == OffsetAndEpoch(2, 1)
+    writer.abort()
+    assert log.latest_snapshot_id() is None  # an aborted snapshot leaves nothing
+
+
+def test_no_writer_for_a_snapshot_that_exists_or_lies_below_the_log_start(log):
+    fill(log, [1, 1, 1])
+    sid = snapshot(log, 4, 1)
+    assert log.create_new_snapshot(sid) is None
+    assert log.create_new_snapshot_unchecked(sid) is None
+    assert log.delete_before_snapshot(sid)
+    assert log.create_new_snapshot(OffsetAndEpoch(2, 1)) is None
+
+
+def test_a_frozen_snapshot_is_listed_and_reads_back_its_records_and_bytes(log):
+    fill(log, [1, 2, 2])
+    state = [(b"k%d" % i, b"v" * i) for i in range(300)]
+    first, second = snapshot(log, 2, 1), snapshot(log, 6, 2, state)
+    assert (log.earliest_snapshot_id(), log.latest_snapshot_id()) == (first, second)
+    assert content(log, second) == state
+    reader = log.read_snapshot(second)
+    assert reader.snapshot_id == second
+    whole = b"".join(bytes(reader.slice(p, 1000)) for p in range(0, reader.size, 1000))
+    assert len(whole) == reader.size
+    with pytest.raises(SnapshotError):
+        reader.slice(reader.size, 10)
+    assert log.read_snapshot(OffsetAndEpoch(4, 2)) is None
+
+
+def test_delete_before_snapshot_needs_the_snapshot_and_moves_only_forward(log):
+    fill(log, [1, 1, 1, 1])
+    assert not log.delete_before_snapshot(OffsetAndEpoch(4, 1))  # no such snapshot
+    for offset in (2, 4, 6):
+        snapshot(log, offset, 1)
+    assert not log.delete_before_snapshot(OffsetAndEpoch(4, 2))  # another epoch: not that one
+    assert log.delete_before_snapshot(OffsetAndEpoch(4, 1))
+    assert not log.delete_before_snapshot(OffsetAndEpoch(4, 1))
+    assert not log.delete_before_snapshot(OffsetAndEpoch(2, 1))  # gone with the move
+    assert log.earliest_snapshot_id() == OffsetAndEpoch(4, 1)  # older snapshots forgotten
+    assert log.log_start_offset == 4 and log.flushed_offset >= 4
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(3)
+    assert every_offset(log, 4) == [4, 5, 6, 7]
+    assert log.epoch_for_offset(4) == 1
+
+
+def test_delete_before_snapshot_never_passes_the_log_end(log):
+    sid, data = foreign_snapshot(epoch=4, batches=3)  # ends at 6; this log ends at 2
+    fill(log, [1])
+    download(log, sid, data)
+    assert not log.delete_before_snapshot(sid)
+    assert log.log_start_offset == 0
+
+
+def test_a_download_is_installed_only_once_verified_whole(log):
+    sid, data = foreign_snapshot()
+    corrupt = bytearray(data)
+    corrupt[len(data) // 2] ^= 0x40
+    for bad in (bytes(corrupt), data[:-1], data + b"\0"):
+        writer = log.create_new_snapshot_unchecked(sid)
+        writer.append(bad)
+        with pytest.raises(CorruptSnapshotError):
+            writer.freeze()
+        assert log.latest_snapshot_id() is None
+        with pytest.raises(SnapshotError):
+            writer.append(b"more")
+    writer = log.create_new_snapshot_unchecked(sid)
+    writer.append(data[:10])
+    assert writer.size == 10
+    writer.discard()
+    assert log.latest_snapshot_id() is None
+    download(log, sid, data)
+    assert log.latest_snapshot_id() == sid and content(log, sid) == [(b"state", b"9")]
+
+
+def test_truncate_to_latest_snapshot_starts_an_older_log_at_the_snapshot(log):
+    """Kafka's truncateToLatestSnapshot; KAFKA-10761: the last fetched epoch of the empty log at
+    the snapshot is the snapshot's epoch."""
+    fill(log, [1, 1])
+    sid, data = foreign_snapshot(epoch=4, batches=3)
+    download(log, sid, data)
+    assert log.truncate_to_latest_snapshot()
+    assert (log.log_start_offset, log.end_offset, log.last_fetched_epoch) == (6, 6, 4)
+    log.truncate_to_latest_snapshot()  # again, as Kafka does on an empty log: nothing changes
+    assert (log.log_start_offset, log.end_offset, log.last_fetched_epoch) == (6, 6, 4)
+    assert log.latest_snapshot_id() == sid
+    assert validate_offset_and_epoch(log, 2, 1).kind is ValidationKind.SNAPSHOT
+    assert validate_offset_and_epoch(log, 6, 4).kind is ValidationKind.VALID
+    log.append_as_follower(batch(6, 5))
+    assert (log.end_offset, log.last_fetched_epoch) == (7, 5)
+
+
+def test_truncate_to_latest_snapshot_keeps_a_log_that_is_ahead(log):
+    fill(log, [1, 1, 2])
+    snapshot(log, 4, 1)
+    assert not log.truncate_to_latest_snapshot()
+    assert (log.log_start_offset, log.end_offset) == (0, 6)
+
+
+def test_a_full_truncation_forgets_the_snapshots_below_the_new_start(log):
+    fill(log, [1, 1])
+    snapshot(log, 2, 1)
+    log.truncate_fully_and_start_at(50)
+    assert log.latest_snapshot_id() is None
+
+
+def test_install_snapshot_replaces_a_log_whose_epoch_at_the_snapshot_end_differs(log):
+    sid, data = foreign_snapshot(epoch=4, batches=3)  # (6, 4)
+    fill(log, [4, 4, 4, 5])  # the record at 5 is epoch 4: the log holds the prefix
+    download(log, sid, data)
+    assert not install_snapshot(log, sid)
+    assert log.end_offset == 8
+    other_sid = OffsetAndEpoch(8, 5)
+    writer = log.create_new_snapshot_unchecked(other_sid)
+    writer.append(foreign_snapshot(epoch=5, batches=4)[1])
+    writer.freeze()
+    log.truncate_to(6)
+    log.append_as_follower(batch(6, 6, n=3))  # an epoch-6 tail past the snapshot at 8
+    assert install_snapshot(log, other_sid)
+    assert (log.log_start_offset, log.end_offset, log.last_fetched_epoch) == (8, 8, 5)

@@ -42,6 +42,13 @@ from raftcore.log.segment import (
     find_last_batch_epoch,
     first_discontinuity,
 )
+from raftcore.log.snapshots import (
+    LogRawSnapshotWriter,
+    LogSnapshotReader,
+    LogSnapshots,
+    LogSnapshotWriter,
+)
+from raftcore.raft.values import OffsetAndEpoch
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +77,7 @@ class SegmentedLog:
         self._dir_dirty = False
         self._lock_fd = -1
         self._closed = False
+        self._snapshots: LogSnapshots | None = None  # opened after recovery
 
     # ---- opening and recovery ----------------------------------------------------------------
 
@@ -120,6 +128,7 @@ class SegmentedLog:
         self.flush()
         self._write_clean_point()
         self._write_log_start_offset()
+        self._snapshots = LogSnapshots.open(self)
 
     # ---- checkpoints -------------------------------------------------------------------------
 
@@ -164,8 +173,11 @@ class SegmentedLog:
     def last_fetched_epoch(self) -> int:
         """The latest leader epoch in the epoch cache: the epoch of the last batch, or the
         epoch a new leader started (KIP-595 ``LastFetchedEpoch``). 0 for an empty log -- epoch
-        0 is the primordial epoch, which never has a leader."""
+        0 is the primordial epoch, which never has a leader -- or, when it starts at its latest
+        snapshot, that snapshot's epoch (KAFKA-10761)."""
         epoch = self._epochs.latest_epoch
+        if epoch < 0 and self._snapshots is not None:
+            epoch = self._snapshots.epoch_at_start() or 0
         return epoch if epoch >= 0 else 0
 
     @property
@@ -520,7 +532,8 @@ class SegmentedLog:
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and restart the empty log at ``offset``: log start offset =
-        end offset = ``offset``, epoch cache cleared (as when a snapshot replaces the log)."""
+        end offset = ``offset``, epoch cache cleared, snapshots below ``offset`` deleted (as
+        when a snapshot replaces the log)."""
         with self._lock:
             self._check_open()
             if offset < 0:
@@ -535,12 +548,14 @@ class SegmentedLog:
                     with contextlib.suppress(FileNotFoundError):
                         os.replace(path, path.with_name(path.name + DELETED_SUFFIX))
             fsync_directory(self._dir)
+            # Epochs before the log start offset: a crash between them leaves no stale epoch
+            # on an empty log at the new start.
+            self._epochs.clear()
             self._log_start = offset
             self._write_log_start_offset()
             new = _Segment.create(self._dir, offset, self._config.segment_bytes)
             self._segments = [new]
             self._bases = [offset]
-            self._epochs.clear()
             self._generation += 1
             self._last_batch_epoch = -1
             self._flushed_offset = offset
@@ -551,6 +566,8 @@ class SegmentedLog:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(path.with_name(path.name + DELETED_SUFFIX))
             fsync_directory(self._dir)
+            if self._snapshots is not None:  # after the log start offset is durable
+                self._snapshots.forget_below(offset)
             logger.info(
                 "[log %s] truncated fully; the log restarts at offset %d", self._dir, offset
             )
@@ -569,6 +586,8 @@ class SegmentedLog:
                 return False
             self._log_start = offset
             self._write_log_start_offset()
+            # Nothing below the log start offset is read again (a snapshot holds it).
+            self._flushed_offset = max(self._flushed_offset, offset)
             self._epochs.truncate_from_start(offset)
             if self._segments[-1].next_offset <= offset and self._segments[-1].size > 0:
                 self._roll()
@@ -589,6 +608,41 @@ class SegmentedLog:
                     self._clean = _CleanPoint(first.base_offset, first.base_offset, 0)
                     self._write_clean_point()
             return True
+
+    # ---- snapshots (KIP-630): the SnapshotLog protocol, done by raftcore.log.snapshots ------
+
+    def _snapshot_store(self) -> LogSnapshots:
+        if self._snapshots is None:
+            raise LogClosedError(f"log {self._dir} is not open")
+        return self._snapshots
+
+    def latest_snapshot_id(self) -> OffsetAndEpoch | None:
+        return self._snapshot_store().latest_id()
+
+    def earliest_snapshot_id(self) -> OffsetAndEpoch | None:
+        return self._snapshot_store().earliest_id()
+
+    def snapshot_ids(self) -> list[OffsetAndEpoch]:
+        return self._snapshot_store().ids()
+
+    def create_new_snapshot(
+        self, snapshot_id: OffsetAndEpoch, *, last_contained_log_timestamp: int | None = None
+    ) -> LogSnapshotWriter | None:
+        return self._snapshot_store().create(snapshot_id, last_contained_log_timestamp)
+
+    def create_new_snapshot_unchecked(
+        self, snapshot_id: OffsetAndEpoch
+    ) -> LogRawSnapshotWriter | None:
+        return self._snapshot_store().create_unchecked(snapshot_id)
+
+    def read_snapshot(self, snapshot_id: OffsetAndEpoch) -> LogSnapshotReader | None:
+        return self._snapshot_store().read(snapshot_id)
+
+    def delete_before_snapshot(self, snapshot_id: OffsetAndEpoch) -> bool:
+        return self._snapshot_store().delete_before(snapshot_id)
+
+    def truncate_to_latest_snapshot(self) -> bool:
+        return self._snapshot_store().truncate_to_latest()
 
     # ---- durability --------------------------------------------------------------------------
 
@@ -651,6 +705,8 @@ class SegmentedLog:
                 self._clean = _CleanPoint(active.next_offset, active.base_offset, active.size)
                 self._write_clean_point()
             finally:
+                if self._snapshots is not None:
+                    self._snapshots.close()
                 for seg in self._segments:
                     seg.close_fd()
                     seg.drop_mapping()

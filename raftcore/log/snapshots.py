@@ -1,0 +1,332 @@
+"""The snapshots of a :class:`~raftcore.log.SegmentedLog` (KIP-630): the snapshot half of the
+raft core's log protocol (:class:`raftcore.raft.replicated_log.SnapshotLog`) over the
+:class:`~raftcore.snapshot.SnapshotStore` in the log's own directory, as Kafka's
+``KafkaMetadataLog`` keeps them beside the segments.
+
+:class:`LogSnapshots` answers for the log, which owns one and delegates to it; it checks ids
+against the log exactly as the in-memory log of the simulation does (one contract test suite
+runs over both), and adapts the store's writer, receiver and reader to the protocol's
+``SnapshotWriter``, ``RawSnapshotWriter`` and ``RawSnapshotReader``. It speaks the core's id
+type, :class:`~raftcore.raft.values.OffsetAndEpoch`, since the core compares the ids it gets
+back with its own.
+
+Crash safety: every step leaves a directory that the next open recovers, in Kafka's order
+(``KafkaMetadataLog.recoverSnapshots``, then ``truncateToLatestSnapshot``):
+
+- a snapshot is whole, fsynced and renamed before anything refers to it (the store's freeze);
+- ``delete_before_snapshot``: the log start offset checkpoint is written, then segments below
+  it are deleted, then the older snapshots -- segments or snapshots a crash left below the log
+  start offset are deleted at the next open;
+- ``truncate_to_latest_snapshot``: the snapshot is verified, then the log is truncated fully
+  (segments renamed ``.deleted``, the log start offset written, a new segment) -- a crash
+  part-way leaves the snapshot ahead of the log, and the next open truncates again.
+
+A log that has never held a snapshot keeps working without one (retention through
+``set_log_start_offset``, as before); once the directory holds a snapshot, a log start offset
+above 0 must be reached by one (Kafka's rule at open).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from raftcore.errors import SnapshotError
+from raftcore.raft.values import OffsetAndEpoch
+from raftcore.records import Record, iter_batches
+from raftcore.snapshot import (
+    SnapshotFileKind,
+    SnapshotId,
+    SnapshotReader,
+    SnapshotReceiver,
+    SnapshotStore,
+    SnapshotSummary,
+    SnapshotWriter,
+    parse_snapshot_path,
+)
+
+if TYPE_CHECKING:
+    from raftcore.log.segmented_log import SegmentedLog
+
+__all__ = ["LogRawSnapshotWriter", "LogSnapshotReader", "LogSnapshotWriter", "LogSnapshots"]
+
+logger = logging.getLogger(__name__)
+
+# A download's total size is in every FetchSnapshot response, but the protocol's raw writer
+# appends bytes alone: the receiver is told a size no snapshot reaches until ``freeze``, which
+# announces the bytes received as the size and verifies them whole.
+_SIZE_UNTIL_FREEZE = 2**63 - 1
+
+
+def _core_id(snapshot_id: SnapshotId) -> OffsetAndEpoch:
+    return OffsetAndEpoch(snapshot_id.end_offset, snapshot_id.epoch)
+
+
+def _by_offset(snapshot_id: SnapshotId) -> tuple[int, int]:
+    # The in-memory log's order (offset, then epoch); the store's is Kafka's (epoch, then
+    # offset). The two agree on every set of snapshots of one log.
+    return (snapshot_id.end_offset, snapshot_id.epoch)
+
+
+class LogSnapshots:
+    """The snapshot store of one open log, checked against it. Made by :meth:`open`."""
+
+    def __init__(self, log: SegmentedLog, store: SnapshotStore) -> None:
+        self._log = log
+        self.store = store
+
+    @classmethod
+    def open(cls, log: SegmentedLog) -> LogSnapshots:
+        """Open the store of ``log`` (recovered, not yet used) in Kafka's order: delete
+        ``.part`` and ``.deleted`` files and the snapshots below the log start offset; a log
+        start offset above 0 must be reached by a snapshot (when the directory holds any);
+        then truncate the log to the latest snapshot if that one is ahead of it."""
+        start = log.log_start_offset
+        holds_snapshots = any(
+            found is not None and found.kind is SnapshotFileKind.FROZEN
+            for found in map(parse_snapshot_path, log.directory.iterdir())
+        )
+        store = SnapshotStore(log.directory, log_start_offset=start if holds_snapshots else 0)
+        snapshots = cls(log, store)
+        if not holds_snapshots:
+            return snapshots
+        try:
+            if snapshots.truncate_to_latest():
+                logger.info(
+                    "[log %s] opened at snapshot %s, ahead of the log",
+                    log.directory,
+                    snapshots.latest_id(),
+                )
+        except BaseException:
+            store.close()
+            raise
+        return snapshots
+
+    def close(self) -> None:
+        """Abort the downloads under way (their ``.part`` files go)."""
+        self.store.close()
+
+    # ---- listing
+
+    def ids(self) -> list[OffsetAndEpoch]:
+        return [_core_id(i) for i in sorted(self.store.ids(), key=_by_offset)]
+
+    def latest_id(self) -> OffsetAndEpoch | None:
+        ids = self.store.ids()
+        return _core_id(max(ids, key=_by_offset)) if ids else None
+
+    def earliest_id(self) -> OffsetAndEpoch | None:
+        ids = self.store.ids()
+        return _core_id(min(ids, key=_by_offset)) if ids else None
+
+    def epoch_at_start(self) -> int | None:
+        """The latest snapshot's epoch when the log is empty and starts at it (KAFKA-10761:
+        the last fetched epoch of such a log), else None."""
+        log = self._log
+        latest = self.latest_id()
+        if latest is not None and latest.offset == log.log_start_offset == log.end_offset:
+            return latest.epoch
+        return None
+
+    # ---- creating
+
+    def create(
+        self, snapshot_id: OffsetAndEpoch, last_contained_log_timestamp: int | None = None
+    ) -> LogSnapshotWriter | None:
+        """A writer of a local snapshot, checked as the in-memory log checks: None below the
+        log start offset or when it exists; ValueError past the log end, off a batch boundary
+        (``offset - 1`` must be the last offset of a batch of this log, KAFKA-14618), or with
+        an epoch that is not that batch's. ``last_contained_log_timestamp`` defaults to that
+        batch's max timestamp (Kafka reads it from the log the same way)."""
+        log = self._log
+        offset = snapshot_id.offset
+        with log._lock:
+            log._check_open()
+            start, end = log.log_start_offset, log.end_offset
+            if offset < start or snapshot_id in self.store:
+                return None
+            if offset > end:
+                raise ValueError(f"snapshot {snapshot_id} is past the log end {end}")
+            if offset - 1 < start:  # the batch ending at offset - 1 is gone (or never was)
+                raise ValueError(f"snapshot {snapshot_id} does not end at a batch boundary")
+            batch = next(iter_batches(log.read(offset - 1, 1)))
+            if batch.last_offset != offset - 1:
+                raise ValueError(f"snapshot {snapshot_id} does not end at a batch boundary")
+            epoch = batch.partition_leader_epoch
+            if epoch != snapshot_id.epoch:
+                raise ValueError(
+                    f"snapshot {snapshot_id}: the record at {offset - 1} has epoch {epoch}"
+                )
+            if last_contained_log_timestamp is None:
+                last_contained_log_timestamp = batch.max_timestamp
+        writer = self.store.writer(
+            SnapshotId.of(snapshot_id), last_contained_log_timestamp=last_contained_log_timestamp
+        )
+        return LogSnapshotWriter(snapshot_id, writer)
+
+    def create_unchecked(self, snapshot_id: OffsetAndEpoch) -> LogRawSnapshotWriter | None:
+        """A writer of a snapshot downloaded from the leader, or None when it exists. Each
+        call starts a download of its own (one under way for the same id is dropped)."""
+        if snapshot_id in self.store:
+            return None
+        receiver = self.store.receive(SnapshotId.of(snapshot_id), source=object())
+        return LogRawSnapshotWriter(snapshot_id, receiver)
+
+    # ---- reading
+
+    def read(self, snapshot_id: OffsetAndEpoch) -> LogSnapshotReader | None:
+        """A reader of the frozen snapshot, or None. The file is verified whole the first
+        time this process opens it: a corrupt one raises CorruptSnapshotError and is never
+        served or loaded."""
+        if snapshot_id not in self.store:
+            return None
+        return LogSnapshotReader(snapshot_id, self.store.open(SnapshotId.of(snapshot_id)))
+
+    # ---- moving the log start offset
+
+    def delete_before(self, snapshot_id: OffsetAndEpoch) -> bool:
+        """Kafka's deleteBeforeSnapshot: advance the log start offset to ``snapshot_id`` iff
+        it exists and ``log_start < offset <= min(latest.offset, end)``; the log deletes the
+        segments wholly below it, then the older snapshots go. Returns whether it moved."""
+        log = self._log
+        offset = snapshot_id.offset
+        with log._lock:
+            log._check_open()
+            latest = self.latest_id()
+            if (
+                snapshot_id not in self.store
+                or latest is None
+                or not log.log_start_offset < offset <= min(latest.offset, log.end_offset)
+            ):
+                return False
+            # The snapshot is durable (frozen) before the log start offset passes it.
+            log.set_log_start_offset(offset)
+            self.forget_below(offset)
+            return True
+
+    def truncate_to_latest(self) -> bool:
+        """Kafka's truncateToLatestSnapshot: if the latest snapshot is ahead of the log (a
+        later epoch than the log's last, or the same epoch and past its end), verify it and
+        start the log, empty, at its end offset. Returns whether it did."""
+        log = self._log
+        with log._lock:
+            log._check_open()
+            latest = self.latest_id()
+            if latest is None:
+                return False
+            epoch = max(log._epochs.latest_epoch, 0)
+            if not (
+                latest.epoch > epoch or (latest.epoch == epoch and latest.offset > log.end_offset)
+            ):
+                return False
+            # Never give the log up for a snapshot that would not load (verified once per
+            # process: a download was verified as it froze).
+            self.store.open(SnapshotId.of(latest)).close()
+            log.truncate_fully_and_start_at(latest.offset)
+            return True
+
+    def forget_below(self, offset: int) -> None:
+        """Delete the snapshots that end below ``offset`` (the log start offset, durable)."""
+        for snapshot_id in self.store.ids():
+            if snapshot_id.end_offset < offset:
+                self.store.delete(snapshot_id)
+
+    def __repr__(self) -> str:
+        return f"LogSnapshots({str(self.store.directory)!r}, {self.ids()})"
+
+
+class LogSnapshotWriter:
+    """A local snapshot being written (the protocol's SnapshotWriter over the store's)."""
+
+    def __init__(self, snapshot_id: OffsetAndEpoch, writer: SnapshotWriter) -> None:
+        self.snapshot_id = snapshot_id
+        self._writer = writer
+
+    @property
+    def size(self) -> int:
+        return self._writer.size
+
+    def append(self, records: Iterable[Any]) -> None:
+        self._writer.append(records)
+
+    def freeze(self) -> SnapshotSummary:
+        """Footer, verify, fsync, read-only, rename, directory fsync."""
+        return self._writer.freeze()
+
+    def abort(self) -> None:
+        self._writer.abort()
+
+    def __repr__(self) -> str:
+        return f"LogSnapshotWriter({self._writer!r})"
+
+
+class LogRawSnapshotWriter:
+    """A snapshot downloaded from the leader (the protocol's RawSnapshotWriter over a
+    :class:`~raftcore.snapshot.SnapshotReceiver` and its ``.part`` file)."""
+
+    def __init__(self, snapshot_id: OffsetAndEpoch, receiver: SnapshotReceiver) -> None:
+        self.snapshot_id = snapshot_id
+        self._receiver = receiver
+
+    @property
+    def size(self) -> int:
+        return self._receiver.position
+
+    def append(self, data: bytes | memoryview) -> None:
+        receiver = self._receiver
+        if not receiver.active:
+            raise SnapshotError(f"download of snapshot {self.snapshot_id} is over")
+        receiver.append(receiver.position, data, size=_SIZE_UNTIL_FREEZE)
+
+    def freeze(self) -> SnapshotSummary:
+        """Verify the whole snapshot, then install it. On CorruptSnapshotError nothing is
+        installed and the partial bytes are gone."""
+        receiver = self._receiver
+        if not receiver.active:
+            raise SnapshotError(f"download of snapshot {self.snapshot_id} is over")
+        receiver.size = receiver.position  # all that came is all there is: verify exactly it
+        return receiver.freeze()
+
+    def discard(self) -> None:
+        self._receiver.abort()
+
+    def __repr__(self) -> str:
+        return f"LogRawSnapshotWriter({self._receiver!r})"
+
+
+class LogSnapshotReader:
+    """A frozen, verified snapshot (the protocol's RawSnapshotReader over the store's
+    reader): slices for FetchSnapshot, records for a restore. ``close`` releases the file
+    (the reader closes it when collected otherwise)."""
+
+    def __init__(self, snapshot_id: OffsetAndEpoch, reader: SnapshotReader) -> None:
+        self.snapshot_id = snapshot_id
+        self.reader = reader
+
+    @property
+    def size(self) -> int:
+        return self.reader.size
+
+    @property
+    def summary(self) -> SnapshotSummary:
+        return self.reader.summary
+
+    def slice(self, position: int, max_bytes: int) -> memoryview:
+        return self.reader.slice(position, max_bytes)
+
+    def records(self) -> Iterator[Record]:
+        """Every data record, in order (header and footer left out); verified at open."""
+        return self.reader.records()
+
+    def close(self) -> None:
+        self.reader.close()
+
+    def __enter__(self) -> LogSnapshotReader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"LogSnapshotReader({self.snapshot_id}, {self.size} bytes)"
