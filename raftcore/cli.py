@@ -27,6 +27,11 @@ def _cmd_verify_log(args: argparse.Namespace) -> int:
     report = verify_log(args.directory, progress=Progress("verifying"))
     for warning in report.warnings:
         print(f"warning: {warning}")
+    for snap in report.snapshots:
+        print(
+            f"snapshot {snap.name}: {snap.size} bytes, "
+            + (f"{snap.records} records, verified" if snap.ok else f"CORRUPT: {snap.problem}")
+        )
     span = (
         f"offsets [{report.start_offset}, {report.end_offset})"
         if report.start_offset is not None
@@ -35,9 +40,11 @@ def _cmd_verify_log(args: argparse.Namespace) -> int:
     if report.ok:
         print(
             f"OK: {report.segments} segments, {report.batches} batches, {report.records} records, "
-            f"{report.bytes} bytes, {span}"
+            f"{report.bytes} bytes, {span}, {len(report.snapshots)} snapshots"
         )
         return 0
+    if report.problem is None:
+        return 1  # a corrupt snapshot, reported above
     print(
         f"CORRUPT: {report.file} at byte position {report.position}: {report.problem}\n"
         f"(checked {report.batches} good batches before it)"

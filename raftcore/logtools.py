@@ -1,4 +1,6 @@
-"""Read-only inspection of a log directory: dump its batches, verify every byte of it.
+"""Read-only inspection of a log directory: dump its batches, verify every byte of it -- and
+list its snapshots (KIP-630), which live beside the segments, each verified whole by
+``verify_log``.
 
 These never open the log for writing and never run recovery: a tool pointed at a damaged log
 reports the damage and leaves the files as they are.
@@ -16,11 +18,20 @@ from typing import TextIO
 
 from raftcore._native.records import iter_batches, scan_batches
 from raftcore._native.segment import MappedFile, check_index
-from raftcore.errors import CorruptRecordError, UnsupportedCompressionError
+from raftcore.errors import CorruptRecordError, CorruptSnapshotError, UnsupportedCompressionError
 from raftcore.log import INDEX_SUFFIX, LOG_SUFFIX, first_discontinuity
 from raftcore.records import ControlRecordType, RecordBatch
+from raftcore.snapshot import SnapshotFileKind, SnapshotPath, parse_snapshot_path
+from raftcore.snapshot import verify_snapshot_file as _verify_snapshot_file
 
-__all__ = ["VerifyReport", "dump_log", "segment_files", "verify_log"]
+__all__ = [
+    "SnapshotCheck",
+    "VerifyReport",
+    "dump_log",
+    "segment_files",
+    "snapshot_files",
+    "verify_log",
+]
 
 
 def segment_files(directory: str | os.PathLike[str]) -> list[tuple[int, Path]]:
@@ -34,6 +45,24 @@ def segment_files(directory: str | os.PathLike[str]) -> list[tuple[int, Path]]:
         if len(stem) == 20 and stem.isdigit():
             found.append((int(stem), p))
     return sorted(found)
+
+
+def snapshot_files(directory: str | os.PathLike[str]) -> list[SnapshotPath]:
+    """The snapshot files of a log directory -- frozen, ``.part`` and ``.deleted`` -- in
+    (end offset, epoch, name) order."""
+    found = [parse_snapshot_path(p) for p in Path(directory).iterdir()]
+    return sorted(
+        (f for f in found if f is not None),
+        key=lambda f: (f.snapshot_id.end_offset, f.snapshot_id.epoch, f.path.name),
+    )
+
+
+def _snapshot_line(found: SnapshotPath) -> str:
+    sid = found.snapshot_id
+    return (
+        f"Snapshot {found.path.name} (end offset {sid.end_offset}, epoch {sid.epoch}, "
+        f"{found.path.stat().st_size} bytes, {found.kind.value})"
+    )
 
 
 def _map_file(path: Path) -> MappedFile:
@@ -112,7 +141,27 @@ def dump_log(
                         print(f"| cannot read records: {exc}", file=out)
         except CorruptRecordError as exc:
             print(f"ERROR in {path.name}: {exc}", file=out)
+    if segment is None:
+        for found in snapshot_files(directory):
+            print(_snapshot_line(found), file=out)
     return count
+
+
+@dataclass(frozen=True)
+class SnapshotCheck:
+    """One frozen snapshot as ``verify_log`` found it: sound (``problem`` None) or not."""
+
+    name: str
+    end_offset: int
+    epoch: int
+    size: int
+    records: int | None = None
+    problem: str | None = None
+    position: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
 
 
 @dataclass
@@ -130,10 +179,11 @@ class VerifyReport:
     file: str | None = None
     position: int | None = None
     warnings: list[str] = field(default_factory=list)
+    snapshots: list[SnapshotCheck] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return self.problem is None
+        return self.problem is None and all(s.ok for s in self.snapshots)
 
 
 def verify_log(
@@ -143,7 +193,33 @@ def verify_log(
 ) -> VerifyReport:
     """Check every batch of every segment: structure, CRC, offsets contiguous within and across
     segments, leader epochs non-decreasing, records decodable, and each offset index sound.
-    Stops at the first problem. ``progress(done_bytes, total_bytes)`` is called as it goes."""
+    Stops at the first problem. Then verifies every frozen snapshot whole (``snapshots``; a
+    ``.part`` or ``.deleted`` file, which the next open deletes, is a warning).
+    ``progress(done_bytes, total_bytes)`` is called as it goes."""
+    report = _verify_segments(directory, progress)
+    for found in snapshot_files(directory):
+        if found.kind is not SnapshotFileKind.FROZEN:
+            report.warnings.append(f"{found.path.name}: left by a crash (the next open deletes it)")
+            continue
+        report.snapshots.append(_check_snapshot(found))
+    return report
+
+
+def _check_snapshot(found: SnapshotPath) -> SnapshotCheck:
+    sid, path = found.snapshot_id, found.path
+    size = path.stat().st_size
+    try:
+        summary = _verify_snapshot_file(path, snapshot_id=sid)
+    except CorruptSnapshotError as exc:
+        return SnapshotCheck(
+            path.name, sid.end_offset, sid.epoch, size, None, str(exc), exc.position
+        )
+    return SnapshotCheck(path.name, sid.end_offset, sid.epoch, size, summary.record_count)
+
+
+def _verify_segments(
+    directory: str | os.PathLike[str], progress: Callable[[int, int], None] | None
+) -> VerifyReport:
     files = segment_files(directory)
     report = VerifyReport()
     total = sum(p.stat().st_size for _, p in files)

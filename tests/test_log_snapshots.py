@@ -10,9 +10,11 @@ import stat
 import pytest
 from raft_harness import batch
 
+from raftcore.cli import main
 from raftcore.errors import CorruptLogError, CorruptSnapshotError
 from raftcore.log import SegmentedLog
 from raftcore.log.checkpoints import write_log_start_offset
+from raftcore.logtools import verify_log
 from raftcore.raft import InMemoryLog, OffsetAndEpoch
 from raftcore.records import iter_batches
 
@@ -216,6 +218,36 @@ def test_delete_before_snapshot_deletes_the_segments_wholly_below_the_new_start(
         assert records(log) == expected
     with open_log(tmp_path) as log:
         assert log.log_start_offset == cut and records(log) == expected
+
+
+# ---- the read-only tools -------------------------------------------------------------------
+
+
+def test_dump_log_lists_every_snapshot_file_with_its_id_size_and_kind(tmp_path, capsys):
+    with open_log(tmp_path) as log:
+        fill(log, [1, 1, 2])
+        snapshot(log, 4, 1)
+    (tmp_path / "00000000000000000006-0000000002-ab.checkpoint.part").write_bytes(b"torn")
+    assert main(["dump-log", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "Snapshot 00000000000000000004-0000000001.checkpoint (end offset 4, epoch 1, " in out
+    assert "(end offset 6, epoch 2, 4 bytes, part)" in out
+
+
+def test_verify_log_verifies_every_snapshot_and_names_a_corrupt_one(tmp_path, capsys):
+    with open_log(tmp_path) as log:
+        fill(log, [1, 1, 2])
+        snapshot(log, 2, 1)
+        snapshot(log, 4, 1, [(b"k", b"v" * 100)])
+    report = verify_log(tmp_path)
+    assert report.ok and [(s.end_offset, s.records) for s in report.snapshots] == [(2, 1), (4, 1)]
+    assert main(["verify-log", str(tmp_path)]) == 0
+    assert "2 snapshots" in capsys.readouterr().out
+    corrupt_file(tmp_path / "00000000000000000004-0000000001.checkpoint", 120)
+    report = verify_log(tmp_path)
+    assert not report.ok and [s.ok for s in report.snapshots] == [True, False]
+    assert main(["verify-log", str(tmp_path)]) == 1
+    assert "00000000000000000004-0000000001.checkpoint: " in capsys.readouterr().out
 
 
 # ---- crash safety: a child process dies after each step, the parent reopens ------------------
