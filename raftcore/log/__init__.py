@@ -10,12 +10,14 @@ Directory layout (see docs/storage-format.md)::
     leader-epoch-checkpoint      epoch -> start offset, Kafka's text format
     log-start-offset-checkpoint  the log start offset
     recovery-point-checkpoint    the clean point: bytes before it are durable and checked
+    <end offset>-<epoch>.checkpoint   a snapshot (raftcore.snapshot), beside the segments
     .lock                        held (flock) while the log is open
 
 Invariants kept by every operation:
 - segments are contiguous: each segment's base offset is the previous segment's end offset;
 - batches within the log have contiguous offsets and non-decreasing leader epochs;
 - the log start offset lies in [first segment's base, end offset];
+- once the directory holds a snapshot, one reaches the log start offset (Kafka's rule);
 - everything before the recovery point is fsynced and was CRC-checked (by the writer or by
   recovery); recovery checks everything after it, batch by batch, and cuts a torn tail.
 
@@ -29,7 +31,9 @@ The package, one idea a module:
 - ``segment``: one segment -- its file, memory map and sparse offset index;
 - ``checkpoints``: the log-start-offset and recovery-point (clean point) checkpoint files;
 - ``recovery``: opening a directory -- its lock, and recovery from an unclean shutdown;
-- ``segmented_log``: :class:`SegmentedLog`, the log's public face.
+- ``segmented_log``: :class:`SegmentedLog`, the log's public face;
+- ``snapshots``: its snapshots (KIP-630) -- the snapshot store in the same directory, checked
+  against the log, behind the raft core's ``SnapshotLog`` protocol.
 """
 
 from raftcore.log.config import CHECKPOINT_VERSION as CHECKPOINT_VERSION
