@@ -60,7 +60,9 @@ __all__ = ["RaftNode"]
 
 logger = logging.getLogger(__name__)
 
-RAFT_APIS = frozenset({ApiKey.VOTE, ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH})
+RAFT_APIS = frozenset(
+    {ApiKey.VOTE, ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH, ApiKey.FETCH_SNAPSHOT}
+)
 
 
 class _Listener:

@@ -1,5 +1,5 @@
 """The Raft core's messages on the Kafka wire: Vote (v2, with KIP-996's PreVote),
-BeginQuorumEpoch, EndQuorumEpoch (v1) and the replica Fetch (v17).
+BeginQuorumEpoch, EndQuorumEpoch (v1), the replica Fetch (v17) and FetchSnapshot (v1, KIP-630).
 
 Kafka's RPCs are multi-partition; a raftcore cluster replicates exactly one topic-partition, so a
 request carries one topic (by name, or by id in Fetch) with one partition 0. A request that names
@@ -28,6 +28,8 @@ from raftcore.raft.messages import (
     EndQuorumEpochResponse,
     FetchRequest,
     FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
     Outbound,
     RaftRequest,
     RaftResponse,
@@ -55,6 +57,7 @@ VERSIONS = {
     ApiKey.BEGIN_QUORUM_EPOCH: 1,
     ApiKey.END_QUORUM_EPOCH: 1,
     ApiKey.FETCH: 17,
+    ApiKey.FETCH_SNAPSHOT: 1,
 }
 _ZERO_UUID = b"\x00" * 16
 CLIENT_ID = "raftcore-replica"
@@ -101,6 +104,24 @@ def encode_request(node: RaftNode, out: Outbound) -> tuple[int, int, bytes]:
             topics=[cls.FetchTopic(topic_id=cfg.topic_id, partitions=[partition])],
             forgotten_topics_data=[],
             rack_id="",
+        )
+    elif isinstance(message, FetchSnapshotRequest):
+        key = ApiKey.FETCH_SNAPSHOT
+        cls = request_spec(key).cls
+        partition = cls.PartitionSnapshot(
+            partition=0,
+            current_leader_epoch=message.current_leader_epoch,
+            snapshot_id=cls.SnapshotId(
+                end_offset=message.snapshot_id.offset, epoch=message.snapshot_id.epoch
+            ),
+            position=message.position,
+            replica_directory_id=_ZERO_UUID,
+        )
+        body = cls(
+            cluster_id=message.cluster_id,
+            replica_id=message.replica_id,
+            max_bytes=message.max_bytes,
+            topics=[cls.TopicSnapshot(name=cfg.topic, partitions=[partition])],
         )
     elif isinstance(message, VoteRequest):
         key = ApiKey.VOTE
@@ -194,11 +215,13 @@ def _single_partition(node: RaftNode, key: int, body: Any, *, by_id: bool = Fals
         if partition.partition != 0:
             raise WrongPartition(key, f"unknown partition {partition.partition}")
         return partition
-    if topic.topic_name != cfg.topic:
-        raise WrongPartition(key, f"unknown topic {topic.topic_name!r}")
+    name = topic.name if key == ApiKey.FETCH_SNAPSHOT else topic.topic_name
+    if name != cfg.topic:
+        raise WrongPartition(key, f"unknown topic {name!r}")
     partition = topic.partitions[0]
-    if partition.partition_index != 0:
-        raise WrongPartition(key, f"unknown partition {partition.partition_index}")
+    index = partition.partition if key == ApiKey.FETCH_SNAPSHOT else partition.partition_index
+    if index != 0:
+        raise WrongPartition(key, f"unknown partition {index}")
     return partition
 
 
@@ -221,6 +244,16 @@ def decode_request(node: RaftNode, header: Any, body: Any) -> tuple[int, RaftReq
             max_bytes=max(1, min(p.partition_max_bytes, body.max_bytes)),
             is_follower=bool(getattr(p, "is_follower", False)),
             high_watermark=getattr(p, "high_watermark", -1),
+        )
+    if key == ApiKey.FETCH_SNAPSHOT:
+        p = _single_partition(node, key, body)
+        return body.replica_id, FetchSnapshotRequest(
+            cluster_id=body.cluster_id,
+            replica_id=body.replica_id,
+            current_leader_epoch=p.current_leader_epoch,
+            snapshot_id=OffsetAndEpoch(p.snapshot_id.end_offset, p.snapshot_id.epoch),
+            position=p.position,
+            max_bytes=max(1, body.max_bytes),
         )
     if key == ApiKey.VOTE:
         p = _single_partition(node, key, body)
@@ -296,6 +329,29 @@ def encode_response(node: RaftNode, out: Outbound, api_key: int, version: int) -
         if version >= 16:
             body.node_endpoints = node_endpoints(node, cls.NodeEndpoint, leader)
         return body
+    if isinstance(message, FetchSnapshotResponse):
+        leader = message.current_leader
+        partition = cls.PartitionSnapshot(
+            index=0,
+            error_code=message.error_code,
+            snapshot_id=cls.SnapshotId(
+                end_offset=message.snapshot_id.offset, epoch=message.snapshot_id.epoch
+            ),
+            current_leader=cls.LeaderIdAndEpoch(
+                leader_id=leader.leader_id if leader.known else -1, leader_epoch=leader.epoch
+            ),
+            size=message.size,
+            position=message.position,
+            unaligned_records=message.data,  # a view of the snapshot's map: sent uncopied
+        )
+        body = cls(
+            throttle_time_ms=0,
+            error_code=Errors.NONE,
+            topics=[cls.TopicSnapshot(name=cfg.topic, partitions=[partition])],
+        )
+        if version >= 1:
+            body.node_endpoints = node_endpoints(node, cls.NodeEndpoint, leader)
+        return body
     if not isinstance(message, (VoteResponse, BeginQuorumEpochResponse, EndQuorumEpochResponse)):
         raise TypeError(f"not a raft response: {message!r}")
     partition = cls.PartitionData(
@@ -334,6 +390,8 @@ def error_response(node: RaftNode, api_key: int, version: int, error_code: int) 
     cls = response_spec(api_key).cls
     if api_key == ApiKey.FETCH:
         return cls(throttle_time_ms=0, error_code=error_code, session_id=0, responses=[])
+    if api_key == ApiKey.FETCH_SNAPSHOT:
+        return cls(throttle_time_ms=0, error_code=error_code, topics=[])
     return cls(error_code=error_code, topics=[])
 
 
@@ -371,6 +429,21 @@ def decode_response(node: RaftNode, api_key: int, version: int, frame: bytes) ->
     if len(body.topics) != 1 or len(body.topics[0].partitions) != 1:
         raise RaftcoreError(f"a response to API {api_key} must carry exactly one partition")
     p = body.topics[0].partitions[0]
+    if api_key == ApiKey.FETCH_SNAPSHOT:
+        cl = p.current_leader
+        leader = (
+            LeaderAndEpoch(None, -1)
+            if cl is None
+            else LeaderAndEpoch(cl.leader_id if cl.leader_id >= 0 else None, cl.leader_epoch)
+        )
+        return FetchSnapshotResponse(
+            error_code=p.error_code,
+            current_leader=leader,
+            snapshot_id=OffsetAndEpoch(p.snapshot_id.end_offset, p.snapshot_id.epoch),
+            size=p.size,
+            position=p.position,
+            data=p.unaligned_records if p.unaligned_records is not None else b"",
+        )
     if api_key == ApiKey.VOTE:
         return VoteResponse(p.error_code, p.leader_id, p.leader_epoch, bool(p.vote_granted))
     if api_key == ApiKey.BEGIN_QUORUM_EPOCH:
@@ -384,6 +457,8 @@ def _top_level_error(api_key: int, error_code: int) -> RaftResponse:
     unknown = LeaderAndEpoch(None, -1)
     if api_key == ApiKey.FETCH:
         return FetchResponse(error_code, -1, -1, unknown)
+    if api_key == ApiKey.FETCH_SNAPSHOT:
+        return FetchSnapshotResponse(error_code, unknown)
     if api_key == ApiKey.VOTE:
         return VoteResponse(error_code, -1, -1, False)
     if api_key == ApiKey.BEGIN_QUORUM_EPOCH:

@@ -67,7 +67,7 @@ _NAMES = {
     ApiKey.FETCH_SNAPSHOT: "FetchSnapshot",
 }
 
-# What a node serves (inclusive ranges). FetchSnapshot comes with snapshots.
+# What a node serves (inclusive ranges).
 SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.PRODUCE: (0, 10),
     ApiKey.FETCH: (4, 17),
@@ -79,6 +79,7 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.BEGIN_QUORUM_EPOCH: (0, 1),
     ApiKey.END_QUORUM_EPOCH: (0, 1),
     ApiKey.DESCRIBE_QUORUM: (0, 2),
+    ApiKey.FETCH_SNAPSHOT: (0, 1),
 }
 
 
