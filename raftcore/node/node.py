@@ -32,7 +32,8 @@ from raftcore.checkpoint import write_atomically
 from raftcore.error_codes import Errors
 from raftcore.errors import RaftcoreError, RaftInvariantError
 from raftcore.log import SegmentedLog
-from raftcore.node import kafka_api, raft_wire
+from raftcore.node import kafka_api, raft_wire, reads
+from raftcore.node.applier import Applier, check_start_offset
 from raftcore.node.config import NodeConfig
 from raftcore.node.producer_state import ProducerStateManager
 from raftcore.node.transport import CloseConnection, PeerConnection, ServerConnection
@@ -55,6 +56,7 @@ from raftcore.raft import (
     RaftCore,
 )
 from raftcore.raft.states import LeaderState
+from raftcore.statemachine.api import StateMachine
 
 __all__ = ["RaftNode"]
 
@@ -74,6 +76,9 @@ class _Listener:
         self.node = node
 
     def handle_commit(self, batches: list[CommittedBatch]) -> None:
+        if self.node.applier is not None:  # a state machine: a failed apply stops the node
+            self.node.applier.handle_commit(batches)
+            return
         app = self.node.listener
         if app is not None:
             try:
@@ -152,10 +157,22 @@ class _UnsyncedView:
 
 class RaftNode:
     def __init__(
-        self, config: NodeConfig, *, listener: Any = None, rng: random.Random | None = None
+        self,
+        config: NodeConfig,
+        *,
+        listener: Any = None,
+        state_machine: StateMachine | None = None,
+        rng: random.Random | None = None,
     ) -> None:
+        """``listener`` gets committed batches on the loop, from the log start
+        (:class:`raftcore.raft.Listener`); a ``state_machine`` gets them on its own thread,
+        from its applied offset (:mod:`raftcore.statemachine`). One or the other."""
+        if listener is not None and state_machine is not None:
+            raise ValueError("a node drives one listener: give listener= or state_machine=")
         self.config = config
         self.listener = listener
+        self.state_machine = state_machine
+        self.applier: Applier | None = None
         self.prefix = f"[node {config.node_id}]"
         self.rng = rng or random.Random()
         self.log: SegmentedLog | None = None
@@ -197,6 +214,25 @@ class RaftNode:
         # What counts as durable, for the core and for messages held until an fsync.
         self._durable = self.log if cfg.flush == "always" else _UnsyncedView(self.log)
         store = FileQuorumStateStore(cfg.data_dir, cluster_id=cfg.cluster_id)
+        start_offset = None
+        if self.state_machine is not None:
+            try:  # resume where the state machine is: never replay, never skip
+                start_offset = check_start_offset(
+                    self.state_machine.applied_offset, self.log, self.prefix
+                )
+            except Exception:
+                self.log.close()
+                raise
+            log = self.log
+            self.applier = Applier(
+                self.state_machine,
+                durable_end=lambda: log.flushed_offset,
+                request_flush=self._flush_wanted.set,
+                set_paused=self._pause_listener,
+                on_failure=self._state_machine_failed,
+                prefix=self.prefix,
+            )
+            self.applier.start()
         self.core = RaftCore(
             cfg.node_id,
             cfg.quorum,
@@ -204,6 +240,7 @@ class RaftNode:
             store,
             rng=self.rng,
             listener=_Listener(self),
+            listener_start_offset=start_offset,
             log_prefix=self.prefix,
         )
         for peer_id, endpoint in cfg.voters.items():
@@ -235,6 +272,9 @@ class RaftNode:
     async def stop(self, timeout_s: float = 3.0) -> None:
         """Stop: a leader resigns first (EndQuorumEpoch to the voters), then everything
         closes. Waits at most ``timeout_s`` for the resignation to be told."""
+        if self._closing is not None:  # stopping already (a failed apply, a broken invariant)
+            await asyncio.shield(self._closing)
+            return
         if not self._started or self._stopping:
             return
         self._stopping = True
@@ -271,6 +311,8 @@ class RaftNode:
         for fut, _, _ in self._inbound.values():
             if not fut.done():
                 fut.cancel()
+        if self.applier is not None:
+            await self.applier.close()  # after the apply in progress, if any
         if self.log is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.log.close)
         self._started = False
@@ -292,6 +334,33 @@ class RaftNode:
 
     def is_leader(self) -> bool:
         return self.core is not None and self.core.is_leader()
+
+    # ---- the state machine (raftcore.node.applier) ---------------------------------------------
+
+    @property
+    def applied_offset(self) -> int | None:
+        """Everything committed below it is applied to the state machine (None without one)."""
+        return None if self.applier is None else self.applier.applied_offset
+
+    async def wait_applied(self, offset: int, timeout_s: float | None = None) -> None:
+        """Wait until the state machine has applied everything below ``offset``."""
+        if self.applier is None:
+            raise RaftcoreError(f"{self.prefix} no state machine")
+        await self.applier.wait_applied(offset, timeout_s)
+
+    async def read_index(self, timeout_s: float = 5.0) -> int:
+        """The offset a linearizable read waits for (leader only: see :mod:`.reads`)."""
+        return await reads.read_index(self, timeout_s)
+
+    def _pause_listener(self, paused: bool) -> None:
+        if self.core is not None:
+            self.core.feed.paused = paused
+            if not paused and self._started:
+                self._run(self.core.poll)
+
+    def _state_machine_failed(self, exc: BaseException) -> None:
+        self._stopping = True  # the applier logged it; the replica stops
+        self._closing = asyncio.ensure_future(self._close())
 
     # ---- appends -------------------------------------------------------------------------------
 
@@ -438,6 +507,8 @@ class RaftNode:
             self._leader_epoch_seen = state.epoch
             assert self.log is not None
             self.producers.rebuild(self.log)
+        if self.applier is not None:
+            self.applier.progress(core.listener_next_offset)
         if core.high_watermark is None:
             return
         if self._hw_events:

@@ -1,0 +1,96 @@
+"""Helpers for the state-machine tests: committed batches made from pairs, and in-process nodes
+with state machines on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+from raftcore.node.config import Endpoint, NodeConfig
+from raftcore.node.local_cluster import free_ports
+from raftcore.node.node import RaftNode
+from raftcore.raft import CommittedBatch, QuorumConfig
+from raftcore.records import encode_batch, iter_batches
+
+FAST = QuorumConfig(election_timeout_ms=300, fetch_timeout_ms=600, request_timeout_ms=500)
+CLUSTER_ID = "statemachine-tests"
+
+
+def committed(pairs, base_offset: int, from_offset: int | None = None) -> CommittedBatch:  # type: ignore[no-untyped-def]
+    """One committed batch of ``pairs`` at ``base_offset`` (records below ``from_offset``
+    delivered before, as after a restart inside a batch)."""
+    batch = next(iter_batches(encode_batch(pairs, base_offset=base_offset, leader_epoch=1)))
+    return CommittedBatch(batch, base_offset if from_offset is None else from_offset)
+
+
+def batches_of(ops, batch_size: int, base_offset: int = 0) -> list[CommittedBatch]:  # type: ignore[no-untyped-def]
+    """``ops`` (key, value-or-None) cut into consecutive committed batches."""
+    out = []
+    offset = base_offset
+    for i in range(0, len(ops), batch_size):
+        chunk = ops[i : i + batch_size]
+        out.append(committed(chunk, offset))
+        offset += len(chunk)
+    return out
+
+
+class Recording:
+    """Wraps a state machine and records, per apply call, the offsets of every record it was
+    given and the thread it ran on."""
+
+    def __init__(self, inner) -> None:  # type: ignore[no-untyped-def]
+        self.inner = inner
+        self.offsets: list[int] = []
+        self.threads: set[int] = set()
+        self.calls = 0
+
+    @property
+    def applied_offset(self) -> int:
+        return self.inner.applied_offset
+
+    def apply(self, batches) -> None:  # type: ignore[no-untyped-def]
+        self.threads.add(threading.get_ident())
+        self.inner.apply(batches)
+        self.calls += 1
+        for b in batches:
+            self.offsets.extend(range(b.first_offset, b.last_offset + 1))
+
+    def snapshot(self, writer) -> int:  # type: ignore[no-untyped-def]
+        return self.inner.snapshot(writer)
+
+    def restore(self, reader) -> None:  # type: ignore[no-untyped-def]
+        self.inner.restore(reader)
+
+
+def node_configs(tmp_path: Path, count: int = 3, **kw) -> list[NodeConfig]:  # type: ignore[no-untyped-def]
+    ports = free_ports(count)
+    voters = {i + 1: Endpoint("127.0.0.1", p) for i, p in enumerate(ports)}
+    return [
+        NodeConfig(
+            node_id=i,
+            voters=voters,
+            data_dir=tmp_path / f"node-{i}",
+            cluster_id=CLUSTER_ID,
+            quorum=FAST,
+            **kw,
+        )
+        for i in voters
+    ]
+
+
+async def leader_of(nodes: list[RaftNode], timeout_s: float = 10.0) -> RaftNode:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while loop.time() < deadline:
+        leaders = [n for n in nodes if n._started and n.is_leader()]
+        if leaders and all(
+            n.leader_and_epoch.leader_id == leaders[0].node_id for n in nodes if n._started
+        ):
+            return leaders[0]
+        await asyncio.sleep(0.02)
+    raise AssertionError("no leader known to every node")
+
+
+def run(coro, timeout_s: float = 60.0):  # type: ignore[no-untyped-def]
+    return asyncio.run(asyncio.wait_for(coro, timeout_s))
