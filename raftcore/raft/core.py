@@ -53,6 +53,7 @@ from raftcore.raft.messages import (
     VoteResponse,
 )
 from raftcore.raft.pending import Appended, AppendOutcome
+from raftcore.raft.purgatory import FetchPurgatory
 from raftcore.raft.quorum_state import QuorumState
 from raftcore.raft.quorum_store import QuorumStateStore
 from raftcore.raft.replicated_log import ReplicatedLog
@@ -107,17 +108,6 @@ class Output:
     snapshot_due: bool = False
 
 
-@dataclass(slots=True)
-class _Parked:
-    """A fetch the leader holds until there is something to answer (or it waited long
-    enough): Kafka's fetch purgatory."""
-
-    source: int
-    correlation_id: int
-    request: FetchRequest
-    deadline: int
-
-
 class RaftCore:
     """One replica of the quorum. See the module docstring."""
 
@@ -152,7 +142,7 @@ class RaftCore:
         self._completions: list[AppendOutcome] = []
         self._append_token = 0
         self._correlation = 0
-        self._parked: list[_Parked] = []
+        self.purgatory = FetchPurgatory(self)
         self.shutting_down = False
         self._started = False
 
@@ -292,7 +282,7 @@ class RaftCore:
         appended = Appended(first, last, state.epoch, token)
         if track:
             state.pending.add(appended)
-        self._complete_parked(now)
+        self.purgatory.complete(now)
         return appended
 
     def _writable_leader(self, epoch: int | None) -> LeaderState:
@@ -474,13 +464,7 @@ class RaftCore:
             old.drop_snapshot_download()  # a new leader or epoch: the .part is discarded
         if isinstance(old, LeaderState):
             self._abandon_pending(old)
-            parked, self._parked = self._parked, []
-            for p in parked:
-                self._reply(
-                    p.source,
-                    p.correlation_id,
-                    fetch.error_response(self, Errors.NOT_LEADER_OR_FOLLOWER),
-                )
+            self.purgatory.release_not_leader()
 
     def _carry_high_watermark(self, old: EpochState) -> None:
         # Non-leader states keep the high watermark they knew (it never moves back); a new
@@ -550,7 +534,7 @@ class RaftCore:
 
     def on_high_watermark_changed(self, now: int) -> None:
         """The leader's high watermark moved: held fetches that wait for it may go."""
-        self._complete_parked(now)
+        self.purgatory.complete(now)
 
     # ---- pending appends (the produce purgatory, raftcore.raft.pending) ---------------------
 
@@ -582,27 +566,6 @@ class RaftCore:
         for appended in old.pending.take_all():
             self._completions.append(AppendOutcome(appended, Errors.NOT_LEADER_OR_FOLLOWER, leader))
 
-    # ---- the fetch purgatory ------------------------------------------------------------------
-
-    def park(self, source: int, correlation_id: int, request: FetchRequest, now: int) -> None:
-        self._parked.append(_Parked(source, correlation_id, request, now + request.max_wait_ms))
-
-    def _complete_parked(self, now: int, *, expired_only: bool = False) -> None:
-        if not self._parked or not isinstance(self.quorum.state, LeaderState):
-            return
-        waiting = self._parked
-        self._parked = []
-        for p in waiting:
-            force = now >= p.deadline
-            if expired_only and not force:
-                self._parked.append(p)
-                continue
-            response = fetch.try_complete(self, p.request, now, force=force)
-            if response is None:
-                self._parked.append(p)
-            else:
-                self._reply(p.source, p.correlation_id, response)
-
     # ---- polling ------------------------------------------------------------------------------
 
     def _finish(self, now: int) -> Output:
@@ -610,10 +573,14 @@ class RaftCore:
             raise RaftcoreError(f"{self.prefix} call start() first")
         deadline = polling.poll(self, now)
         self.feed.update()
-        if self._parked:
-            self._complete_parked(now, expired_only=True)
-            deadline = min(deadline, min(p.deadline for p in self._parked) if self._parked else INF)
-        deadline = min(deadline, self.requests.next_deadline(), self.snapshots.next_deadline(now))
+        if self.purgatory:
+            self.purgatory.complete(now, expired_only=True)
+        deadline = min(
+            deadline,
+            self.purgatory.next_deadline(),
+            self.requests.next_deadline(),
+            self.snapshots.next_deadline(now),
+        )
         self._settle_pending()
         out = Output(
             self._outbox,

@@ -119,7 +119,7 @@ def handle_request(
         return
     response = try_complete(core, request, now, force=request.max_wait_ms == 0)
     if response is None:
-        core.park(source, correlation_id, request, now)
+        core.purgatory.park(source, correlation_id, request, now)
     else:
         core.reply(source, correlation_id, response)
 

@@ -1,0 +1,71 @@
+"""The leader's fetch purgatory (Kafka's DelayedFetch): a fetch with nothing to answer yet is
+held until records, a high watermark the fetcher has not seen, or its MaxWaitMs arrive."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from raftcore.error_codes import Errors
+from raftcore.raft import fetch
+from raftcore.raft.messages import FetchRequest
+from raftcore.raft.states import LeaderState
+
+if TYPE_CHECKING:
+    from raftcore.raft.core import RaftCore
+
+__all__ = ["FetchPurgatory"]
+
+INF = float("inf")
+
+
+@dataclass(slots=True)
+class _Parked:
+    source: int
+    correlation_id: int
+    request: FetchRequest
+    deadline: int
+
+
+class FetchPurgatory:
+    def __init__(self, core: RaftCore) -> None:
+        self.core = core
+        self._parked: list[_Parked] = []
+
+    def __bool__(self) -> bool:
+        return bool(self._parked)
+
+    def park(self, source: int, correlation_id: int, request: FetchRequest, now: int) -> None:
+        self._parked.append(_Parked(source, correlation_id, request, now + request.max_wait_ms))
+
+    def complete(self, now: int, *, expired_only: bool = False) -> None:
+        """Answer the held fetches that can be answered (with ``expired_only``, only those
+        whose wait is over); the rest stay."""
+        core = self.core
+        if not self._parked or not isinstance(core.quorum.state, LeaderState):
+            return
+        waiting = self._parked
+        self._parked = []
+        for p in waiting:
+            force = now >= p.deadline
+            if expired_only and not force:
+                self._parked.append(p)
+                continue
+            response = fetch.try_complete(core, p.request, now, force=force)
+            if response is None:
+                self._parked.append(p)
+            else:
+                core.reply(p.source, p.correlation_id, response)
+
+    def next_deadline(self) -> float:
+        return min((p.deadline for p in self._parked), default=INF)
+
+    def release_not_leader(self) -> None:
+        """Leadership ended: every held fetch is answered NOT_LEADER_OR_FOLLOWER."""
+        parked, self._parked = self._parked, []
+        for p in parked:
+            self.core.reply(
+                p.source,
+                p.correlation_id,
+                fetch.error_response(self.core, Errors.NOT_LEADER_OR_FOLLOWER),
+            )
