@@ -230,6 +230,7 @@ def test_a_failed_apply_stops_the_node_and_a_restart_resumes_at_the_failed_batch
         assert not nodes[i]._started
         first, _ = failing.failed_batches
         assert sms[i].applied_offset == first  # nothing of the failed call, nothing skipped
+        assert nodes[i].applied_offset == first  # the node claims no more either
 
         again = Recording(sms[i])
         nodes[i] = RaftNode(cfgs[i], state_machine=again)

@@ -153,9 +153,9 @@ class Applier:
     def applied_offset(self) -> int:
         """Everything below it is applied (control batches included, once the data batches
         handed over before them are)."""
-        if not self._queue and not self._busy:
-            return max(self._applied, self._delivered_end)
-        return self._applied
+        if self._queue or self._busy or self.failure is not None or self._closing:
+            return self._applied  # (once stopped, batches handed over may have been dropped)
+        return max(self._applied, self._delivered_end)
 
     @property
     def backlog(self) -> int:
