@@ -52,7 +52,8 @@ async def read_index(node: RaftNode, timeout_s: float = 5.0) -> int:
             raise RaftcoreError(f"{node.prefix} not started")
         if not core.is_leader():
             leader = core.leader_and_epoch()
-            endpoint = node.config.endpoint_of(leader.leader_id) if leader.known else None
+            leader_id = leader.leader_id
+            endpoint = None if leader_id is None else node.config.endpoint_of(leader_id)
             if leader.leader_id == node.config.node_id:
                 where = "this node, which no longer leads it (an election is due)"
             elif leader.known:

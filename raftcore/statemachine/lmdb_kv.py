@@ -41,7 +41,7 @@ import itertools
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import lmdb
 
@@ -139,8 +139,8 @@ class LmdbStateMachine:
             with self.env.begin(write=True) as txn:
                 cursor = txn.cursor(data)
                 for kv in decoded:
-                    if not kv.deletes:
-                        cursor.putmulti(kv.pairs)
+                    if not kv.deletes:  # every value is bytes
+                        cursor.putmulti(cast("list[tuple[bytes, bytes]]", kv.pairs))
                         continue
                     for key, value in kv.pairs:
                         if value is None:
@@ -178,7 +178,7 @@ class LmdbStateMachine:
                 cursor = txn.cursor(self._data)
                 append = True
                 for chunk in reader:
-                    pairs = chunk if isinstance(chunk, list) else list(chunk)
+                    pairs = cast("list[tuple[bytes, bytes]]", list(chunk))
                     if any(value is None for _, value in pairs):
                         raise StateMachineError(
                             f"{self.prefix} snapshot {end} holds a null value: a snapshot "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from raftcore.statemachine.api import (
     Pair,
@@ -132,8 +132,8 @@ class DictStateMachine:
                             data.pop(key, None)
                         else:
                             data[key] = value
-                else:
-                    data.update(kv.pairs)
+                else:  # no deletes: every value is bytes
+                    data.update(cast("list[tuple[bytes, bytes]]", kv.pairs))
             self._applied = end
             self.skipped_records += skipped
 
