@@ -399,3 +399,94 @@ def test_a_node_takes_a_listener_or_a_state_machine_not_both(tmp_path):
     (cfg,) = node_configs(tmp_path, count=1)
     with pytest.raises(ValueError, match="listener= or state_machine="):
         RaftNode(cfg, listener=object(), state_machine=DictStateMachine())
+
+
+def test_a_state_machine_behind_a_snapshot_loads_it_then_applies_the_rest(tmp_path):
+    """KIP-630 through a real node: the log starts at a snapshot past the state machine's
+    applied offset; the core's feed loads the snapshot, the applier restores it on its thread,
+    and applying goes on from the snapshot's end -- each record once, nothing below it."""
+    from raftcore.raft import OffsetAndEpoch
+    from raftcore.records import iter_batches
+
+    async def main():
+        (cfg,) = node_configs(tmp_path, count=1)
+        node = RaftNode(cfg, state_machine=DictStateMachine())
+        await node.start()
+        await leader_of([node])
+        end = await write(node, 0, 300, 30)
+        await node.stop()
+
+        # a snapshot at a batch boundary in the middle, with the state as of there, then the
+        # log start moved to it (what the leader does once its followers are past it)
+        with SegmentedLog.open(cfg.data_dir / "log") as log:
+            cut = next(
+                b.last_offset + 1
+                for b in iter_batches(bytes(log.read(0, 1 << 20)))
+                if not b.is_control and b.last_offset + 1 >= 150
+            )
+            state: dict[bytes, bytes] = {}
+            for b in iter_batches(bytes(log.read(0, 1 << 20))):
+                if b.base_offset >= cut:
+                    break
+                if not b.is_control:
+                    state.update((r.key, r.value) for r in b.records())
+            snapshot_id = OffsetAndEpoch(cut, log.epoch_for_offset(cut - 1))
+            writer = log.create_new_snapshot(snapshot_id)
+            writer.append(sorted(state.items()))
+            writer.freeze()
+            assert log.delete_before_snapshot(snapshot_id)
+            assert log.log_start_offset == cut
+
+        sm = Recording(DictStateMachine())
+        node = RaftNode(cfg, state_machine=sm)
+        await node.start()  # applied offset 0 is below the log start, but a snapshot covers it
+        try:
+            await leader_of([node])
+            end2 = await write(node, 300, 50, 10)
+            await node.wait_applied(end2, timeout_s=20)
+            assert sm.offsets == data_offsets(node, cut, end2)  # nothing below the snapshot
+            assert len(sm.inner.data) == 350
+            assert sm.inner.data[b"k0"] == b"v0" and sm.inner.data[b"k349"] == b"v349"
+            assert end <= cut or sm.inner.data[b"k299"] == b"v299"
+        finally:
+            await node.stop()
+
+    run(main())
+
+
+def test_the_applier_restores_a_snapshot_in_order_and_drops_the_batches_it_covers():
+    from statemachine_helpers import committed
+
+    from raftcore.node.applier import Applier
+    from raftcore.statemachine import MemorySnapshotReader
+
+    class Closing(MemorySnapshotReader):
+        closed = False
+
+        def close(self) -> None:
+            self.closed = True
+
+    async def main():
+        sm = Recording(DictStateMachine())
+        applier = Applier(
+            sm,
+            durable_end=lambda: 1 << 62,
+            request_flush=lambda: None,
+            set_paused=lambda paused: None,
+            on_failure=lambda exc: None,
+        )
+        applier.start()
+        try:
+            applier.handle_commit([committed([(b"old", b"x")], 0), committed([(b"a", b"1")], 1)])
+            reader = Closing.from_pairs([(b"a", b"snap"), (b"b", b"snap")], end_offset=100)
+            applier.handle_load_snapshot(reader)  # before the loop took the batches
+            assert applier.applied_offset == 0
+            applier.handle_commit([committed([(b"c", b"2")], 100), committed([(b"a", None)], 101)])
+            await applier.wait_applied(102, timeout_s=10)
+            assert sm.inner.data == {b"b": b"snap", b"c": b"2"}
+            assert sm.offsets == [100, 101]  # the covered batches were never applied
+            assert reader.closed
+        finally:
+            await applier.close()
+
+    run(main())

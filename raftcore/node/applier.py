@@ -44,7 +44,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from raftcore.errors import RaftcoreError
-from raftcore.statemachine.api import StateMachine, StateMachineError
+from raftcore.raft.replicated_log import snapshot_log
+from raftcore.statemachine.api import SnapshotReader, StateMachine, StateMachineError
 
 if TYPE_CHECKING:
     from raftcore.raft.listener import CommittedBatch
@@ -62,7 +63,8 @@ def check_start_offset(applied_offset: int, log: Any, prefix: str = "") -> int:
 
     Beyond the log's end: the state machine holds records the log lost (or the log is not the
     one it was built from); below the log start offset: the records it needs next are gone
-    from the log, and only a snapshot can bring it on."""
+    from the log, and only a snapshot can bring it on -- the core's listener feed loads the
+    latest one (``handle_load_snapshot``) if the log has one."""
     if applied_offset < 0:
         raise StateMachineError(f"{prefix} the state machine's applied offset {applied_offset} < 0")
     if applied_offset > log.end_offset:
@@ -71,13 +73,21 @@ def check_start_offset(applied_offset: int, log: Any, prefix: str = "") -> int:
             f"log's end {log.end_offset}: the log lost records the state machine holds, or "
             "belongs to another state; refusing to start"
         )
-    if applied_offset < log.log_start_offset:
+    snapshots = snapshot_log(log)
+    latest = None if snapshots is None else snapshots.latest_snapshot_id()
+    if applied_offset < log.log_start_offset and latest is None:
         raise StateMachineError(
             f"{prefix} the state machine has applied up to offset {applied_offset}, but the "
             f"log starts at {log.log_start_offset}: the records in between are gone; restore "
             "a snapshot first"
         )
     return applied_offset
+
+
+def _close(reader: Any) -> None:
+    close = getattr(reader, "close", None)
+    if close is not None:
+        close()
 
 
 class Applier:
@@ -108,6 +118,7 @@ class Applier:
         self.max_apply_bytes = max_apply_bytes
         self._queue: deque[CommittedBatch] = deque()
         self._queued_bytes = 0
+        self._restore: SnapshotReader | None = None  # a snapshot to load before the queue
         self._paused = False
         self._applied = state_machine.applied_offset
         self._delivered_end = self._applied  # the core's listener offset (control batches too)
@@ -138,6 +149,23 @@ class Applier:
             self._set_paused(True)
         self._wake.set()
 
+    def handle_load_snapshot(self, reader: SnapshotReader) -> None:
+        """Load a snapshot (KIP-630; the core's listener feed asks when the log no longer holds
+        the records after the applied offset): ``restore(reader)`` on the applier thread, after
+        the apply in progress and before the batches handed over after this call. Queued batches
+        below the snapshot's end are dropped: the snapshot holds their effect. The applier closes
+        the reader (if it has ``close``) once restored."""
+        if self.failure is not None or self._closing:
+            return
+        end = reader.end_offset
+        if self._restore is not None:  # a newer snapshot replaces one not begun yet
+            _close(self._restore)
+        kept = [b for b in self._queue if b.last_offset >= end]
+        self._queued_bytes = sum(b.size_in_bytes for b in kept)
+        self._queue = deque(kept)
+        self._restore = reader
+        self._wake.set()
+
     def progress(self, delivered_end: int) -> None:
         """The core's listener offset after a step (it also passes control batches), and a
         chance to apply what the last fsync made durable."""
@@ -153,7 +181,13 @@ class Applier:
     def applied_offset(self) -> int:
         """Everything below it is applied (control batches included, once the data batches
         handed over before them are)."""
-        if self._queue or self._busy or self.failure is not None or self._closing:
+        if (
+            self._queue
+            or self._busy
+            or self._restore is not None
+            or self.failure is not None
+            or self._closing
+        ):
             return self._applied  # (once stopped, batches handed over may have been dropped)
         return max(self._applied, self._delivered_end)
 
@@ -220,7 +254,11 @@ class Applier:
         while not self._closing:
             await self._wake.wait()
             self._wake.clear()
-            while self._queue and not self._closing:
+            while (self._queue or self._restore is not None) and not self._closing:
+                if self._restore is not None:
+                    if not await self._load(loop, self._restore):
+                        return
+                    continue
                 batches = self._take()
                 if not batches:
                     self._request_flush()  # wait for the log's fsync (progress() wakes us)
@@ -230,7 +268,9 @@ class Applier:
                     await loop.run_in_executor(self._executor, self._apply, batches)
                 except Exception as exc:
                     self._busy = False
-                    self._fail(exc, batches)
+                    self._fail(
+                        exc, f"apply offsets {batches[0].first_offset}..{batches[-1].last_offset}"
+                    )
                     return
                 self._busy = False
                 self._applied = batches[-1].last_offset + 1
@@ -242,6 +282,32 @@ class Applier:
                 self._notify()
             self._notify()
 
+    async def _load(self, loop: asyncio.AbstractEventLoop, reader: SnapshotReader) -> bool:
+        self._restore = None
+        self._busy = True
+        try:
+            await loop.run_in_executor(self._executor, self._restore_from, reader)
+        except Exception as exc:
+            self._busy = False
+            self._fail(exc, f"restore snapshot {reader.end_offset}")
+            return False
+        self._busy = False
+        self._applied = reader.end_offset
+        logger.info("%s restored a snapshot: applied offset %d", self.prefix, self._applied)
+        self._notify()
+        return True
+
+    def _restore_from(self, reader: SnapshotReader) -> None:
+        try:
+            self.state_machine.restore(reader)
+        finally:
+            _close(reader)
+        if self.state_machine.applied_offset != reader.end_offset:
+            raise StateMachineError(
+                f"{self.prefix} after restoring snapshot {reader.end_offset} the state machine "
+                f"says its applied offset is {self.state_machine.applied_offset}"
+            )
+
     def _apply(self, batches: list[CommittedBatch]) -> None:
         sm = self.state_machine
         sm.apply(batches)
@@ -252,14 +318,13 @@ class Applier:
                 f"state machine says its applied offset is {sm.applied_offset}, not {end}"
             )
 
-    def _fail(self, exc: BaseException, batches: list[CommittedBatch]) -> None:
+    def _fail(self, exc: BaseException, what: str) -> None:
         self.failure = exc
         logger.critical(
-            "%s the state machine failed to apply offsets %d..%d (applied offset stays %d); "
-            "applying stops and the node stops",
+            "%s the state machine failed to %s (applied offset stays %d); applying stops and "
+            "the node stops",
             self.prefix,
-            batches[0].first_offset,
-            batches[-1].last_offset,
+            what,
             self._applied,
             exc_info=exc,
         )

@@ -57,6 +57,7 @@ from raftcore.raft import (
 )
 from raftcore.raft.states import LeaderState
 from raftcore.statemachine.api import StateMachine
+from raftcore.statemachine.store_snapshots import StoreSnapshotReader
 
 __all__ = ["RaftNode"]
 
@@ -90,6 +91,20 @@ class _Listener:
                     batches[0].base_offset,
                     batches[-1].last_offset,
                 )
+
+    def handle_load_snapshot(self, reader: Any) -> None:
+        """KIP-630: the core loads a snapshot. A state machine restores it on the applier
+        thread, in order; a listener gets the reader itself."""
+        if self.node.applier is not None:
+            self.node.applier.handle_load_snapshot(StoreSnapshotReader(reader))
+            return
+        load = getattr(self.node.listener, "handle_load_snapshot", None)
+        if load is None:
+            raise RaftcoreError(
+                f"{self.node.prefix} the listener must load snapshot {reader.snapshot_id} but "
+                "has no handle_load_snapshot"
+            )
+        load(reader)
 
     def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
         logger.info(

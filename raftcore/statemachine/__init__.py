@@ -3,7 +3,8 @@ a :class:`~raftcore.node.RaftNode` keeps with them).
 
 - :class:`LmdbStateMachine`: the default, a durable key/value store in LMDB;
 - :class:`DictStateMachine`: the same in a dict (not durable; the reference in tests);
-- :class:`MemorySnapshotWriter` / :class:`MemorySnapshotReader`: snapshots in memory.
+- :class:`MemorySnapshotWriter` / :class:`MemorySnapshotReader`: snapshots in memory;
+- :class:`StoreSnapshotReader`: a snapshot of the log's store, read for ``restore``.
 """
 
 from raftcore.statemachine.api import (
@@ -21,6 +22,7 @@ from raftcore.statemachine.memory import (
     MemorySnapshotReader,
     MemorySnapshotWriter,
 )
+from raftcore.statemachine.store_snapshots import StoreSnapshotReader
 
 __all__ = [
     "DEFAULT_MAP_SIZE",
@@ -35,4 +37,5 @@ __all__ = [
     "StateMachine",
     "StateMachineError",
     "StateMachineFullError",
+    "StoreSnapshotReader",
 ]
