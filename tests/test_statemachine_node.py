@@ -468,12 +468,14 @@ def test_the_applier_restores_a_snapshot_in_order_and_drops_the_batches_it_cover
 
     async def main():
         sm = Recording(DictStateMachine())
+        pauses: list[bool] = []
         applier = Applier(
             sm,
             durable_end=lambda: 1 << 62,
             request_flush=lambda: None,
-            set_paused=lambda paused: None,
+            set_paused=pauses.append,
             on_failure=lambda exc: None,
+            max_backlog_bytes=1,  # the first batches pause the core's delivery
         )
         applier.start()
         try:
@@ -486,6 +488,7 @@ def test_the_applier_restores_a_snapshot_in_order_and_drops_the_batches_it_cover
             assert sm.inner.data == {b"b": b"snap", b"c": b"2"}
             assert sm.offsets == [100, 101]  # the covered batches were never applied
             assert reader.closed
+            assert pauses == [True, False]  # paused by the backlog, resumed once drained
         finally:
             await applier.close()
 

@@ -164,7 +164,7 @@ class Applier:
         self._queued_bytes = sum(b.size_in_bytes for b in kept)
         self._queue = deque(kept)
         self._restore = reader
-        self._wake.set()
+        self._wake.set()  # (resuming delivery waits for the run loop: we are inside the core)
 
     def progress(self, delivered_end: int) -> None:
         """The core's listener offset after a step (it also passes control batches), and a
@@ -258,6 +258,7 @@ class Applier:
                 if self._restore is not None:
                     if not await self._load(loop, self._restore):
                         return
+                    self._maybe_resume()
                     continue
                 batches = self._take()
                 if not batches:
@@ -276,11 +277,14 @@ class Applier:
                 self._applied = batches[-1].last_offset + 1
                 self.applies += 1
                 self.batches_applied += len(batches)
-                if self._paused and self._queued_bytes <= self.max_backlog_bytes // 2:
-                    self._paused = False
-                    self._set_paused(False)
+                self._maybe_resume()
                 self._notify()
             self._notify()
+
+    def _maybe_resume(self) -> None:
+        if self._paused and self._queued_bytes <= self.max_backlog_bytes // 2:
+            self._paused = False
+            self._set_paused(False)
 
     async def _load(self, loop: asyncio.AbstractEventLoop, reader: SnapshotReader) -> bool:
         self._restore = None
