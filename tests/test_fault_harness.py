@@ -93,7 +93,6 @@ def test_a_deposed_leader_never_acknowledges_a_write_its_log_truncated(tmp_path)
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-@pytest.mark.xfail(strict=False, reason="pre-vote (KIP-996) not yet in")
 def test_a_healed_partition_of_one_follower_costs_no_election(tmp_path):
     """A follower cut off for ~5 s while the leader stays healthy: with pre-vote its failed
     elections never raise the epoch, so the heal leaves the leader and its epoch alone."""

@@ -132,6 +132,7 @@ def test_the_healed_partition_check_catches_a_node_that_skips_the_pre_vote(voter
 
     # undone after the test: the plant patches the class in this process
     monkeypatch.setattr(RaftCore, "transition_to_prospective", RaftCore.transition_to_prospective)
+    monkeypatch.setattr(plants, "_APPLIED", set())
     plants.apply("no-pre-vote")
     report = run_isolated_follower(voters)
     assert report.isolated_max_epoch > report.epoch_before

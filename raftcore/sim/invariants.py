@@ -64,6 +64,8 @@ class Invariants:
         self.acked: dict[int, bytes | None] = {}
         # (node, incarnation, token) -> (appended, values): appends awaiting their verdict
         self.pending_acks: dict[tuple[int, int, int], tuple[Appended, list]] = {}
+        # (node, incarnation) -> {epoch: how many of its pending appends are of that epoch}
+        self.pending_epochs: dict[tuple[int, int], dict[int, int]] = {}
         self.outcomes = {"acknowledged": 0, "failed": 0, "indeterminate": 0}
         self.hw: dict[int, int] = {}
         self.checked: dict[int, int] = {}
@@ -86,6 +88,7 @@ class Invariants:
         lost = [k for k in self.pending_acks if k[0] == node.node_id]
         for key in lost:
             del self.pending_acks[key]
+        self.pending_epochs.pop((node.node_id, node.incarnation), None)
         self.outcomes["indeterminate"] += len(lost)
 
     # ---- listener callbacks ------------------------------------------------------------------
@@ -175,6 +178,8 @@ class Invariants:
         assert appended.token is not None
         key = (node.node_id, node.incarnation, appended.token)
         self.pending_acks[key] = (appended, [v for _, v in values])
+        epochs = self.pending_epochs.setdefault((node.node_id, node.incarnation), {})
+        epochs[appended.epoch] = epochs.get(appended.epoch, 0) + 1
 
     def on_outcome(self, node: SimNode, outcome: AppendOutcome) -> None:
         """The core's verdict on an append: a success must be true at once (the replica's log
@@ -186,6 +191,10 @@ class Invariants:
             raise Violation(
                 "verdict-twice", f"node {node.node_id} gave a second verdict on {appended}"
             )
+        epochs = self.pending_epochs[(node.node_id, node.incarnation)]
+        epochs[appended.epoch] -= 1
+        if not epochs[appended.epoch]:
+            del epochs[appended.epoch]
         _, values = entry
         if not outcome.committed:
             self.outcomes["failed"] += 1
@@ -255,8 +264,9 @@ class Invariants:
                 )
             self._check_committed_prefix(node, hw)
         # an append of an epoch this replica no longer leads has had its verdict
-        if self.pending_acks:
-            leading = state.epoch if isinstance(state, LeaderState) else None
+        epochs = self.pending_epochs.get((nid, node.incarnation))
+        leading = state.epoch if isinstance(state, LeaderState) else None
+        if epochs and (len(epochs) > 1 or leading not in epochs):
             for (pnode, inc, _), (appended, _) in self.pending_acks.items():
                 if pnode == nid and inc == node.incarnation and appended.epoch != leading:
                     raise Violation(

@@ -188,8 +188,18 @@ PLANTS: dict[str, Callable[[], None]] = {
 }
 
 
+_APPLIED: set[str] = set()
+
+
 def apply(name: str) -> None:
+    """Plant ``name`` in this process, once: the simulation applies it before every seed, and
+    a wrapper wrapped again per seed would nest until Python's recursion limit (a plant first
+    caught after about 1,000 seeds in one process failed with RecursionError, not a catch)."""
+    if name in _APPLIED:
+        return
     try:
-        PLANTS[name]()
+        plant = PLANTS[name]
     except KeyError:
         raise SystemExit(f"unknown plant {name!r}; choose from {', '.join(PLANTS)}") from None
+    plant()
+    _APPLIED.add(name)
