@@ -85,10 +85,32 @@ def test_a_snapshot_id_must_end_at_a_batch_boundary():
 
 def test_the_core_refuses_a_snapshot_mid_batch_or_past_the_listener():
     h = committed_leader()
-    with pytest.raises(InvalidSnapshotError):
-        h.core.create_snapshot(h.core.listener_next_offset - 1, h.now)
-    with pytest.raises(InvalidSnapshotError):
-        h.core.create_snapshot(h.core.listener_next_offset + 1, h.now)
+    h.core.append([(b"k", b"a"), (b"k", b"b"), (b"k", b"c")], h.now)  # one 3-record batch
+    h.flush()
+    end = h.log.end_offset
+    h.fetch(2, end, h.epoch)
+    h.poll()
+    assert h.core.listener_next_offset == end
+    with pytest.raises(InvalidSnapshotError, match="batch boundary"):
+        h.core.create_snapshot(end - 1, h.now)  # inside the last batch
+    with pytest.raises(InvalidSnapshotError, match="listener has read up to"):
+        h.core.create_snapshot(end + 1, h.now)
+
+
+def test_a_snapshot_may_trail_the_listener_at_a_batch_boundary_past_the_latest():
+    """The node's state machine applies on its own thread, behind the core's listener: the
+    core accepts any batch boundary with latest snapshot < end <= listener's next offset."""
+    h = committed_leader()
+    behind = h.core.listener_next_offset - 1  # the end of the second-to-last 1-record batch
+    writer = h.core.create_snapshot(behind, h.now)
+    assert writer is not None and writer.snapshot_id.offset == behind
+    writer.append([(b"state", b"1")])
+    writer.freeze()
+    h._take(h.core.snapshot_frozen(writer.snapshot_id, h.now))
+    with pytest.raises(InvalidSnapshotError, match="not past the latest"):
+        h.core.create_snapshot(behind - 1, h.now)  # a batch boundary, but not past it
+    writer = h.core.create_snapshot(h.core.listener_next_offset, h.now)  # past it: accepted
+    assert writer is not None
 
 
 def test_a_read_below_the_log_start_offset_raises():

@@ -296,8 +296,8 @@ class RaftCore:
     # ---- snapshots (raftcore.raft.snapshots) ---------------------------------------------------
 
     def create_snapshot(self, end_offset: int, now: int) -> Any:
-        """After ``Output.snapshot_due``: a writer for the state up to ``end_offset`` (the
-        listener's next offset), or None if that snapshot exists. Raises
+        """After ``Output.snapshot_due``: a writer for the state up to ``end_offset`` (at most
+        the listener's next offset), or None if that snapshot exists. Raises
         InvalidSnapshotError for an offset the core refuses."""
         return self.snapshots.create(end_offset, now)
 

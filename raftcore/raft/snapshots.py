@@ -9,8 +9,9 @@ Taking a snapshot is a handshake with the driver (the node, or the simulation):
    ``snapshot_interval_ms`` with at least one record) -- one at a time: no flag while a
    snapshot is being written.
 2. The driver calls ``core.create_snapshot(end_offset, now)`` with the offset its state
-   machine has applied up to (the listener's next offset). The core checks it: that offset,
-   at a batch boundary, at or below the high watermark, past the latest snapshot; the id's
+   machine has applied up to, which may trail the listener's next offset (a node applies on
+   its own thread). The core checks it: at a batch boundary, with
+   ``latest snapshot < end_offset <= listener's next offset <= high watermark``; the id's
    epoch is the epoch of the record at ``end_offset - 1``. It returns a writer (or None when
    the snapshot exists already).
 3. The driver writes its state into the writer, freezes it, and calls
@@ -45,7 +46,7 @@ INF = float("inf")
 
 
 class InvalidSnapshotError(RaftcoreError, ValueError):
-    """A snapshot the core refuses to create: not at the listener's offset, past the high
+    """A snapshot the core refuses to create: past the listener's offset or the high
     watermark, not past the latest snapshot, or not at a batch boundary."""
 
 
@@ -133,7 +134,9 @@ class SnapshotManager:
             )
         feed = self.core.feed
         hw = self.core.high_watermark
-        if end_offset != feed.next_offset:
+        # The state machine may trail the listener (the node applies on its own thread): any
+        # offset up to the listener's next one will do, never past it.
+        if end_offset > feed.next_offset:
             raise InvalidSnapshotError(
                 f"{self.core.prefix} snapshot at {end_offset}, but the listener has read up to "
                 f"{feed.next_offset}"
