@@ -28,14 +28,15 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from raftcore.checkpoint import write_atomically
 from raftcore.error_codes import Errors
 from raftcore.errors import RaftcoreError, RaftInvariantError
 from raftcore.log import SegmentedLog
 from raftcore.node import kafka_api, raft_wire, reads
 from raftcore.node.applier import Applier, check_start_offset
 from raftcore.node.config import NodeConfig
+from raftcore.node.data_dir import UnsyncedView, check_meta_properties
 from raftcore.node.producer_state import ProducerStateManager
+from raftcore.node.snapshotter import Snapshotter, snapshot_source
 from raftcore.node.transport import CloseConnection, PeerConnection, ServerConnection
 from raftcore.protocol.api import (
     ApiKey,
@@ -122,52 +123,7 @@ class _Listener:
                 logger.exception("%s the listener failed on a leader change", self.node.prefix)
 
 
-META_PROPERTIES = "meta.properties"
 _PRODUCER_ID_EPOCH_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z
-
-
-def check_meta_properties(cfg: NodeConfig) -> None:
-    """The data directory names its cluster and node (Kafka's ``meta.properties``): written on
-    first start, checked on every later one, so that a node never joins another cluster (or
-    takes another node's place) with a log that is not theirs."""
-    path = cfg.data_dir / META_PROPERTIES
-    if not path.exists():
-        write_atomically(
-            path,
-            f"version=1\ncluster.id={cfg.cluster_id}\nnode.id={cfg.node_id}\n".encode(),
-        )
-        return
-    props = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        key, sep, value = line.partition("=")
-        if sep and not key.startswith("#"):
-            props[key.strip()] = value.strip()
-    if props.get("cluster.id") != cfg.cluster_id:
-        raise RaftcoreError(
-            f"{cfg.data_dir} belongs to cluster {props.get('cluster.id')!r}, not "
-            f"{cfg.cluster_id!r}; refusing to start"
-        )
-    if props.get("node.id") != str(cfg.node_id):
-        raise RaftcoreError(
-            f"{cfg.data_dir} belongs to node {props.get('node.id')}, not {cfg.node_id}; "
-            "refusing to start"
-        )
-
-
-class _UnsyncedView:
-    """The log as the core sees it with ``flush="interval"``: everything appended counts as
-    durable at once, so acknowledgements and votes do not wait for the periodic fsync (which is
-    what that mode trades away: a crash of a majority can lose acknowledged records)."""
-
-    def __init__(self, log: SegmentedLog) -> None:
-        self._log = log
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._log, name)
-
-    @property
-    def flushed_offset(self) -> int:
-        return self._log.end_offset
 
 
 class RaftNode:
@@ -189,9 +145,13 @@ class RaftNode:
         self.state_machine = state_machine
         self.applier: Applier | None = None
         self.prefix = f"[node {config.node_id}]"
+        self._snapshot_source = snapshot_source(  # checked now: a clear error, nothing opened
+            self.prefix, config.quorum.snapshots_enabled, state_machine, listener
+        )
+        self.snapshotter: Snapshotter | None = None
         self.rng = rng or random.Random()
         self.log: SegmentedLog | None = None
-        self._durable: Any = None  # the log, or an _UnsyncedView of it (flush="interval")
+        self._durable: Any = None  # the log, or an UnsyncedView of it (flush="interval")
         self.core: RaftCore | None = None
         self.producers = ProducerStateManager()
         self.leader_changes = 0
@@ -227,7 +187,7 @@ class RaftNode:
         check_meta_properties(cfg)
         self.log = SegmentedLog.open(cfg.data_dir / "log", config=cfg.log)
         # What counts as durable, for the core and for messages held until an fsync.
-        self._durable = self.log if cfg.flush == "always" else _UnsyncedView(self.log)
+        self._durable = self.log if cfg.flush == "always" else UnsyncedView(self.log)
         store = FileQuorumStateStore(cfg.data_dir, cluster_id=cfg.cluster_id)
         start_offset = None
         if self.state_machine is not None:
@@ -258,6 +218,15 @@ class RaftNode:
             listener_start_offset=start_offset,
             log_prefix=self.prefix,
         )
+        if self._snapshot_source is not None:
+            applier = self.applier
+            self.snapshotter = Snapshotter(
+                self._snapshot_source,
+                self.core,
+                self._run,
+                wait_applied=None if applier is None else applier.wait_applied,
+                prefix=self.prefix,
+            )
         for peer_id, endpoint in cfg.voters.items():
             if peer_id != cfg.node_id:
                 peer = PeerConnection(
@@ -326,6 +295,8 @@ class RaftNode:
         for fut, _, _ in self._inbound.values():
             if not fut.done():
                 fut.cancel()
+        if self.snapshotter is not None:
+            await self.snapshotter.close()  # before the applier, which it may be waiting for
         if self.applier is not None:
             await self.applier.close()  # after the apply in progress, if any
         if self.log is not None:
@@ -487,6 +458,8 @@ class RaftNode:
         if log.end_offset > log.flushed_offset and self.config.flush == "always":
             self._flush_wanted.set()
         self._schedule_poll(out.next_deadline)
+        if out.snapshot_due and self.snapshotter is not None:
+            self.snapshotter.due()
         self._after_progress()
 
     def _schedule_poll(self, deadline: float) -> None:
