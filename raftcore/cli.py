@@ -138,6 +138,10 @@ def _cmd_node(args: argparse.Namespace) -> int:
         quorum = QuorumConfig(
             election_timeout_ms=args.election_timeout_ms,
             fetch_timeout_ms=args.fetch_timeout_ms,
+            snapshot_min_records=args.snapshot_min_records,
+            snapshot_min_bytes=args.snapshot_min_bytes,
+            snapshot_interval_ms=args.snapshot_interval_ms,
+            max_replication_lag_ms=args.max_replication_lag_ms,
         )
         log = LogConfig(segment_bytes=args.segment_bytes)
         config = NodeConfig(
@@ -153,12 +157,22 @@ def _cmd_node(args: argparse.Namespace) -> int:
             flush=args.flush,
             flush_interval_ms=args.flush_interval_ms,
         )
+        if quorum.snapshots_enabled and args.state_machine == "none":
+            raise ValueError(
+                "snapshots need something to snapshot: add --state-machine lmdb (a node "
+                "without a state machine keeps its whole log)"
+            )
     except ValueError as exc:
         print(f"raftcore node: {exc}", file=sys.stderr)
         return 2
     if not args.verbose:
         logging.getLogger().setLevel(logging.INFO)
-    return run_node(config, ready_file=args.ready_file)
+    return run_node(
+        config,
+        ready_file=args.ready_file,
+        state_machine=args.state_machine,
+        state_map_size=args.state_map_size,
+    )
 
 
 def _cmd_describe_quorum(args: argparse.Namespace) -> int:
@@ -325,6 +339,42 @@ def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
         help="fsync before acknowledging (always, the default) or every --flush-interval-ms",
     )
     p.add_argument("--flush-interval-ms", type=int, default=1000)
+    p.add_argument(
+        "--state-machine",
+        choices=("none", "lmdb"),
+        default="none",
+        help="apply committed records to a key/value state machine: lmdb keeps it in "
+        "<data-dir>/state/ (default: none, the node only replicates the log)",
+    )
+    p.add_argument(
+        "--state-map-size", type=int, default=16 << 30, help="the LMDB map size in bytes"
+    )
+    snap = p.add_argument_group("snapshots (KIP-630; off unless one trigger is set)")
+    snap.add_argument(
+        "--snapshot-min-records",
+        type=int,
+        default=0,
+        help="take a snapshot once this many records were applied since the last one",
+    )
+    snap.add_argument(
+        "--snapshot-min-bytes",
+        type=int,
+        default=0,
+        help="... or this many bytes of record batches",
+    )
+    snap.add_argument(
+        "--snapshot-interval-ms",
+        type=int,
+        default=0,
+        help="... or this long since the last one (with at least one record)",
+    )
+    snap.add_argument(
+        "--max-replication-lag-ms",
+        type=int,
+        default=30_000,
+        help="the leader moves its log start to its latest snapshot once every replica has "
+        "fetched past it, or once the snapshot is this old",
+    )
     p.add_argument(
         "--ready-file", default=None, help="write this file once the node listens (for scripts)"
     )

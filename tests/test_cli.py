@@ -129,3 +129,47 @@ def test_the_cluster_demo_survives_a_leader_kill_and_checks_every_record(tmp_pat
     assert "SIGKILL node" in result.stdout
     assert "records acknowledged:     20,000 of 20,000" in result.stdout
     assert "every acknowledged record exactly once, in order, on all three nodes" in result.stdout
+
+
+def _node_args(tmp_path, *extra):
+    return [
+        "node",
+        "--id=1",
+        "--voters=1@127.0.0.1:19091",
+        f"--data-dir={tmp_path / 'n1'}",
+        "--cluster-id=c",
+        *extra,
+    ]
+
+
+def test_node_snapshot_flags_reach_the_quorum_config(tmp_path, monkeypatch):
+    import raftcore.node.runner
+
+    seen = {}
+
+    def fake_run_node(config, **kw):
+        seen.update(config=config, **kw)
+        return 0
+
+    monkeypatch.setattr(raftcore.node.runner, "run_node", fake_run_node)
+    assert main(_node_args(tmp_path)) == 0
+    assert not seen["config"].quorum.snapshots_enabled  # off unless asked
+    assert seen["state_machine"] == "none"
+    argv = _node_args(
+        tmp_path,
+        "--state-machine=lmdb",
+        "--snapshot-min-records=5000",
+        "--snapshot-min-bytes=1048576",
+        "--snapshot-interval-ms=60000",
+        "--max-replication-lag-ms=1500",
+    )
+    assert main(argv) == 0
+    quorum = seen["config"].quorum
+    assert (quorum.snapshot_min_records, quorum.snapshot_min_bytes) == (5000, 1 << 20)
+    assert (quorum.snapshot_interval_ms, quorum.max_replication_lag_ms) == (60000, 1500)
+    assert seen["state_machine"] == "lmdb"
+
+
+def test_node_snapshots_without_a_state_machine_are_a_clear_error(tmp_path, capsys):
+    assert main(_node_args(tmp_path, "--snapshot-min-records=10")) == 2
+    assert "--state-machine lmdb" in capsys.readouterr().err
