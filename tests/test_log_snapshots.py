@@ -200,6 +200,26 @@ def test_a_corrupt_snapshot_is_never_served_or_loaded(tmp_path):
             log.read_snapshot(sid)
 
 
+def test_every_reader_of_a_snapshot_shares_one_open_map_and_slices_are_views(tmp_path):
+    """A leader serves each FetchSnapshot chunk from one open reader per snapshot (not one
+    open, map and verification per chunk), as views of the map (no copy); a reader handed to
+    a restore and closed there leaves the leader's open."""
+    with open_log(tmp_path) as log:
+        fill(log, [1, 1, 1])
+        sid = snapshot(log, 4, 1, [(b"k%d" % i, b"v" * 100) for i in range(50)])
+        first, second = log.read_snapshot(sid), log.read_snapshot(sid)
+        assert first.reader is second.reader
+        chunk = first.slice(10, 100)
+        assert isinstance(chunk, memoryview) and len(chunk) == 100
+        first.close()
+        assert bytes(second.slice(10, 100)) == bytes(chunk)  # still open for the others
+        fill(log, [1, 1])
+        later = snapshot(log, log.end_offset, 1)
+        assert log.delete_before_snapshot(later)
+        assert log.read_snapshot(sid) is None
+        assert bytes(second.slice(0, 8)) == bytes(first.slice(0, 8))  # its users keep it
+
+
 # ---- the log start offset ------------------------------------------------------------------
 
 

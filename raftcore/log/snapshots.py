@@ -75,6 +75,9 @@ class LogSnapshots:
     def __init__(self, log: SegmentedLog, store: SnapshotStore) -> None:
         self._log = log
         self.store = store
+        # One open reader (one fd, one map) per snapshot read, shared by every read_snapshot
+        # (a leader serves each FetchSnapshot chunk from it); dropped when the snapshot goes.
+        self._readers: dict[OffsetAndEpoch, SnapshotReader] = {}
 
     @classmethod
     def open(cls, log: SegmentedLog) -> LogSnapshots:
@@ -105,6 +108,7 @@ class LogSnapshots:
 
     def close(self) -> None:
         """Abort the downloads under way (their ``.part`` files go)."""
+        self._readers.clear()  # each closes once its last user lets it go
         self.store.close()
 
     # ---- listing
@@ -178,10 +182,16 @@ class LogSnapshots:
     def read(self, snapshot_id: OffsetAndEpoch) -> LogSnapshotReader | None:
         """A reader of the frozen snapshot, or None. The file is verified whole the first
         time this process opens it: a corrupt one raises CorruptSnapshotError and is never
-        served or loaded."""
+        served or loaded. Every reader of one snapshot shares one open file and map (a
+        FetchSnapshot chunk is a view of it, not a copy); ``close`` on one leaves the others
+        be, and the file is closed once the snapshot is deleted and nobody holds it."""
         if snapshot_id not in self.store:
             return None
-        return LogSnapshotReader(snapshot_id, self.store.open(SnapshotId.of(snapshot_id)))
+        shared = self._readers.get(snapshot_id)
+        if shared is None:
+            shared = self.store.open(SnapshotId.of(snapshot_id))
+            self._readers[snapshot_id] = shared
+        return LogSnapshotReader(snapshot_id, shared, shared=True)
 
     # ---- moving the log start offset
 
@@ -230,6 +240,7 @@ class LogSnapshots:
         """Delete the snapshots that end below ``offset`` (the log start offset, durable)."""
         for snapshot_id in self.store.ids():
             if snapshot_id.end_offset < offset:
+                self._readers.pop(_core_id(snapshot_id), None)  # its users keep their map
                 self.store.delete(snapshot_id)
 
     def __repr__(self) -> str:
@@ -297,12 +308,16 @@ class LogRawSnapshotWriter:
 
 class LogSnapshotReader:
     """A frozen, verified snapshot (the protocol's RawSnapshotReader over the store's
-    reader): slices for FetchSnapshot, records for a restore. ``close`` releases the file
-    (the reader closes it when collected otherwise)."""
+    reader): slices for FetchSnapshot (views of the map), records for a restore. ``close``
+    releases the file, unless it is the log's shared reader (see ``LogSnapshots.read``); the
+    reader closes it when collected otherwise."""
 
-    def __init__(self, snapshot_id: OffsetAndEpoch, reader: SnapshotReader) -> None:
+    def __init__(
+        self, snapshot_id: OffsetAndEpoch, reader: SnapshotReader, *, shared: bool = False
+    ) -> None:
         self.snapshot_id = snapshot_id
         self.reader = reader
+        self._shared = shared  # the log's open reader of this snapshot: close leaves it open
 
     @property
     def size(self) -> int:
@@ -320,7 +335,8 @@ class LogSnapshotReader:
         return self.reader.records()
 
     def close(self) -> None:
-        self.reader.close()
+        if not self._shared:
+            self.reader.close()
 
     def __enter__(self) -> LogSnapshotReader:
         return self

@@ -87,7 +87,7 @@ def handle_request(core: RaftCore, source: int, request: FetchSnapshotRequest, n
         snapshot_id=sid,
         size=size,
         position=request.position,
-        data=bytes(reader.slice(request.position, length)),
+        data=reader.slice(request.position, length),  # a view (of the map, on disk): no copy
     )
 
 
