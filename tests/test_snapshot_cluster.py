@@ -1,0 +1,311 @@
+"""Snapshots (KIP-630) end to end, with in-process nodes on loopback: nodes take snapshots of
+their LMDB state machines off the event loop, the leader moves its log start past them, and a
+replica that comes later (or falls behind the log start) downloads the leader's snapshot in
+chunks, installs it only whole and verified, loads it, fetches the rest, and ends with the
+same state."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import shutil
+import threading
+from typing import ClassVar
+
+import pytest
+from statemachine_helpers import CLUSTER_ID, FAST, leader_of, node_configs, run
+
+from raftcore.errors import RaftcoreError
+from raftcore.node.config import Endpoint, NodeConfig
+from raftcore.node.local_cluster import free_ports
+from raftcore.node.node import RaftNode
+from raftcore.raft.messages import FetchSnapshotResponse
+from raftcore.statemachine import DictStateMachine, LmdbStateMachine
+
+pytestmark = pytest.mark.timeout(240)
+
+# Timeouts roomier than FAST: six nodes' threads share one process (and a busy machine), and
+# an election in the middle of a download rightly drops it.
+SNAPSHOTS = dataclasses.replace(
+    FAST,
+    election_timeout_ms=1000,
+    fetch_timeout_ms=3000,
+    request_timeout_ms=1000,
+    snapshot_min_records=20_000,
+    max_replication_lag_ms=2_000,
+)
+
+
+def lmdb_at(cfg: NodeConfig) -> LmdbStateMachine:
+    return LmdbStateMachine(cfg.data_dir / "state", map_size=256 << 20, sync=False)
+
+
+def voter_configs(tmp_path, quorum=SNAPSHOTS) -> list[NodeConfig]:  # type: ignore[no-untyped-def]
+    return [dataclasses.replace(c, quorum=quorum) for c in node_configs(tmp_path)]
+
+
+def observer_config(tmp_path, voters: NodeConfig, node_id: int = 4, **quorum) -> NodeConfig:  # type: ignore[no-untyped-def]
+    (port,) = free_ports(1)
+    return NodeConfig(
+        node_id=node_id,
+        voters=voters.voters,
+        listen=Endpoint("127.0.0.1", port),
+        data_dir=tmp_path / f"observer-{node_id}",
+        cluster_id=CLUSTER_ID,
+        quorum=dataclasses.replace(SNAPSHOTS, **quorum),
+    )
+
+
+async def write_ops(leader: RaftNode, count: int, per_batch: int = 1000) -> int:
+    """``count`` records in batches of ``per_batch``: puts of k<i % 50,000> (so later batches
+    overwrite earlier keys), every 7th a delete of an earlier key. Returns the end offset."""
+    appended = None
+    for start in range(0, count, per_batch):
+        recs: list[tuple[bytes, bytes | None]] = []
+        for i in range(start, min(count, start + per_batch)):
+            if i % 7 == 6:
+                recs.append((b"k%05d" % ((i * 13) % 50_000), None))
+            else:
+                recs.append((b"k%05d" % (i % 50_000), b"v%d" % i))
+        last = start + per_batch >= count
+        appended = await leader.append(recs, wait=last or start % 20_000 == 0)
+    assert appended is not None
+    return appended.last_offset + 1
+
+
+async def wait_until(predicate, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def same_state(a: LmdbStateMachine, b: LmdbStateMachine) -> None:
+    assert a.applied_offset == b.applied_offset
+    left, right = a.items(), b.items()
+    assert len(left) == len(right)
+    assert left == right
+
+
+async def stop_all(nodes: list[RaftNode]) -> None:
+    for n in nodes:
+        await n.stop(timeout_s=0.5)
+
+
+async def cluster_with_snapshots(tmp_path, records: int):  # type: ignore[no-untyped-def]
+    """Three voters with LMDB state machines and snapshots on; ``records`` written, applied
+    everywhere, and the leader's log start past 0. Returns (nodes, machines, leader, end)."""
+    cfgs = voter_configs(tmp_path)
+    machines = [lmdb_at(c) for c in cfgs]
+    nodes = [RaftNode(c, state_machine=m) for c, m in zip(cfgs, machines, strict=True)]
+    for n in nodes:
+        await n.start()
+    leader = await leader_of(nodes)
+    end = await write_ops(leader, records)
+    for n in nodes:
+        await n.wait_applied(end, timeout_s=60)
+    assert leader.log is not None
+    await wait_until(lambda: leader.log.log_start_offset > 0, 30, "the leader's log start > 0")
+    return nodes, machines, leader, end
+
+
+def test_a_node_takes_snapshots_of_its_state_machine_off_the_loop(tmp_path):
+    """Output.snapshot_due: the state machine writes on a worker thread (its start hops to
+    the loop for the core's writer); the core gets snapshot_frozen; the log keeps it."""
+
+    class Watching(DictStateMachine):
+        threads: ClassVar[set[int]] = set()
+
+        def snapshot(self, writer):  # type: ignore[no-untyped-def]
+            self.threads.add(threading.get_ident())
+            return super().snapshot(writer)
+
+    async def main():
+        (cfg,) = node_configs(tmp_path, count=1)
+        cfg = dataclasses.replace(
+            cfg, quorum=dataclasses.replace(cfg.quorum, snapshot_min_records=100)
+        )
+        sm = Watching()
+        node = RaftNode(cfg, state_machine=sm)
+        await node.start()
+        try:
+            await leader_of([node])
+            for i in range(0, 1000, 50):
+                await node.append([(b"k%d" % j, b"v") for j in range(i, i + 50)], wait=True)
+            assert node.log is not None and node.snapshotter is not None
+            await wait_until(lambda: node.snapshotter.taken >= 2, 20, "two snapshots")
+            latest = node.log.latest_snapshot_id()
+            assert latest is not None and latest.offset > 0
+            assert threading.get_ident() not in sm.threads  # never on the loop
+            assert node.snapshotter.failed == 0
+        finally:
+            await node.stop()
+
+    run(main())
+
+
+def test_snapshots_on_with_nothing_to_snapshot_is_an_error_at_once(tmp_path):
+    (cfg,) = node_configs(tmp_path, count=1)
+    cfg = dataclasses.replace(cfg, quorum=dataclasses.replace(cfg.quorum, snapshot_interval_ms=10))
+    with pytest.raises(RaftcoreError, match="nothing to snapshot"):
+        RaftNode(cfg)
+    with pytest.raises(RaftcoreError, match="nothing to snapshot"):
+        RaftNode(cfg, listener=object())
+
+
+def test_a_fresh_observer_catches_up_by_snapshot_and_log_to_the_same_state(tmp_path):
+    async def main():
+        nodes, machines, leader, end = await cluster_with_snapshots(tmp_path, 200_000)
+        observer = None
+        try:
+            assert leader.log is not None
+            start = leader.log.log_start_offset
+            assert 0 < start < end
+            end = await write_ops(leader, 3000)  # some records after the snapshot, too
+            ocfg = observer_config(tmp_path, leader.config)
+            osm = lmdb_at(ocfg)
+            observer = RaftNode(ocfg, state_machine=osm)
+            await observer.start()
+            await observer.wait_applied(end, timeout_s=90)
+            assert observer.core is not None and observer.log is not None
+            assert observer.core.snapshots.installed >= 1  # it downloaded a snapshot ...
+            assert observer.log.log_start_offset >= start > 0  # ... and its log starts there
+            assert observer.log.latest_snapshot_id() is not None
+            for n in nodes:
+                await n.wait_applied(end, timeout_s=30)
+            same_state(osm, machines[nodes.index(leader)])
+            for m in machines:
+                same_state(m, machines[0])
+        finally:
+            if observer is not None:
+                await observer.stop()
+                observer.state_machine.close()  # type: ignore[union-attr]
+            await stop_all(nodes)
+            for m in machines:
+                m.close()
+
+    run(main(), timeout_s=220)
+
+
+def test_a_follower_killed_mid_download_resumes_and_installs_only_a_whole_verified_snapshot(
+    tmp_path,
+):
+    """An observer downloading in small chunks (fetch_max_bytes 4 KiB) dies part-way: the
+    ``.part`` it leaves (as a crash would: copied before the stop, which cleans up, and put
+    back) is removed at the next start, never installed; the download starts over and
+    installs a whole snapshot. A chunk corrupted in transit fails verification of the whole
+    snapshot: nothing is installed, and the download starts over. Same state in the end."""
+
+    async def main():
+        nodes, machines, leader, end = await cluster_with_snapshots(tmp_path, 60_000)
+        ocfg = observer_config(tmp_path, leader.config, fetch_max_bytes=4096)
+        observer = RaftNode(ocfg, state_machine=lmdb_at(ocfg))
+        try:
+            await observer.start()
+            core = observer.core
+            assert core is not None
+
+            def downloading() -> int:
+                writer = getattr(core.state, "fetching_snapshot", None)
+                return 0 if writer is None else writer.size
+
+            await wait_until(lambda: downloading() > 40_000, 60, "a download under way")
+            log_dir = ocfg.data_dir / "log"
+            (part,) = log_dir.glob("*.checkpoint.part")
+            kept = tmp_path / "left-by-the-crash"
+            shutil.copyfile(part, kept)
+            assert core.snapshots.installed == 0
+            await observer.stop()
+            observer.state_machine.close()  # type: ignore[union-attr]
+            shutil.copyfile(kept, part)  # what a SIGKILL leaves behind
+
+            sm = lmdb_at(ocfg)
+            assert sm.applied_offset == 0
+            observer = RaftNode(ocfg, state_machine=sm)
+            # Flip one byte of the first chunk past the header, in transit.
+            flipped = []
+            await observer.start()
+            core = observer.core
+            assert core is not None
+            assert not part.exists()  # removed at start, never installed
+            assert observer.log is not None and observer.log.latest_snapshot_id() is None
+            handle = core.handle
+
+            def corrupting(source, correlation_id, message, now):  # type: ignore[no-untyped-def]
+                if (
+                    isinstance(message, FetchSnapshotResponse)
+                    and not flipped
+                    and message.position > 0
+                    and len(message.data) > 100
+                ):
+                    data = bytearray(message.data)
+                    data[50] ^= 0x40
+                    flipped.append(message.position)
+                    message = dataclasses.replace(message, data=bytes(data))
+                return handle(source, correlation_id, message, now)
+
+            core.handle = corrupting  # type: ignore[method-assign]
+            await observer.wait_applied(end, timeout_s=120)
+            assert flipped, "no chunk went through the corrupting hook"
+            assert core.snapshots.refused >= 1  # the corrupt download was never installed
+            assert core.snapshots.installed >= 1  # a whole, verified one was
+            assert observer.log.log_start_offset > 0
+            same_state(sm, machines[nodes.index(leader)])
+        finally:
+            await observer.stop()
+            observer.state_machine.close()  # type: ignore[union-attr]
+            await stop_all(nodes)
+            for m in machines:
+                m.close()
+
+    run(main(), timeout_s=220)
+
+
+def test_a_download_resumes_from_its_position_after_a_lost_connection(tmp_path):
+    """The download lives on the follower's state, not on the connection: a connection lost
+    mid-download (the request in flight with it) is retried from the bytes held, and the
+    snapshot is fetched once, start to end."""
+
+    async def main():
+        nodes, machines, leader, end = await cluster_with_snapshots(tmp_path, 60_000)
+        ocfg = observer_config(tmp_path, leader.config, fetch_max_bytes=4096, fetch_timeout_ms=5000)
+        observer = RaftNode(ocfg, state_machine=lmdb_at(ocfg))
+        try:
+            await observer.start()
+            core = observer.core
+            assert core is not None
+            chunks: list[tuple[object, int]] = []
+            handle = core.handle
+
+            def recording(source, correlation_id, message, now):  # type: ignore[no-untyped-def]
+                if isinstance(message, FetchSnapshotResponse) and message.error_code == 0:
+                    epoch = message.current_leader.epoch
+                    chunks.append((epoch, message.snapshot_id, message.position))
+                return handle(source, correlation_id, message, now)
+
+            core.handle = recording  # type: ignore[method-assign]
+            await wait_until(lambda: len(chunks) >= 10, 60, "ten chunks")
+            peer = observer._peers[leader.node_id]
+            assert peer._writer is not None
+            peer._writer.close()  # the connection goes, with the request in flight
+            at_break = len(chunks)
+            await observer.wait_applied(end, timeout_s=120)
+            assert len(chunks) > at_break + 1
+            epoch, sid, last = chunks[at_break - 1]
+            same = [p for e, s, p in chunks if (e, s) == (epoch, sid)]
+            assert epoch == leader.leader_and_epoch.epoch, "an election: the download was dropped"
+            # one snapshot, each chunk once and in order, from 0 to its end: resumed, not redone
+            assert same == sorted(set(same)) and same[0] == 0 and same[-1] > last
+            assert len(same) == len(chunks)
+            assert core.snapshots.installed == 1 and core.snapshots.refused == 0
+            same_state(observer.state_machine, machines[nodes.index(leader)])  # type: ignore[arg-type]
+        finally:
+            await observer.stop()
+            observer.state_machine.close()  # type: ignore[union-attr]
+            await stop_all(nodes)
+            for m in machines:
+                m.close()
+
+    run(main(), timeout_s=220)
