@@ -319,6 +319,30 @@ def test_a_follower_downloads_the_snapshot_then_fetches_from_its_end():
     assert [s for s, _ in h.listener.loaded] == [sid]
 
 
+def test_a_lost_fetch_snapshot_is_sent_again_from_the_bytes_held_after_the_backoff():
+    """The node lost a request (no connection, or the connection went with it in flight):
+    core.request_lost fails it at once, and the download goes on from its position after
+    retry_backoff_ms, not the request timeout; the bytes held are kept."""
+    h = following()
+    sid, data = snapshot_bytes()
+    answer_fetch_with_snapshot(h, sid)
+    (out,) = h.take(FetchSnapshotRequest, 2)
+    h.respond(
+        out,
+        FetchSnapshotResponse(Errors.NONE, LeaderAndEpoch(2, 5), sid, len(data), 0, data[:100]),
+    )
+    h.poll()
+    (lost,) = h.take(FetchSnapshotRequest, 2)
+    assert lost.message.position == 100
+    h._take(h.core.request_lost(2, lost.correlation_id, h.now))
+    assert h.take(FetchSnapshotRequest, 2) == []  # backing off
+    h.advance(h.core.config.retry_backoff_ms)
+    h.poll()
+    (again,) = h.take(FetchSnapshotRequest, 2)
+    assert again.message.position == 100 and again.message.snapshot_id == sid
+    assert h.core.config.retry_backoff_ms < h.core.config.request_timeout_ms
+
+
 def test_a_downloaded_snapshot_that_fails_verification_is_never_installed():
     def flip(response):
         if response.position == 0:

@@ -95,9 +95,13 @@ class _Listener:
 
     def handle_load_snapshot(self, reader: Any) -> None:
         """KIP-630: the core loads a snapshot. A state machine restores it on the applier
-        thread, in order; a listener gets the reader itself."""
+        thread, in order; a listener gets the reader itself; a node with neither (it only
+        replicates the log) has nothing to load."""
         if self.node.applier is not None:
             self.node.applier.handle_load_snapshot(StoreSnapshotReader(reader))
+            return
+        if self.node.listener is None:  # a node that only replicates: nothing to load
+            reader.close()
             return
         load = getattr(self.node.listener, "handle_load_snapshot", None)
         if load is None:
@@ -235,6 +239,7 @@ class RaftNode:
                     endpoint.port,
                     self._response_handler(peer_id),
                     on_refused=self._refused_handler(peer_id),
+                    on_connected=self._connected_handler(peer_id),
                     max_frame_bytes=cfg.max_frame_bytes,
                 )
                 peer.start()
@@ -545,11 +550,13 @@ class RaftNode:
                 logger.warning("%s no connection to node %d", self.prefix, message.destination)
                 return
             api_key, version, frame = raft_wire.encode_request(self, message)
-            if peer.send([frame]):
-                self._peer_requests[(message.destination, message.correlation_id)] = (
-                    api_key,
-                    version,
-                )
+            # Sent or not, it is in flight until answered or found lost (_connected_handler);
+            # the core has one in flight per peer: an older one is answered in vain.
+            requests = self._peer_requests
+            for key in [k for k in requests if k[0] == message.destination]:
+                del requests[key]
+            requests[(message.destination, message.correlation_id)] = (api_key, version)
+            peer.send([frame])
             return
         pending = self._inbound.pop(message.correlation_id, None)
         if pending is None:
@@ -585,6 +592,19 @@ class RaftNode:
             self._run(lambda now: self.core.handle(peer_id, correlation_id, message, now))  # type: ignore[union-attr]
 
         return on_response
+
+    def _connected_handler(self, peer_id: int) -> Any:
+        def on_connected() -> None:
+            """Requests to ``peer_id`` not answered yet went with the old connection (or had
+            none): fail them now, so the core sends again at once, not at the timeout (a
+            snapshot download resumes from the bytes it holds)."""
+            lost = [cid for (peer, cid) in self._peer_requests if peer == peer_id]
+            for cid in lost:
+                del self._peer_requests[(peer_id, cid)]
+                if self.core is not None and self._started:
+                    self._run(lambda now, c=cid: self.core.request_lost(peer_id, c, now))  # type: ignore[union-attr]
+
+        return on_connected
 
     def _refused_handler(self, peer_id: int) -> Any:
         def on_refused() -> None:

@@ -197,7 +197,7 @@ class PeerConnection:
     under way, with exponential backoff and jitter). Responses are handed to ``on_response``
     with the correlation id; what the connection loses, the sender's own request timeout
     handles. ``on_refused`` is told when a connection attempt is refused (nothing listens at
-    the peer's address: its process is gone).
+    the peer's address: its process is gone); ``on_connected`` each time a connection is up.
     """
 
     def __init__(
@@ -208,6 +208,7 @@ class PeerConnection:
         on_response: Callable[[int, bytes], None],
         *,
         on_refused: Callable[[], None] | None = None,
+        on_connected: Callable[[], None] | None = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         backoff_ms: int = 50,
         backoff_max_ms: int = 1000,
@@ -218,6 +219,7 @@ class PeerConnection:
         self.port = port
         self.on_response = on_response
         self.on_refused = on_refused
+        self.on_connected = on_connected
         self.max_frame_bytes = max_frame_bytes
         self.backoff_ms = backoff_ms
         self.backoff_max_ms = backoff_max_ms
@@ -272,6 +274,8 @@ class PeerConnection:
             self._failures = 0
             self._writer = writer
             self.connected.set()
+            if self.on_connected is not None:
+                self.on_connected()
             try:
                 while True:
                     frame = await read_frame(reader, self.max_frame_bytes)

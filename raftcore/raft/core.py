@@ -309,6 +309,14 @@ class RaftCore:
         self.snapshots.abandoned(now)
         return self._finish(now)
 
+    def request_lost(self, destination: int, correlation_id: int, now: int) -> Output:
+        """The node lost a request it was asked to send (no connection to ``destination``, or
+        the connection went with the request in flight): if it is the one in flight there, it
+        failed now, and is retried after ``retry_backoff_ms`` rather than at the timeout."""
+        if self.requests.accept_response(destination, correlation_id):
+            self.requests.on_failure(destination, now)
+        return self._finish(now)
+
     def peer_unreachable(self, peer_id: int, now: int) -> Output:
         """The node could not connect to ``peer_id``: the connection was refused, so no process
         listens there. A voter following that peer stands for election within a random 0-20%
