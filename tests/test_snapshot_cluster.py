@@ -189,6 +189,33 @@ def test_a_fresh_observer_catches_up_by_snapshot_and_log_to_the_same_state(tmp_p
     run(main(), timeout_s=220)
 
 
+def test_a_node_with_neither_state_machine_nor_listener_installs_a_snapshot_and_replicates(
+    tmp_path,
+):
+    """A node that only replicates the log (no state machine, no listener) below the leader's
+    log start installs the snapshot (nothing to load it into) and fetches on from its end."""
+
+    async def main():
+        nodes, machines, leader, end = await cluster_with_snapshots(tmp_path, 40_000)
+        ocfg = observer_config(tmp_path, leader.config)
+        ocfg = dataclasses.replace(ocfg, quorum=dataclasses.replace(FAST, fetch_timeout_ms=3000))
+        observer = RaftNode(ocfg)
+        try:
+            await observer.start()
+            assert observer.log is not None and observer.core is not None
+            await wait_until(lambda: observer.log.end_offset >= end, 60, "the observer's log")
+            assert observer.core.snapshots.installed >= 1
+            assert observer.log.log_start_offset > 0
+            assert observer.high_watermark is not None and observer.high_watermark >= end
+        finally:
+            await observer.stop()
+            await stop_all(nodes)
+            for m in machines:
+                m.close()
+
+    run(main(), timeout_s=120)
+
+
 def test_a_follower_killed_mid_download_resumes_and_installs_only_a_whole_verified_snapshot(
     tmp_path,
 ):
