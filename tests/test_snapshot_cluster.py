@@ -336,3 +336,55 @@ def test_a_download_resumes_from_its_position_after_a_lost_connection(tmp_path):
                 m.close()
 
     run(main(), timeout_s=220)
+
+
+def test_node_processes_with_lmdb_snapshots_bring_a_follower_down_past_the_log_start_back(
+    tmp_path,
+):
+    """The command line end to end (``raftcore node --state-machine lmdb --snapshot-...``,
+    through LocalCluster's node_args): a follower SIGKILLed while writes go on falls behind
+    the leader's log start (max replication lag 1 s); restarted, it catches up by snapshot and
+    log, and its LMDB state equals the leader's. Every process is ended by its pid."""
+    from cluster_helpers import FAST as FAST_ARGS
+    from cluster_helpers import produce, quorum, wait_caught_up, wait_for
+
+    from raftcore.node.local_cluster import LocalCluster
+
+    args = [
+        *FAST_ARGS,
+        "--state-machine=lmdb",
+        "--state-map-size=268435456",
+        "--snapshot-min-records=3000",
+        "--max-replication-lag-ms=1000",
+    ]
+    with LocalCluster(tmp_path / "cluster", node_args=args) as cluster:
+        cluster.start()
+        leader = run(quorum(cluster)).leader_id
+        follower = next(i for i in cluster.node_ids if i != leader)
+        run(produce(cluster.bootstrap, 0, 5000, batch=500))
+        cluster.kill(follower)
+        end = max(run(produce(cluster.bootstrap, 5000, 15_000, batch=500))) + 1
+        leader_log = cluster.data_dir(leader) / "log"
+
+        def leader_start() -> int:
+            offsets = [int(p.name.split("-")[0]) for p in leader_log.glob("*.checkpoint")]
+            return min(offsets, default=0)
+
+        wait_for(lambda: leader_start() > 5000, 30, "the leader's oldest snapshot past 5,000")
+        cluster.start_node(follower)
+        hw = run(wait_caught_up(cluster, cluster.node_ids, timeout_s=60))
+        assert hw >= 20_000
+        assert "installed snapshot" in cluster.log_file(follower).read_text()
+
+        def applied(node_id: int) -> int:
+            with LmdbStateMachine(cluster.data_dir(node_id) / "state", map_size=256 << 20) as sm:
+                return sm.applied_offset
+
+        wait_for(lambda: all(applied(i) >= end for i in cluster.node_ids), 30, "every node applied")
+        cluster.stop_all()
+    states = []
+    for i in cluster.node_ids:
+        with LmdbStateMachine(cluster.data_dir(i) / "state", map_size=256 << 20) as sm:
+            states.append((sm.applied_offset, sm.items()))
+    assert states[0] == states[1] == states[2]
+    assert len(states[0][1]) == 20_000
