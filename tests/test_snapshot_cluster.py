@@ -16,6 +16,7 @@ import pytest
 from statemachine_helpers import CLUSTER_ID, FAST, leader_of, node_configs, run
 
 from raftcore.errors import RaftcoreError
+from raftcore.log import SegmentedLog
 from raftcore.node.config import Endpoint, NodeConfig
 from raftcore.node.local_cluster import free_ports
 from raftcore.node.node import RaftNode
@@ -142,6 +143,88 @@ def test_a_node_takes_snapshots_of_its_state_machine_off_the_loop(tmp_path):
             assert node.snapshotter.failed == 0
         finally:
             await node.stop()
+
+    run(main())
+
+
+def single_node(tmp_path, **quorum) -> NodeConfig:  # type: ignore[no-untyped-def]
+    (cfg,) = node_configs(tmp_path, count=1)
+    return dataclasses.replace(cfg, quorum=dataclasses.replace(cfg.quorum, **quorum))
+
+
+async def write_batches(node: RaftNode, batches: int, per_batch: int = 50) -> None:
+    for _ in range(batches):
+        await node.append([(b"k%d" % j, b"v") for j in range(per_batch)], wait=True)
+
+
+def test_a_failed_snapshot_is_aborted_abandoned_and_retried(tmp_path, caplog):
+    """The state machine raises in the middle of snapshot(writer): the log's writer is
+    aborted (no .part left), the core is told (snapshot_abandoned: it is free to ask again),
+    the reason is logged, and the next attempt succeeds."""
+
+    class FailFirst(DictStateMachine):
+        calls = 0
+
+        def snapshot(self, writer):  # type: ignore[no-untyped-def]
+            FailFirst.calls += 1
+            if FailFirst.calls == 1:
+                writer.start(self.applied_offset)
+                writer.append([(b"a", b"1")])
+                raise OSError("disk on fire")
+            return super().snapshot(writer)
+
+    async def main():
+        cfg = single_node(tmp_path, snapshot_min_records=100)
+        node = RaftNode(cfg, state_machine=FailFirst())
+        await node.start()
+        try:
+            await leader_of([node])
+            await write_batches(node, 4)
+            snapshotter = node.snapshotter
+            assert snapshotter is not None and node.core is not None and node.log is not None
+            await wait_until(lambda: snapshotter.failed == 1, 20, "the failed snapshot")
+            assert node.core.snapshots.writer is None  # abandoned
+            assert list((cfg.data_dir / "log").glob("*.part")) == []  # aborted
+            await write_batches(node, 1)
+            await wait_until(lambda: snapshotter.taken == 1, 20, "the retried snapshot")
+            assert node.log.latest_snapshot_id() is not None
+        finally:
+            await node.stop()
+        assert "disk on fire" in caplog.text
+
+    run(main())
+
+
+def test_a_node_stopped_while_a_snapshot_is_written_gives_it_up(tmp_path):
+    """stop() during snapshot(writer): the next append raises, the writer is aborted (no
+    .part), nothing is frozen, and stop returns."""
+    started = threading.Event()
+    release = threading.Event()
+
+    class Slow(DictStateMachine):
+        def snapshot(self, writer):  # type: ignore[no-untyped-def]
+            writer.start(self.applied_offset)
+            started.set()
+            release.wait(10)
+            writer.append([(b"a", b"1")])
+            return self.applied_offset
+
+    async def main():
+        cfg = single_node(tmp_path, snapshot_min_records=100)
+        node = RaftNode(cfg, state_machine=Slow())
+        await node.start()
+        await leader_of([node])
+        await write_batches(node, 3)
+        await asyncio.get_running_loop().run_in_executor(None, started.wait, 10)
+        assert list((cfg.data_dir / "log").glob("*.part"))  # being written
+        stopping = asyncio.ensure_future(node.stop())
+        await asyncio.sleep(0.1)
+        release.set()
+        await asyncio.wait_for(stopping, 10)
+        assert node.snapshotter is not None and node.snapshotter.taken == 0
+        assert list((cfg.data_dir / "log").glob("*.part")) == []
+        with SegmentedLog.open(cfg.data_dir / "log") as log:
+            assert log.latest_snapshot_id() is None
 
     run(main())
 
