@@ -229,6 +229,54 @@ def test_a_node_stopped_while_a_snapshot_is_written_gives_it_up(tmp_path):
     run(main())
 
 
+def test_a_listener_with_snapshot_writer_is_snapshotted_like_a_state_machine(tmp_path):
+    """A node with a listener (no state machine) whose listener has snapshot(writer): the
+    node takes its snapshots the same way (on the worker thread, the offset checked by the
+    core)."""
+
+    class SnapshottingListener:
+        def __init__(self) -> None:
+            self.lock = threading.Lock()
+            self.state: dict[bytes, bytes] = {}
+            self.end = 0
+
+        def handle_commit(self, batches) -> None:  # type: ignore[no-untyped-def]
+            with self.lock:
+                for b in batches:
+                    self.state.update((r.key, r.value) for r in b.records)
+                    self.end = b.last_offset + 1
+
+        def handle_leader_change(self, leader) -> None:  # type: ignore[no-untyped-def]
+            pass
+
+        def handle_load_snapshot(self, reader) -> None:  # type: ignore[no-untyped-def]
+            raise AssertionError("nothing to load in this test")
+
+        def snapshot(self, writer) -> int:  # type: ignore[no-untyped-def]
+            with self.lock:
+                end, items = self.end, sorted(self.state.items())
+            writer.start(end)
+            writer.append(items)
+            return end
+
+    async def main():
+        cfg = single_node(tmp_path, snapshot_min_records=100)
+        node = RaftNode(cfg, listener=SnapshottingListener())
+        await node.start()
+        try:
+            await leader_of([node])
+            await write_batches(node, 4)
+            assert node.snapshotter is not None and node.log is not None
+            await wait_until(lambda: node.snapshotter.taken >= 1, 20, "a snapshot")
+            assert node.snapshotter.failed == 0
+            latest = node.log.latest_snapshot_id()
+            assert latest is not None and latest.offset > 100
+        finally:
+            await node.stop()
+
+    run(main())
+
+
 def test_snapshots_on_with_nothing_to_snapshot_is_an_error_at_once(tmp_path):
     (cfg,) = node_configs(tmp_path, count=1)
     cfg = dataclasses.replace(cfg, quorum=dataclasses.replace(cfg.quorum, snapshot_interval_ms=10))
