@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import logging
-
 from raftcore.raft.states.base import EpochState
+from raftcore.raft.states.tally import VoteTally
 from raftcore.raft.values import ElectionState
 
-logger = logging.getLogger(__name__)
 
-
-class CandidateState(EpochState):
+class CandidateState(VoteTally, EpochState):
     name = "candidate"
 
     def __init__(
@@ -25,49 +22,11 @@ class CandidateState(EpochState):
         self.local_id = local_id
         self.retries = retries
         self.election_deadline = election_deadline
-        self.granted: set[int] = {local_id}
-        self.rejected: set[int] = set()
+        self._start_tally(local_id)
         self.backoff_deadline: float | None = None
 
     def election_state(self) -> ElectionState:
         return ElectionState(epoch=self.epoch, voted_id=self.local_id, voters=self.voters)
-
-    @property
-    def majority(self) -> int:
-        return len(self.voters) // 2 + 1
-
-    def unrecorded_voters(self) -> set[int]:
-        return set(self.voters) - self.granted - self.rejected
-
-    def record_granted(self, voter_id: int) -> None:
-        if voter_id in self.rejected:
-            logger.warning(
-                "voter %d granted after rejecting in epoch %d; keeping the rejection",
-                voter_id,
-                self.epoch,
-            )
-            return
-        if voter_id in self.voters:
-            self.granted.add(voter_id)
-
-    def record_rejected(self, voter_id: int) -> None:
-        if voter_id in self.granted:
-            logger.warning(
-                "voter %d rejected after granting in epoch %d; keeping the grant",
-                voter_id,
-                self.epoch,
-            )
-            return
-        if voter_id in self.voters:
-            self.rejected.add(voter_id)
-
-    def is_vote_granted(self) -> bool:
-        """A majority (this replica included) granted."""
-        return len(self.granted) >= self.majority
-
-    def is_vote_rejected(self) -> bool:
-        """Even every outstanding voter could not make a majority any more."""
-        return len(self.granted) + len(self.unrecorded_voters()) < self.majority
 
     def can_grant_pre_vote(self, candidate_id: int, log_up_to_date: bool) -> bool:
         # It never votes for another in its epoch, but a pre-vote binds nothing (KIP-996).

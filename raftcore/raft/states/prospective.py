@@ -11,15 +11,13 @@ epoch) or Unattached, in the same epoch.
 
 from __future__ import annotations
 
-import logging
-
 from raftcore.raft.states.base import EpochState
+from raftcore.raft.states.tally import VoteTally
 from raftcore.raft.values import ElectionState
 
-logger = logging.getLogger(__name__)
 
-
-class ProspectiveState(EpochState):
+class ProspectiveState(VoteTally, EpochState):
+    tally_kind = "pre-vote"
     name = "prospective"
 
     def __init__(
@@ -39,8 +37,7 @@ class ProspectiveState(EpochState):
         self.leader = leader  # the leader of this epoch it followed, if any
         self.voted_id = voted_id  # the vote it cast in this epoch, if any
         self.retries = retries  # elections lost since it last followed a leader
-        self.granted: set[int] = {local_id}
-        self.rejected: set[int] = set()
+        self._start_tally(local_id)
 
     @property
     def leader_id(self) -> int | None:
@@ -55,43 +52,6 @@ class ProspectiveState(EpochState):
         return ElectionState(epoch=self.epoch, voters=self.voters)
 
     # ---- the pre-vote election ----------------------------------------------------------------
-
-    @property
-    def majority(self) -> int:
-        return len(self.voters) // 2 + 1
-
-    def unrecorded_voters(self) -> set[int]:
-        return set(self.voters) - self.granted - self.rejected
-
-    def record_granted(self, voter_id: int) -> None:
-        if voter_id in self.rejected:
-            logger.warning(
-                "voter %d granted a pre-vote after rejecting it in epoch %d; keeping the rejection",
-                voter_id,
-                self.epoch,
-            )
-            return
-        if voter_id in self.voters:
-            self.granted.add(voter_id)
-
-    def record_rejected(self, voter_id: int) -> None:
-        if voter_id in self.granted:
-            logger.warning(
-                "voter %d rejected a pre-vote after granting it in epoch %d; keeping the grant",
-                voter_id,
-                self.epoch,
-            )
-            return
-        if voter_id in self.voters:
-            self.rejected.add(voter_id)
-
-    def is_vote_granted(self) -> bool:
-        """A majority (this replica included) would vote for it."""
-        return len(self.granted) >= self.majority
-
-    def is_vote_rejected(self) -> bool:
-        """Even every voter not heard from could not make a majority any more."""
-        return len(self.granted) + len(self.unrecorded_voters()) < self.majority
 
     def election_expired(self, now: int) -> bool:
         return now >= self.election_deadline
