@@ -455,3 +455,35 @@ def test_a_listener_without_handle_load_snapshot_that_needs_one_is_an_error():
     answer_fetch_with_snapshot(h, sid)
     with pytest.raises(RaftcoreError, match="handle_load_snapshot"):
         serve(h, sid, data, chunk=10_000)
+
+
+def test_a_download_the_disk_cannot_hold_is_dropped_and_the_follower_tries_again():
+    """ENOSPC while storing a chunk: the download is dropped (its partial bytes discarded),
+    the replica stays a follower and fetches again; once the disk has room, the snapshot is
+    installed. The failure never escapes the core (it would stop the node)."""
+    import errno
+
+    h = following()
+    sid, data = snapshot_bytes()
+    answer_fetch_with_snapshot(h, sid)
+    writer = h.state.fetching_snapshot
+    discarded = []
+
+    def full(_data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    original_discard = writer.discard
+    writer.append = full
+    writer.discard = lambda: (discarded.append(True), original_discard())
+    (out,) = h.take(FetchSnapshotRequest, 2)
+    h.respond(
+        out,
+        FetchSnapshotResponse(Errors.NONE, LeaderAndEpoch(2, 5), sid, len(data), 0, data[:100]),
+    )
+    h.poll()
+    assert isinstance(h.state, FollowerState) and h.state.fetching_snapshot is None
+    assert discarded == [True]
+    assert h.log.latest_snapshot_id() is None
+    answer_fetch_with_snapshot(h, sid)  # the next fetch names the snapshot again
+    serve(h, sid, data, chunk=97)
+    assert h.log.latest_snapshot_id() == sid and h.log.log_start_offset == sid.offset

@@ -484,12 +484,24 @@ class RaftNode:
             self._run(self.core.poll)  # type: ignore[union-attr]
 
     def _run(self, step: Any) -> None:
-        """Run one step of the core; a RaftInvariantError stops the node (a bug, never to be
-        papered over)."""
+        """Run one step of the core. Any exception out of it stops the node: a
+        RaftInvariantError is a bug, never to be papered over, and anything else (a log that
+        cannot be written, say) left the step half done, so the core's state can no longer
+        be trusted. The core handles the failures it can survive itself (a snapshot download
+        on a full disk is dropped and tried again)."""
         try:
             self._drive(step(self._now()))
         except RaftInvariantError:
             logger.critical("%s invariant violated; stopping", self.prefix, exc_info=True)
+            self._stop_after_failure()
+        except Exception:
+            logger.critical(
+                "%s a step of the Raft core failed; stopping", self.prefix, exc_info=True
+            )
+            self._stop_after_failure()
+
+    def _stop_after_failure(self) -> None:
+        if self._closing is None:
             self._closing = asyncio.ensure_future(self._close())
 
     def _after_progress(self) -> None:

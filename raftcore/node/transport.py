@@ -282,7 +282,15 @@ class PeerConnection:
                     if len(frame) < 4:
                         raise ConnectionError("response frame too short for a header")
                     (correlation_id,) = _SIZE.unpack_from(frame)
-                    self.on_response(correlation_id, frame)
+                    try:
+                        self.on_response(correlation_id, frame)
+                    except Exception:  # the handler's bug must not end this connection's task
+                        logger.exception(
+                            "%s handling a response from %s:%d failed",
+                            self.name,
+                            self.host,
+                            self.port,
+                        )
             except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
                 logger.debug(
                     "%s connection to %s:%d lost: %s", self.name, self.host, self.port, exc

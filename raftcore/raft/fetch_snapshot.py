@@ -28,7 +28,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from raftcore.error_codes import Errors
-from raftcore.errors import CorruptSnapshotError
+from raftcore.errors import CorruptSnapshotError, SnapshotError
 from raftcore.raft.messages import FetchSnapshotRequest, FetchSnapshotResponse
 from raftcore.raft.replicated_log import install_snapshot, snapshot_log
 from raftcore.raft.states import FollowerState, LeaderState
@@ -121,7 +121,14 @@ def start_download(
         )
         return False
     state.drop_snapshot_download()
-    writer = log.create_new_snapshot_unchecked(snapshot_id)
+    try:
+        writer = log.create_new_snapshot_unchecked(snapshot_id)
+    except (OSError, SnapshotError) as exc:
+        # A full or failing disk: the replica stays a follower and asks again at its next
+        # fetch; the node keeps running (storage of the log itself is another matter).
+        logger.error("%s cannot start snapshot %r: %s", core.prefix, snapshot_id, exc)
+        state.reset_fetch_timeout(now)
+        return True
     if writer is None:  # already held (a download frozen earlier)
         _installed(core, state, snapshot_id, source)
     else:
@@ -166,7 +173,21 @@ def handle_response(core: RaftCore, source: int, response: FetchSnapshotResponse
     if error != Errors.NONE:
         logger.info("%s fetch snapshot from %d failed: %d", core.prefix, source, error)
         return False
-    writer.append(response.data)
+    try:
+        writer.append(response.data)
+    except (OSError, SnapshotError) as exc:
+        # ENOSPC, EIO, a chunk the writer refuses: drop the partial bytes and start over at
+        # the next fetch; the replica keeps following.
+        logger.error(
+            "%s cannot store snapshot %r from %d: %s; dropping the download",
+            core.prefix,
+            writer.snapshot_id,
+            source,
+            exc,
+        )
+        _drop_quietly(core, state)
+        state.reset_fetch_timeout(now)
+        return True
     if writer.size >= response.size:
         state.fetching_snapshot = None
         snapshot_id = writer.snapshot_id
@@ -178,16 +199,33 @@ def handle_response(core: RaftCore, source: int, response: FetchSnapshotResponse
                     f"announced {response.size}"
                 )
             writer.freeze()  # verifies the whole snapshot before it is installed
-        except CorruptSnapshotError as exc:
+        except (OSError, SnapshotError) as exc:
             logger.error(
                 "%s refusing snapshot %r from leader %d: %s", core.prefix, snapshot_id, source, exc
             )
-            core.snapshots.refused += 1
+            if isinstance(exc, CorruptSnapshotError):
+                core.snapshots.refused += 1
+            _discard_quietly(core, writer)
             state.reset_fetch_timeout(now)
             return True  # nothing installed; the next fetch starts over
         _installed(core, state, snapshot_id, source)
     state.reset_fetch_timeout(now)
     return True
+
+
+def _drop_quietly(core: RaftCore, state: FollowerState) -> None:
+    writer, state.fetching_snapshot = state.fetching_snapshot, None
+    if writer is not None:
+        _discard_quietly(core, writer)
+
+
+def _discard_quietly(core: RaftCore, writer: object) -> None:
+    """Discard a download's partial file; a failure to delete it is logged (start-up
+    removes what is left)."""
+    try:
+        writer.discard()  # type: ignore[attr-defined]
+    except (OSError, SnapshotError) as exc:
+        logger.warning("%s cannot remove a partial snapshot: %s", core.prefix, exc)
 
 
 def _installed(
