@@ -305,3 +305,15 @@ def test_install_snapshot_replaces_a_log_whose_epoch_at_the_snapshot_end_differs
     log.append_as_follower(batch(6, 6, n=3))  # an epoch-6 tail past the snapshot at 8
     assert install_snapshot(log, other_sid)
     assert (log.log_start_offset, log.end_offset, log.last_fetched_epoch) == (8, 8, 5)
+
+
+def test_installing_a_snapshot_older_than_the_log_start_never_moves_it_backwards(log):
+    old_sid, old_data = foreign_snapshot(epoch=4, batches=3)  # (6, 4)
+    fill(log, [4, 4, 4, 4, 4])
+    snapshot(log, 8, 4)
+    assert log.delete_before_snapshot(OffsetAndEpoch(8, 4))
+    assert log.log_start_offset == 8
+    download(log, old_sid, old_data)
+    assert not install_snapshot(log, old_sid)
+    assert (log.log_start_offset, log.end_offset) == (8, 10)
+    assert log.latest_snapshot_id() == OffsetAndEpoch(8, 4)

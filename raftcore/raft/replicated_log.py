@@ -199,13 +199,18 @@ def install_snapshot(log: SnapshotLog, snapshot_id: OffsetAndEpoch) -> bool:
     reaches the snapshot's end offset with a different epoch there (an uncommitted tail of an
     older leader, which the leader answered with the snapshot rather than a divergence) is
     truncated fully too, instead of Kafka's IllegalStateException: everything below the
-    snapshot's end is committed and the snapshot holds it.
+    snapshot's end is committed and the snapshot holds it. A snapshot older than the log
+    start changes nothing: the log start offset never moves backwards.
     """
     if log.truncate_to_latest_snapshot():
         return True
     rlog: Any = log
     start, end = rlog.log_start_offset, rlog.end_offset
     offset = snapshot_id.offset
+    if offset < start:
+        # The log starts past this snapshot (at a newer one): what it holds covers more, and
+        # starting over at the older one would move the log start offset backwards.
+        return False
     if offset == start:
         consistent = log.earliest_snapshot_id() == snapshot_id
     else:
