@@ -58,7 +58,7 @@ from raftcore.raft.quorum_state import QuorumState
 from raftcore.raft.quorum_store import QuorumStateStore
 from raftcore.raft.replicated_log import ReplicatedLog
 from raftcore.raft.request_manager import RequestManager
-from raftcore.raft.snapshots import SnapshotManager
+from raftcore.raft.snapshots import DeleteRecordsResult, SnapshotManager
 from raftcore.raft.states import (
     EpochState,
     FollowerState,
@@ -308,6 +308,12 @@ class RaftCore:
     def snapshot_abandoned(self, now: int) -> Output:
         self.snapshots.abandoned(now)
         return self._finish(now)
+
+    def delete_records(self, offset: int, now: int) -> DeleteRecordsResult:
+        """DeleteRecords on the leader (NotLeaderError elsewhere): see
+        :meth:`SnapshotManager.delete_records`. Poll after it: a snapshot may be due."""
+        self._writable_leader(None)
+        return self.snapshots.delete_records(offset)
 
     def request_lost(self, destination: int, correlation_id: int, now: int) -> Output:
         """The node lost a request it was asked to send (no connection to ``destination``, or

@@ -23,13 +23,20 @@ offset, or when the snapshot has been known for ``max_replication_lag_ms`` (the 
 age stands for the age of the offset: it is never older than its last record). A follower
 moves its own to the newest snapshot it holds at or below the log start offset the leader
 reports.
+
+DeleteRecords (a client asking for the log to start at an offset) goes by the same rules: the
+leader checks the offset (at most the high watermark), makes a snapshot due that covers it,
+and the log start moves when the rules above allow; the driver answers the client once the
+log start offset has reached the offset (or its timeout passed).
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from raftcore.error_codes import Errors
 from raftcore.errors import RaftcoreError
 from raftcore.raft.replicated_log import snapshot_log
 from raftcore.raft.states import LeaderState
@@ -38,7 +45,7 @@ from raftcore.raft.values import OffsetAndEpoch
 if TYPE_CHECKING:
     from raftcore.raft.core import RaftCore
 
-__all__ = ["InvalidSnapshotError", "SnapshotManager"]
+__all__ = ["DeleteRecordsResult", "InvalidSnapshotError", "SnapshotManager"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +55,22 @@ INF = float("inf")
 class InvalidSnapshotError(RaftcoreError, ValueError):
     """A snapshot the core refuses to create: past the listener's offset or the high
     watermark, not past the latest snapshot, or not at a batch boundary."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsResult:
+    """The leader's verdict on a DeleteRecords: ``error`` (Kafka's code), the ``offset`` asked
+    for (-1 resolved to the high watermark) and the ``low_watermark`` (the log start offset)
+    now. With no error and ``low_watermark < offset`` the deletion is under way: the driver
+    waits for the log start offset to reach ``offset``."""
+
+    error: int
+    offset: int
+    low_watermark: int
+
+    @property
+    def done(self) -> bool:
+        return self.error != Errors.NONE or self.low_watermark >= self.offset
 
 
 class SnapshotManager:
@@ -71,6 +94,8 @@ class SnapshotManager:
         # start to one of them).
         self._known: list[OffsetAndEpoch] = []
         self.taken = self.installed = self.log_start_moves = self.refused = 0
+        # DeleteRecords: the log start offset a client asked for (the leader's).
+        self.requested_log_start = 0
 
     def start(self, now: int) -> None:
         self.last_snapshot_ms = now
@@ -100,6 +125,10 @@ class SnapshotManager:
         read = feed.next_offset - self._base_offset()
         if hw is None or read <= 0 or feed.next_offset > hw:
             return False
+        if self.requested_log_start > self._base_offset() and (
+            feed.next_offset >= self.requested_log_start
+        ):
+            return True  # a DeleteRecords waits for a snapshot that covers its offset
         if cfg.snapshot_min_records and read >= cfg.snapshot_min_records:
             return True
         if (
@@ -181,6 +210,32 @@ class SnapshotManager:
         self._remember(snapshot_id)
 
     # ---- the log start offset -----------------------------------------------------------------
+
+    def delete_records(self, offset: int) -> DeleteRecordsResult:
+        """The leader's check of a DeleteRecords (Kafka's codes): -1 stands for the high
+        watermark; past it, or below -1, is OFFSET_OUT_OF_RANGE; with snapshots off the log
+        prefix cannot go (POLICY_VIOLATION, as Kafka answers for a compacted topic); a leader
+        that does not know its high watermark yet answers OFFSET_NOT_AVAILABLE. An offset at
+        or below the log start is done at once; above it, a snapshot covering it becomes due
+        and the log start follows by the usual rules."""
+        start = self.core.log.log_start_offset
+        hw = self.core.high_watermark
+        if hw is None:
+            return DeleteRecordsResult(Errors.OFFSET_NOT_AVAILABLE, offset, start)
+        target = hw if offset == -1 else offset
+        if target < 0 or target > hw:
+            return DeleteRecordsResult(Errors.OFFSET_OUT_OF_RANGE, offset, start)
+        if target <= start:
+            return DeleteRecordsResult(Errors.NONE, target, start)
+        if not self.config.snapshots_enabled or self.core.listener is None:
+            return DeleteRecordsResult(Errors.POLICY_VIOLATION, target, start)
+        self.requested_log_start = max(self.requested_log_start, target)
+        logger.info(
+            "%s DeleteRecords below %d: a snapshot is due, the log start follows",
+            self.core.prefix,
+            target,
+        )
+        return DeleteRecordsResult(Errors.NONE, target, start)
 
     def maybe_advance_as_leader(self, state: LeaderState, now: int) -> None:
         """Seed 003: move the log start to the latest snapshot once every tracked replica has

@@ -9,7 +9,6 @@ duplication, partitions that come and go, crash-restarts, slow disks. The invari
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import logging
 import random
@@ -31,6 +30,8 @@ from raftcore.raft import (
 from raftcore.raft.messages import FetchSnapshotResponse
 from raftcore.raft.states import LeaderState
 from raftcore.sim.invariants import Invariants, Violation
+from raftcore.sim.snapshot_driver import SnapshotDriver
+from raftcore.sim.trace import short_message
 
 __all__ = ["Scenario", "Simulation", "SimResult"]
 
@@ -68,6 +69,9 @@ class Scenario:
     snapshot_every: int = 0
     max_replication_lag_ms: int = 30_000
     corrupt_snapshot_chunk: float = 0.0
+    # The share of appends followed by a client's DeleteRecords at the leader (a random
+    # committed offset): the log start must still move only by seed 003's rules.
+    delete_records: float = 0.0
 
     @classmethod
     def from_seed(
@@ -116,6 +120,7 @@ class Scenario:
             sc.snapshot_every = snap.choice([20, 40, 80, 150])
             sc.max_replication_lag_ms = snap.choice([300, 1000, 3000, 10_000])
             sc.corrupt_snapshot_chunk = snap.choice([0.0, 0.05, 0.2])
+            sc.delete_records = snap.choice([0.0, 0.0, 0.02, 0.1])
         return sc
 
     def describe(self) -> str:
@@ -127,7 +132,8 @@ class Scenario:
             f"slow {self.slow_node}, faults {self.fault_ms} ms"
             + (
                 f", snapshots every {self.snapshot_every} offsets (lag "
-                f"{self.max_replication_lag_ms} ms, corrupt chunks {self.corrupt_snapshot_chunk})"
+                f"{self.max_replication_lag_ms} ms, corrupt chunks {self.corrupt_snapshot_chunk}, "
+                f"delete records {self.delete_records})"
                 if self.snapshot_every
                 else ", no snapshots"
             )
@@ -193,10 +199,12 @@ class SimNode:
     pending: list[Outbound] = field(default_factory=list)
     flush_scheduled: bool = False
     poll_at: float = INF
+    snapshot_busy: bool = False  # a snapshot is being taken (one at a time, as the node)
 
     def start(self, now: int) -> None:
         self.incarnation += 1
         self.alive = True
+        self.snapshot_busy = False
         self.pending = []
         self.flush_scheduled = False
         self.poll_at = INF
@@ -231,7 +239,7 @@ class SimNode:
         self.sim.invariants.on_crash(self)
 
 
-class Simulation:
+class Simulation(SnapshotDriver):
     def __init__(self, scenario: Scenario, *, trace: bool = False) -> None:
         self.scenario = scenario
         self.rng = random.Random(scenario.seed)
@@ -260,6 +268,8 @@ class Simulation:
             "log start moves": 0,
             "chunks corrupted": 0,
             "downloads refused": 0,
+            "delete records": 0,
+            "frozen below the log start": 0,
         }
 
     def count_snapshots(self, core: RaftCore | None) -> None:
@@ -325,46 +335,9 @@ class Simulation:
                 self.now + self.rng.randint(*sc.downtime_ms), "fault", ("restart", src.node_id)
             )
 
-    def _corrupt_chunk(self, message: FetchSnapshotResponse) -> FetchSnapshotResponse:
-        """The nemesis: flip one byte of a snapshot chunk, or cut the chunk short and announce
-        the snapshot as ending there (a torn download that looks complete)."""
-        self.snapshot_stats["chunks corrupted"] += 1
-        data = bytearray(message.data)
-        if self.rng.random() < 0.5:
-            data[self.rng.randrange(len(data))] ^= 1 << self.rng.randrange(8)
-            self.log_event(f"snapshot chunk at {message.position}: a byte flipped")
-            return dataclasses.replace(message, data=bytes(data))
-        cut = self.rng.randrange(1, len(data))
-        self.log_event(f"snapshot chunk at {message.position}: torn at {cut} bytes")
-        return dataclasses.replace(message, data=bytes(data[:cut]), size=message.position + cut)
-
-    def take_snapshot(self, node: SimNode) -> None:
-        """The driver's half of a snapshot: write the state machine at the listener's offset
-        (at once here; off the event loop in the node), freeze, report. Now and then the
-        driver abandons it instead."""
-        core = node.core
-        listener = node.listener
-        end = core.listener_next_offset
-        if listener.applied > end or any(o >= end for o in listener.state):
-            raise Violation("snapshot-state", f"node {node.node_id}: state past offset {end}")
-        writer = core.create_snapshot(end, self.now)
-        if writer is None:
-            self.process(node, core.snapshot_abandoned(self.now))
-            return
-        if self.rng.random() < 0.05:
-            writer.abort()
-            self.log_event(f"snapshot {writer.snapshot_id} abandoned at {node.node_id}")
-            self.process(node, core.snapshot_abandoned(self.now))
-            return
-        self.invariants.on_take_snapshot(node, writer.snapshot_id, listener.state)
-        writer.append(listener.snapshot_records())
-        writer.freeze()
-        self.log_event(f"snapshot {writer.snapshot_id} taken at {node.node_id}")
-        self.process(node, core.snapshot_frozen(writer.snapshot_id, self.now))
-
     def process(self, node: SimNode, output: Any) -> None:
         """Send or hold what a core produced, and arrange its next poll and flush."""
-        if output.snapshot_due:
+        if output.snapshot_due and not node.snapshot_busy:
             self.take_snapshot(node)
         for outcome in output.completions:
             self.invariants.on_outcome(node, outcome)
@@ -394,7 +367,7 @@ class Simulation:
                 self.log_event(f"{src}->{dst} {type(message).__name__} for a previous incarnation")
                 return None
             cid &= 0xFFFFFFFF
-        self.log_event(f"{src}->{dst} {_short(message)}")
+        self.log_event(f"{src}->{dst} {short_message(message)}")
         self.process(node, node.core.handle(src, cid, message, self.now))
         return node
 
@@ -439,6 +412,11 @@ class Simulation:
                 self.log_event(
                     f"append {appended.first_offset}..{appended.last_offset} at {node.node_id}"
                 )
+                if (
+                    self.scenario.delete_records
+                    and self.rng.random() < self.scenario.delete_records
+                ):
+                    self._delete_records(node)
                 self.process(node, node.core.poll(self.now))
                 return node
         return None
@@ -475,6 +453,7 @@ class Simulation:
         "flush": _flush,
         "append": _append,
         "fault": _fault,
+        "snapshot": SnapshotDriver._snapshot_step,
     }
 
     # ---- the run ------------------------------------------------------------------------------
@@ -577,31 +556,3 @@ class SimResult:
     @property
     def ok(self) -> bool:
         return self.violation is None
-
-
-def _short(message: Any) -> str:
-    name = type(message).__name__
-    fields = []
-    for attr in (
-        "candidate_epoch",
-        "leader_epoch",
-        "current_leader_epoch",
-        "fetch_offset",
-        "last_fetched_epoch",
-        "vote_granted",
-        "error_code",
-        "high_watermark",
-        "diverging_epoch",
-        "snapshot_id",
-        "position",
-    ):
-        value = getattr(message, attr, None)
-        if value is not None and value is not False:
-            fields.append(f"{attr}={value}")
-    leader = getattr(message, "current_leader", None)
-    if leader is not None:
-        fields.append(f"leader={leader.leader_id}@{leader.epoch}")
-    records = getattr(message, "records", None) or getattr(message, "data", None)
-    if records:
-        fields.append(f"bytes={len(records)}")
-    return f"{name}({', '.join(fields)})"
