@@ -82,6 +82,7 @@ class Harness:
             listener=self.listener,
         )
         self.sent: list[Outbound] = []
+        self.reads: list = []  # ReadIndexOutcome, in the order the core gave them
         self.deadline = float("inf")
         if start:
             self._take(self.core.start(self.now))
@@ -90,6 +91,7 @@ class Harness:
 
     def _take(self, out) -> None:
         self.sent.extend(out.messages)
+        self.reads.extend(out.reads)
         self.deadline = out.next_deadline
 
     def poll(self) -> None:

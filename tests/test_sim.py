@@ -25,6 +25,7 @@ PLANTS = [
     "install-unverified",
     "serve-below-lso",
     "listener-skips-snapshot",
+    "read-without-round",
 ]
 PLANT_SEEDS = int(os.environ.get("RAFTCORE_PLANT_SEEDS", "3000"))
 

@@ -65,4 +65,5 @@ def handle_response(
     state = core.quorum.state
     if isinstance(state, LeaderState):
         state.acknowledged.add(source)
+        core.reads_confirmed(state.reads.on_answered(source))
     return True

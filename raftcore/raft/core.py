@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import random as random_module
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +35,7 @@ from raftcore.raft import (
 )
 from raftcore.raft.config import QuorumConfig
 from raftcore.raft.control_records import leader_change_record
+from raftcore.raft.leader_requests import LeaderRequests, NotLeaderError
 from raftcore.raft.listener import CommittedBatch, Listener, ListenerFeed
 from raftcore.raft.messages import (
     BeginQuorumEpochRequest,
@@ -52,13 +52,14 @@ from raftcore.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from raftcore.raft.pending import Appended, AppendOutcome
+from raftcore.raft.pending import AppendOutcome
 from raftcore.raft.purgatory import FetchPurgatory
 from raftcore.raft.quorum_state import QuorumState
 from raftcore.raft.quorum_store import QuorumStateStore
+from raftcore.raft.read_index import ReadIndexOutcome
 from raftcore.raft.replicated_log import ReplicatedLog
 from raftcore.raft.request_manager import RequestManager
-from raftcore.raft.snapshots import DeleteRecordsResult, SnapshotManager
+from raftcore.raft.snapshots import SnapshotManager
 from raftcore.raft.states import (
     EpochState,
     FollowerState,
@@ -82,33 +83,22 @@ logger = logging.getLogger(__name__)
 INF = float("inf")
 
 
-class NotLeaderError(RaftcoreError):
-    """An append on a replica that is not the leader; ``leader`` is who it thinks leads
-    (KIP-595 NOT_LEADER, with the leader to retry at)."""
-
-    def __init__(self, leader: LeaderAndEpoch, message: str = "") -> None:
-        super().__init__(
-            message
-            or f"not the leader; leader is {leader.leader_id if leader.known else 'unknown'} "
-            f"in epoch {leader.epoch}"
-        )
-        self.leader = leader
-
-
 @dataclass(slots=True)
 class Output:
     """What one call into the core produced: messages to send, when to poll next, and the
     verdicts on tracked appends (committed in their epoch, or failed: see
     :mod:`raftcore.raft.pending`). ``snapshot_due``: time to take a snapshot
-    (``create_snapshot``, see :mod:`raftcore.raft.snapshots`)."""
+    (``create_snapshot``, see :mod:`raftcore.raft.snapshots`). ``reads``: the verdicts on
+    linearizable reads (:mod:`raftcore.raft.read_index`)."""
 
     messages: list[Outbound] = field(default_factory=list)
     next_deadline: float = INF
     completions: list[AppendOutcome] = field(default_factory=list)
     snapshot_due: bool = False
+    reads: list[ReadIndexOutcome] = field(default_factory=list)
 
 
-class RaftCore:
+class RaftCore(LeaderRequests):
     """One replica of the quorum. See the module docstring."""
 
     def __init__(
@@ -141,6 +131,8 @@ class RaftCore:
         self._outbox: list[Outbound] = []
         self._completions: list[AppendOutcome] = []
         self._append_token = 0
+        self._read_token = 0
+        self._read_outcomes: list[ReadIndexOutcome] = []
         self._correlation = 0
         self.purgatory = FetchPurgatory(self)
         self.shutting_down = False
@@ -233,66 +225,6 @@ class RaftCore:
         """Let time pass: timers fire, requests go out, commits reach the listener."""
         return self._finish(now)
 
-    def append(
-        self, records: Iterable[Any], now: int, *, epoch: int | None = None, track: bool = True
-    ) -> Appended:
-        """Append records as one batch (leader only). Returns the :class:`Appended` (it
-        unpacks as ``first, last``).
-
-        Raises NotLeaderError (with the known leader) on any other replica, or when ``epoch``
-        is given and is not the current one. With ``track``, a later :class:`Output` carries
-        the verdict (:class:`AppendOutcome` with the append's token): committed once the high
-        watermark passes the last offset while this replica still leads the epoch, failed
-        with NOT_LEADER_OR_FOLLOWER as soon as it stops leading it. Call ``poll`` afterwards
-        to send what the append triggers.
-        """
-        state = self._writable_leader(epoch)
-        first, last = self.log.append_as_leader(records, state.epoch)
-        return self._appended(state, first, last, now, track)
-
-    def append_batches(
-        self, batches: Any, now: int, *, epoch: int | None = None, track: bool = True
-    ) -> Appended:
-        """Append batches a producer built (leader only): they get the next offsets and this
-        epoch; every CRC is checked. Raises and tracks as ``append`` does."""
-        state = self._writable_leader(epoch)
-        first, last = self.log.append_batches_as_leader(batches, state.epoch)
-        return self._appended(state, first, last, now, track)
-
-    def watch(self, first_offset: int, last_offset: int, now: int) -> Appended:
-        """Track records already in the leader's log (an idempotent producer's retry of a batch
-        this leader holds): the same verdict as for an append, committed once the high
-        watermark passes ``last_offset`` while this replica leads the current epoch. The
-        leader's log never loses records while it leads, so the range is still its own."""
-        state = self._writable_leader(None)
-        if not 0 <= first_offset <= last_offset < self.log.end_offset:
-            raise ValueError(
-                f"{self.prefix} offsets {first_offset}..{last_offset} are not in the log "
-                f"(end {self.log.end_offset})"
-            )
-        return self._appended(state, first_offset, last_offset, now, True)
-
-    def _appended(
-        self, state: LeaderState, first: int, last: int, now: int, track: bool
-    ) -> Appended:
-        token = None
-        if track:
-            self._append_token += 1
-            token = self._append_token
-        appended = Appended(first, last, state.epoch, token)
-        if track:
-            state.pending.add(appended)
-        self.purgatory.complete(now)
-        return appended
-
-    def _writable_leader(self, epoch: int | None) -> LeaderState:
-        state = self.quorum.state
-        if not isinstance(state, LeaderState) or state.resign_requested or self.shutting_down:
-            raise NotLeaderError(self.leader_and_epoch())
-        if epoch is not None and epoch != state.epoch:
-            raise NotLeaderError(self.leader_and_epoch(), f"epoch {epoch} is not current")
-        return state
-
     # ---- snapshots (raftcore.raft.snapshots) ---------------------------------------------------
 
     def create_snapshot(self, end_offset: int, now: int) -> Any:
@@ -308,12 +240,6 @@ class RaftCore:
     def snapshot_abandoned(self, now: int) -> Output:
         self.snapshots.abandoned(now)
         return self._finish(now)
-
-    def delete_records(self, offset: int, now: int) -> DeleteRecordsResult:
-        """DeleteRecords on the leader (NotLeaderError elsewhere): see
-        :meth:`SnapshotManager.delete_records`. Poll after it: a snapshot may be due."""
-        self._writable_leader(None)
-        return self.snapshots.delete_records(offset)
 
     def request_lost(self, destination: int, correlation_id: int, now: int) -> Output:
         """The node lost a request it was asked to send (no connection to ``destination``, or
@@ -550,36 +476,6 @@ class RaftCore:
         """The leader's high watermark moved: held fetches that wait for it may go."""
         self.purgatory.complete(now)
 
-    # ---- pending appends (the produce purgatory, raftcore.raft.pending) ---------------------
-
-    def _settle_pending(self) -> None:
-        """Acknowledge the tracked appends the high watermark passed, while this replica still
-        leads the epoch that appended them (the leader never truncates its own log)."""
-        state = self.quorum.state
-        if not isinstance(state, LeaderState) or not state.pending:
-            return
-        done = state.pending.take_committed(state.high_watermark)
-        if done:
-            leader = self.leader_and_epoch()
-            end = self.log.end_offset
-            for appended in done:
-                if appended.epoch != state.epoch or appended.last_offset >= end:
-                    raise RaftInvariantError(
-                        f"{self.prefix} pending append {appended} is not in the log of the "
-                        f"leader of epoch {state.epoch} (end {end})"
-                    )
-                self._completions.append(AppendOutcome(appended, Errors.NONE, leader))
-
-    def _abandon_pending(self, old: LeaderState) -> None:
-        """Leadership of ``old.epoch`` ended: every append still pending fails at once with
-        NOT_LEADER_OR_FOLLOWER and the leader known now. Whatever this replica's high
-        watermark does later says nothing about whose records are at those offsets."""
-        if not old.pending:
-            return
-        leader = self.leader_and_epoch()
-        for appended in old.pending.take_all():
-            self._completions.append(AppendOutcome(appended, Errors.NOT_LEADER_OR_FOLLOWER, leader))
-
     # ---- polling ------------------------------------------------------------------------------
 
     def _finish(self, now: int) -> Output:
@@ -601,9 +497,11 @@ class RaftCore:
             max(deadline, now + 1) if deadline != INF else INF,
             self._completions,
             self.snapshots.due(now),
+            self._read_outcomes,
         )
         self._outbox = []
         self._completions = []
+        self._read_outcomes = []
         return out
 
     def __repr__(self) -> str:

@@ -61,11 +61,19 @@ def _poll_leader(core: RaftCore, state: LeaderState, now: int) -> float:
         core.on_high_watermark_changed(now)
     core.snapshots.maybe_advance_as_leader(state, now)
     core.feed.maybe_fire_leader_change()
-    if state.begin_quorum_due(now):
+    heartbeat = state.begin_quorum_due(now)
+    if heartbeat or state.reads:
+        # The heartbeat to every voter, or a read's quorum round to the voters it waits for.
         for voter in sorted(state.voters):
-            if voter != core.node_id and core.requests.is_ready(voter, now):
+            if (
+                voter != core.node_id
+                and (heartbeat or state.reads.wants(voter))
+                and core.requests.is_ready(voter, now)
+            ):
                 core.send_request(voter, begin_quorum_epoch.build_request(core, voter), now)
-        state.reset_begin_quorum_timer(now)
+                state.reads.on_sent(voter, now)
+        if heartbeat:
+            state.reset_begin_quorum_timer(now)
     return min(
         state.begin_quorum_deadline,
         state.check_quorum_deadline if len(state.voters) > 1 else INF,

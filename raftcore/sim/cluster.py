@@ -72,6 +72,8 @@ class Scenario:
     # The share of appends followed by a client's DeleteRecords at the leader (a random
     # committed offset): the log start must still move only by seed 003's rules.
     delete_records: float = 0.0
+    # The share of appends followed by a linearizable read at the node that took it.
+    reads: float = 0.25
 
     @classmethod
     def from_seed(
@@ -341,6 +343,8 @@ class Simulation(SnapshotDriver):
             self.take_snapshot(node)
         for outcome in output.completions:
             self.invariants.on_outcome(node, outcome)
+        for read in output.reads:
+            self.invariants.on_read_outcome(node, read)
         for out in output.messages:
             if out.after_flush >= 0 and out.after_flush > node.log.flushed_offset:
                 node.pending.append(out)
@@ -417,6 +421,10 @@ class Simulation(SnapshotDriver):
                     and self.rng.random() < self.scenario.delete_records
                 ):
                     self._delete_records(node)
+                if self.rng.random() < self.scenario.reads:
+                    read = node.core.read_index(self.now)
+                    self.invariants.on_read(node, read)
+                    self.log_event(f"read {read} at {node.node_id}")
                 self.process(node, node.core.poll(self.now))
                 return node
         return None
@@ -527,7 +535,10 @@ class Simulation(SnapshotDriver):
             self.now,
             self.appends,
             list(self.trace),
-            dict(self.invariants.outcomes),
+            {
+                **self.invariants.outcomes,
+                **{f"reads {k}": v for k, v in self.invariants.reads.items()},
+            },
             dict(self.snapshot_stats) if self.scenario.snapshot_every else {},
         )
 

@@ -24,7 +24,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from raftcore.errors import CorruptSnapshotError
 from raftcore.raft.states import LeaderState
@@ -67,6 +67,10 @@ class Invariants:
         # (node, incarnation) -> {epoch: how many of its pending appends are of that epoch}
         self.pending_epochs: dict[tuple[int, int], dict[int, int]] = {}
         self.outcomes = {"acknowledged": 0, "failed": 0, "indeterminate": 0}
+        # Linearizable reads: the end of what was acknowledged when each was asked.
+        self.acked_end = 0
+        self.pending_reads: dict[tuple[int, int, int], int] = {}
+        self.reads = {"confirmed": 0, "failed": 0}
         self.hw: dict[int, int] = {}
         self.checked: dict[int, int] = {}
         self.listener_next: dict[int, int] = {}
@@ -214,6 +218,31 @@ class Invariants:
         self.outcomes["acknowledged"] += 1
         for i, value in enumerate(values):
             self.acked[appended.first_offset + i] = value
+        self.acked_end = max(self.acked_end, appended.last_offset + 1)
+
+    def on_read(self, node: SimNode, read: Any) -> None:
+        """A linearizable read asked at ``node``: note what was acknowledged by then."""
+        self.pending_reads[(node.node_id, node.incarnation, read.token)] = self.acked_end
+
+    def on_read_outcome(self, node: SimNode, outcome: Any) -> None:
+        """A read confirmed must see every write acknowledged before it was asked: its index
+        (the offset the state machine applies up to before reading) is past them all. A
+        deposed leader that confirmed a read without a quorum would answer from a stale
+        index."""
+        read = outcome.read
+        acked_end = self.pending_reads.pop((node.node_id, node.incarnation, read.token), None)
+        if acked_end is None:
+            raise Violation("read-verdict-twice", f"node {node.node_id}: second verdict on {read}")
+        if outcome.error != 0:
+            self.reads["failed"] += 1
+            return
+        if read.index < acked_end:
+            raise Violation(
+                "stale-read",
+                f"node {node.node_id} confirmed {read} below {acked_end}, the end of what "
+                f"was acknowledged before the read was asked",
+            )
+        self.reads["confirmed"] += 1
 
     def check_acknowledged(self) -> None:
         """At the end of a run: every acknowledged value is committed at its offset."""

@@ -113,6 +113,20 @@ def _ack_on_offset_alone() -> None:
     RaftCore._settle_pending = settle  # type: ignore[method-assign]
 
 
+def _read_without_round() -> None:
+    """A linearizable read is confirmed at once, without a quorum round: a deposed leader
+    that has not heard of its successor answers from a stale read index."""
+    from raftcore.raft.read_index import ReadRounds
+
+    original = ReadRounds.add
+
+    def add(self, read):  # type: ignore[no-untyped-def]
+        original(self, read)
+        return [r for r in self.take_all()]
+
+    ReadRounds.add = add  # type: ignore[method-assign]
+
+
 def _no_pre_vote() -> None:
     """A voter skips the pre-vote (KIP-996): the moment it would start asking, it stands for
     election in the next epoch, as before pre-vote. Random seeds do not catch it (it breaks no
@@ -184,6 +198,7 @@ PLANTS: dict[str, Callable[[], None]] = {
     "truncate-one-too-far": _truncate_one_too_far,
     "ack-before-flush": _ack_before_flush,
     "forget-vote": _forget_vote_on_restart,
+    "read-without-round": _read_without_round,
     "no-pre-vote": _no_pre_vote,
 }
 

@@ -7,6 +7,7 @@ import logging
 from dataclasses import dataclass
 
 from raftcore.raft.pending import PendingAppends
+from raftcore.raft.read_index import ReadRounds
 from raftcore.raft.states.base import EpochState
 from raftcore.raft.values import ElectionState
 
@@ -71,6 +72,8 @@ class LeaderState(EpochState):
         self.leader_change_fired = False
         # Appends waiting for the high watermark; they die with this epoch's leadership.
         self.pending = PendingAppends(epoch)
+        # Linearizable reads waiting for their quorum round; they die with it too.
+        self.reads = ReadRounds(local_id, voters)
 
     @property
     def leader_id(self) -> int | None:
