@@ -395,6 +395,30 @@ def test_a_linearizable_read_index_comes_from_the_leader_and_followers_name_it(t
     run(main())
 
 
+def test_a_leader_cut_off_from_the_quorum_confirms_no_linearizable_read(tmp_path):
+    """The read index needs a majority answering after the read arrived: a leader whose
+    voters are gone (a partition, or a successor elected) must not answer from its own high
+    watermark. Before the core's quorum round, it answered at once."""
+
+    async def main():
+        cfgs = node_configs(tmp_path)
+        nodes = [RaftNode(c, state_machine=DictStateMachine()) for c in cfgs]
+        await start_all(nodes)
+        try:
+            leader = await leader_of(nodes)
+            await leader.append([(b"k", b"v")], wait=True)
+            assert await leader.read_index(timeout_s=5) > 0
+            for n in nodes:
+                if n is not leader:
+                    await n.stop(timeout_s=0.2)
+            with pytest.raises((TimeoutError, NotLeaderForReadError)):
+                await leader.read_index(timeout_s=0.3)
+        finally:
+            await stop_all(nodes)
+
+    run(main())
+
+
 def test_a_node_takes_a_listener_or_a_state_machine_not_both(tmp_path):
     (cfg,) = node_configs(tmp_path, count=1)
     with pytest.raises(ValueError, match="listener= or state_machine="):

@@ -179,6 +179,7 @@ class RaftNode:
         self._started = False
         self._stopping = False
         self._closing: asyncio.Future[None] | None = None
+        self._reads = reads.ReadWaiters()
         self.producer_id_counter = 0
         self._foreign_peers: set[int] = set()
 
@@ -292,6 +293,7 @@ class RaftNode:
             conn.close()
         for peer in self._peers.values():
             await peer.stop()
+        self._reads.fail_all(RaftcoreError(f"{self.prefix} node stopped"))
         verdicts, self._verdicts = self._verdicts, {}
         for fut in verdicts.values():
             if not fut.done():
@@ -454,6 +456,8 @@ class RaftNode:
             fut = self._verdicts.get(outcome.appended.token)  # type: ignore[arg-type]
             if fut is not None and not fut.done():
                 fut.set_result(outcome)
+        if out.reads:
+            self._reads.deliver(out.reads)
         flushed = self._durable.flushed_offset
         for message in out.messages:
             if message.after_flush >= 0 and message.after_flush > flushed:

@@ -3,8 +3,11 @@ read index of Raft's section 6.4.
 
 A linearizable read asks the leader for a read index -- an offset at or above everything
 committed when the read arrived -- then waits until the local state machine has applied up to
-it, and reads locally. Only the leader can give one; any other replica answers where the
-leader is (KIP-951: its id, epoch and endpoint), so that the caller retries there.
+it, and reads locally. The core decides (:mod:`raftcore.raft.read_index`): it takes the index
+and confirms it by a quorum round, so a leader cut off and already replaced never answers
+from its stale state; the node only waits for the verdict. Only the leader can give one; any
+other replica answers where the leader is (KIP-951: its id, epoch and endpoint), so that the
+caller retries there.
 """
 
 from __future__ import annotations
@@ -12,14 +15,16 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from raftcore.error_codes import Errors
 from raftcore.errors import RaftcoreError
 from raftcore.raft import LeaderAndEpoch, NotLeaderError
+from raftcore.raft.read_index import ReadIndexOutcome
 
 if TYPE_CHECKING:
     from raftcore.node.config import Endpoint
     from raftcore.node.node import RaftNode
 
-__all__ = ["NotLeaderForReadError", "read_index"]
+__all__ = ["NotLeaderForReadError", "ReadWaiters", "read_index"]
 
 
 class NotLeaderForReadError(NotLeaderError):
@@ -31,48 +36,78 @@ class NotLeaderForReadError(NotLeaderError):
         self.endpoint = endpoint
 
 
+class ReadWaiters:
+    """The node's reads waiting for the core's verdict, by token."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[int, asyncio.Future[ReadIndexOutcome]] = {}
+
+    def wait(self, token: int) -> asyncio.Future[ReadIndexOutcome]:
+        fut: asyncio.Future[ReadIndexOutcome] = asyncio.get_running_loop().create_future()
+        self._waiting[token] = fut
+        return fut
+
+    def forget(self, token: int) -> None:
+        self._waiting.pop(token, None)
+
+    def deliver(self, outcomes: list[ReadIndexOutcome]) -> None:
+        for outcome in outcomes:
+            fut = self._waiting.pop(outcome.read.token, None)
+            if fut is not None and not fut.done():
+                fut.set_result(outcome)
+
+    def fail_all(self, exc: Exception) -> None:
+        waiting, self._waiting = self._waiting, {}
+        for fut in waiting.values():
+            if not fut.done():
+                fut.set_exception(exc)
+                fut.exception()  # retrieved: nobody may be waiting
+
+
+def _not_leader(node: RaftNode, leader: LeaderAndEpoch) -> NotLeaderForReadError:
+    leader_id = leader.leader_id
+    endpoint = None if leader_id is None else node.config.endpoint_of(leader_id)
+    if leader_id == node.config.node_id:
+        where = "this node, which no longer leads it (an election is due)"
+    elif leader.known:
+        where = f"node {leader_id} at {endpoint}"
+    else:
+        where = "not known yet"
+    return NotLeaderForReadError(
+        leader,
+        endpoint,
+        f"{node.prefix} a linearizable read needs the leader; the leader of epoch "
+        f"{leader.epoch} is {where}",
+    )
+
+
 async def read_index(node: RaftNode, timeout_s: float = 5.0) -> int:
-    """The read index of a linearizable read on ``node``: the leader's high watermark, once it
-    has committed a record of its own epoch (before that, its high watermark may lag what
-    earlier leaders committed; KIP-595 gives a new leader none until then).
+    """The read index of a linearizable read on ``node``, once a majority of voters confirmed
+    that ``node`` still leads (the core's quorum round). Wait for the state machine to apply
+    up to it, then read.
 
-    This answer trusts that ``node`` still leads. The confirmation Raft asks for -- one round
-    of heartbeats acknowledged by a majority after the read arrived, so that a leader cut off
-    from the quorum and already replaced cannot answer with its stale high watermark -- belongs
-    in the core and is not there yet; until it is, such a deposed leader can answer from its
-    old state until check-quorum makes it resign (``check_quorum_timeout_ms``).
-
-    Raises NotLeaderForReadError on any other replica, naming the leader it knows.
+    Raises NotLeaderForReadError on any other replica, or when the leadership ends before the
+    round completes, naming the leader known; TimeoutError when no majority answers within
+    ``timeout_s`` (the leader may be cut off from the quorum).
     """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while True:
-        core = node.core
-        if core is None or not node._started:
-            raise RaftcoreError(f"{node.prefix} not started")
-        if not core.is_leader():
-            leader = core.leader_and_epoch()
-            leader_id = leader.leader_id
-            endpoint = None if leader_id is None else node.config.endpoint_of(leader_id)
-            if leader.leader_id == node.config.node_id:
-                where = "this node, which no longer leads it (an election is due)"
-            elif leader.known:
-                where = f"node {leader.leader_id} at {endpoint}"
-            else:
-                where = "not known yet"
-            raise NotLeaderForReadError(
-                leader,
-                endpoint,
-                f"{node.prefix} a linearizable read needs the leader; the leader of epoch "
-                f"{leader.epoch} is {where}",
-            )
-        hw = core.high_watermark
-        if hw is not None:
-            return hw
-        left = deadline - loop.time()
-        if left <= 0:
-            raise TimeoutError(
-                f"{node.prefix} leader of epoch {core.epoch} has not committed its epoch's "
-                f"first record within {timeout_s} s: no read index yet"
-            )
-        await node.wait_high_watermark_change(min(left, 0.1))
+    core = node.core
+    if core is None or not node._started:
+        raise RaftcoreError(f"{node.prefix} not started")
+    try:
+        read = core.read_index(node._now())
+    except NotLeaderError:
+        raise _not_leader(node, core.leader_and_epoch()) from None
+    fut = node._reads.wait(read.token)
+    node._run(core.poll)  # the round's requests go now
+    try:
+        outcome = await asyncio.wait_for(fut, timeout_s)
+    except asyncio.TimeoutError:
+        raise TimeoutError(
+            f"{node.prefix} no majority of voters confirmed this node's leadership of epoch "
+            f"{read.epoch} within {timeout_s} s: cannot serve a linearizable read"
+        ) from None
+    finally:
+        node._reads.forget(read.token)
+    if outcome.error != Errors.NONE:
+        raise _not_leader(node, outcome.leader)
+    return read.index
