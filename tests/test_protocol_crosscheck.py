@@ -27,7 +27,12 @@ import pytest
 
 pytest.importorskip("kafka")
 
-from kafka.protocol.admin import DescribeQuorumRequest, DescribeQuorumResponse
+from kafka.protocol.admin import (
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DescribeQuorumRequest,
+    DescribeQuorumResponse,
+)
 from kafka.protocol.api_header import RequestHeader as KpRequestHeader
 from kafka.protocol.api_header import ResponseHeader as KpResponseHeader
 from kafka.protocol.consumer import (
@@ -86,6 +91,8 @@ JSON_CLASSES = {
     "InitProducerIdResponse": InitProducerIdResponse,
     "DescribeQuorumRequest": DescribeQuorumRequest,
     "DescribeQuorumResponse": DescribeQuorumResponse,
+    "DeleteRecordsRequest": DeleteRecordsRequest,
+    "DeleteRecordsResponse": DeleteRecordsResponse,
 }
 
 # kafka-python's older classes: name -> list indexed by version (non-flexible versions only).

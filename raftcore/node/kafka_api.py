@@ -1,5 +1,6 @@
 """The Kafka client API a raftcore node serves: ApiVersions, Metadata, Produce, Fetch (for
-consumers), ListOffsets, InitProducerId, DescribeQuorum.
+consumers), ListOffsets, InitProducerId, DescribeQuorum, DeleteRecords
+(:mod:`raftcore.node.delete_records`).
 
 One topic with one partition (``NodeConfig.topic``, partition 0) is the raft log. The leader
 takes produce requests and serves consumers -- committed records only, up to the high
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from raftcore.error_codes import Errors
 from raftcore.errors import CorruptRecordError, InvalidAppendError, RaftcoreError
 from raftcore.node import raft_wire
+from raftcore.node.delete_records import delete_records
 from raftcore.node.producer_state import Duplicate
 from raftcore.produce_validation import validate_produced
 from raftcore.protocol.api import SUPPORTED_VERSIONS, ApiKey, encode_response, response_spec
@@ -538,6 +540,7 @@ def _describe(node: RaftNode, state: LeaderState, resp: Any, cls: Any) -> None:
 
 _HANDLERS = {
     ApiKey.API_VERSIONS: api_versions,
+    ApiKey.DELETE_RECORDS: delete_records,
     ApiKey.METADATA: metadata,
     ApiKey.PRODUCE: produce,
     ApiKey.FETCH: consumer_fetch,

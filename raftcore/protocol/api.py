@@ -45,6 +45,7 @@ class ApiKey(enum.IntEnum):
     LIST_OFFSETS = 2
     METADATA = 3
     API_VERSIONS = 18
+    DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     VOTE = 52
     BEGIN_QUORUM_EPOCH = 53
@@ -59,6 +60,7 @@ _NAMES = {
     ApiKey.LIST_OFFSETS: "ListOffsets",
     ApiKey.METADATA: "Metadata",
     ApiKey.API_VERSIONS: "ApiVersions",
+    ApiKey.DELETE_RECORDS: "DeleteRecords",
     ApiKey.INIT_PRODUCER_ID: "InitProducerId",
     ApiKey.VOTE: "Vote",
     ApiKey.BEGIN_QUORUM_EPOCH: "BeginQuorumEpoch",
@@ -74,6 +76,7 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.METADATA: (0, 12),
     ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.DELETE_RECORDS: (0, 2),
     ApiKey.INIT_PRODUCER_ID: (0, 4),
     ApiKey.VOTE: (0, 2),
     ApiKey.BEGIN_QUORUM_EPOCH: (0, 1),
