@@ -79,7 +79,9 @@ def _find(directory: Path, text: str) -> SnapshotPath:
     """The frozen snapshot named by ``text``: a file name (or path) or ``OFFSET-EPOCH``."""
     named = parse_snapshot_path(text)
     if named is not None:
-        wanted = SnapshotId(named.snapshot_id.end_offset, named.snapshot_id.epoch)
+        if named.kind is not SnapshotFileKind.FROZEN:
+            raise UsageError(f"{named.path.name}: {_KIND_NOTE[named.kind]}, not a snapshot")
+        wanted = named.snapshot_id
     else:
         m = _ID_TEXT.fullmatch(text)
         if m is None:

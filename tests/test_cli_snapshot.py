@@ -181,6 +181,9 @@ def test_verify_one_snapshot_by_offset_and_epoch(node_dir, capsys):
     assert sid.file_name in out and "1 of 1" in out
     assert main(["snapshot", "verify", str(node_dir), "7-9"]) == 2
     assert "no snapshot (end offset 7, epoch 9)" in capsys.readouterr().err
+    part = f"{sid.stem}-ab.checkpoint.part"
+    assert main(["snapshot", "verify", str(node_dir), part]) == 2
+    assert "PARTIAL" in capsys.readouterr().err
 
 
 def test_verify_progress_reports_bytes_to_stderr(node_dir, capsys):
