@@ -14,42 +14,49 @@ from pathlib import Path
 
 from raftcore.errors import RaftcoreError
 from raftcore.logtools import Progress, dump_log, segment_files, verify_log
+from raftcore.snapshot import SnapshotId
+from raftcore.snapshot_cli import add_snapshot_commands, log_directory, verdict_line
 
 __all__ = ["main"]
 
 
 def _cmd_dump_log(args: argparse.Namespace) -> int:
-    dump_log(args.directory, records=args.records, segment=args.segment)
+    directory = log_directory(args.directory)
+    if directory != Path(args.directory):
+        print(f"Log directory {directory}")
+    dump_log(directory, records=args.records, segment=args.segment)
     return 0
 
 
 def _cmd_verify_log(args: argparse.Namespace) -> int:
-    report = verify_log(args.directory, progress=Progress("verifying"))
+    directory = log_directory(args.directory)
+    report = verify_log(directory, progress=Progress("verifying"))
     for warning in report.warnings:
         print(f"warning: {warning}")
-    for snap in report.snapshots:
-        print(
-            f"snapshot {snap.name}: {snap.size} bytes, "
-            + (f"{snap.records} records, verified" if snap.ok else f"CORRUPT: {snap.problem}")
-        )
     span = (
         f"offsets [{report.start_offset}, {report.end_offset})"
         if report.start_offset is not None
         else "no batches"
     )
-    if report.ok:
+    if report.problem is None:
         print(
             f"OK: {report.segments} segments, {report.batches} batches, {report.records} records, "
-            f"{report.bytes} bytes, {span}, {len(report.snapshots)} snapshots"
+            f"{report.bytes} bytes, {span}"
         )
-        return 0
-    if report.problem is None:
-        return 1  # a corrupt snapshot, reported above
-    print(
-        f"CORRUPT: {report.file} at byte position {report.position}: {report.problem}\n"
-        f"(checked {report.batches} good batches before it)"
-    )
-    return 1
+    else:
+        print(
+            f"CORRUPT: {report.file} at byte position {report.position}: {report.problem}\n"
+            f"(checked {report.batches} good batches before it)"
+        )
+    # The snapshots, each verified whole, after the log's verdict.
+    print(f"{len(report.snapshots)} snapshots in {directory}" + (":" if report.snapshots else ""))
+    for snap in report.snapshots:
+        sid = SnapshotId(snap.end_offset, snap.epoch)
+        problem = snap.problem
+        if problem is not None and problem.startswith(f"{directory / snap.name}: "):
+            problem = problem[len(f"{directory / snap.name}: ") :]
+        print("  " + verdict_line(snap.name, sid, snap.size, snap.records, problem))
+    return 0 if report.ok else 1
 
 
 def _cmd_storage_demo(args: argparse.Namespace) -> int:
@@ -435,8 +442,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("dump-log", help="print the batches of a log directory (read-only)")
-    p.add_argument("directory", help="the log directory")
+    p = sub.add_parser(
+        "dump-log", help="print the batches and snapshots of a log directory (read-only)"
+    )
+    p.add_argument("directory", help="the log directory, or a node's data directory")
     p.add_argument("--records", action="store_true", help="print every record too")
     p.add_argument(
         "--segment",
@@ -449,9 +458,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "verify-log",
-        help="check every batch of a log directory (read-only); exit 1 at the first bad one",
+        help="check every batch and snapshot of a log directory (read-only); exit 1 at the "
+        "first bad batch or any bad snapshot",
     )
-    p.add_argument("directory", help="the log directory")
+    p.add_argument("directory", help="the log directory, or a node's data directory")
     p.set_defaults(func=_cmd_verify_log)
 
     p = sub.add_parser("storage-demo", help="build a sample log, tear it, recover it and show it")
@@ -465,6 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--records", type=int, default=30_000, help="records to write")
     p.set_defaults(func=_cmd_storage_demo)
 
+    add_snapshot_commands(sub)
     _add_cluster_commands(sub)
     return parser
 
@@ -478,6 +489,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return int(args.func(args))
+    except BrokenPipeError:  # the reader went away (`| head`): end quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush cannot fail
+        os.close(devnull)
+        return 0
     except (RaftcoreError, OSError) as exc:
         print(f"raftcore {args.command}: {exc}", file=sys.stderr)
         return 1

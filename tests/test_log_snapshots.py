@@ -267,7 +267,7 @@ def test_verify_log_verifies_every_snapshot_and_names_a_corrupt_one(tmp_path, ca
     report = verify_log(tmp_path)
     assert not report.ok and [s.ok for s in report.snapshots] == [True, False]
     assert main(["verify-log", str(tmp_path)]) == 1
-    assert "00000000000000000004-0000000001.checkpoint: " in capsys.readouterr().out
+    assert "FAILED  00000000000000000004-0000000001.checkpoint " in capsys.readouterr().out
 
 
 # ---- crash safety: a child process dies after each step, the parent reopens ------------------

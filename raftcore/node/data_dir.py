@@ -1,5 +1,13 @@
 """The node's data directory: the ``meta.properties`` that names its cluster and node, and what
-counts as durable in the log when fsyncs are periodic."""
+counts as durable in the log when fsyncs are periodic.
+
+Layout::
+
+    <data-dir>/meta.properties   cluster and node id
+    <data-dir>/quorum-state      the quorum state (epoch, vote, leader)
+    <data-dir>/log/              the segmented log, and beside its segments the snapshots
+    <data-dir>/state/            the LMDB state machine (``--state-machine lmdb``)
+"""
 
 from __future__ import annotations
 
@@ -10,9 +18,11 @@ from raftcore.errors import RaftcoreError
 from raftcore.log import SegmentedLog
 from raftcore.node.config import NodeConfig
 
-__all__ = ["META_PROPERTIES", "UnsyncedView", "check_meta_properties"]
+__all__ = ["LOG_DIR", "META_PROPERTIES", "STATE_DIR", "UnsyncedView", "check_meta_properties"]
 
 META_PROPERTIES = "meta.properties"
+LOG_DIR = "log"
+STATE_DIR = "state"
 
 
 def check_meta_properties(cfg: NodeConfig) -> None:

@@ -34,7 +34,7 @@ from raftcore.log import SegmentedLog
 from raftcore.node import kafka_api, raft_wire, reads
 from raftcore.node.applier import Applier, check_start_offset
 from raftcore.node.config import NodeConfig
-from raftcore.node.data_dir import UnsyncedView, check_meta_properties
+from raftcore.node.data_dir import LOG_DIR, UnsyncedView, check_meta_properties
 from raftcore.node.producer_state import ProducerStateManager
 from raftcore.node.snapshotter import Snapshotter, snapshot_source
 from raftcore.node.transport import CloseConnection, PeerConnection, ServerConnection
@@ -190,7 +190,7 @@ class RaftNode:
         self._loop = asyncio.get_running_loop()
         cfg.data_dir.mkdir(parents=True, exist_ok=True)
         check_meta_properties(cfg)
-        self.log = SegmentedLog.open(cfg.data_dir / "log", config=cfg.log)
+        self.log = SegmentedLog.open(cfg.data_dir / LOG_DIR, config=cfg.log)
         # What counts as durable, for the core and for messages held until an fsync.
         self._durable = self.log if cfg.flush == "always" else UnsyncedView(self.log)
         store = FileQuorumStateStore(cfg.data_dir, cluster_id=cfg.cluster_id)

@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from raftcore.node.config import NodeConfig
+from raftcore.node.data_dir import STATE_DIR
 from raftcore.node.node import RaftNode
 
 __all__ = ["run_node"]
@@ -27,7 +28,7 @@ def open_state_machine(config: NodeConfig, kind: str, map_size: int) -> Any:
         from raftcore.statemachine import LmdbStateMachine
 
         return LmdbStateMachine(
-            config.data_dir / "state", map_size=map_size, log_prefix=f"[node {config.node_id}]"
+            config.data_dir / STATE_DIR, map_size=map_size, log_prefix=f"[node {config.node_id}]"
         )
     raise ValueError(f"unknown state machine {kind!r} (none or lmdb)")
 

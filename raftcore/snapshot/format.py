@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -69,6 +69,9 @@ __all__ = [
 MAX_BATCH_BYTES = 8 * 1024 * 1024
 # Kafka's metadata SnapshotEmitter.DEFAULT_BATCH_SIZE: records per data batch.
 MAX_BATCH_RECORDS = 1024
+
+# With a progress callback, the record walk runs over pieces of whole batches of about this size.
+PROGRESS_PIECE_BYTES = 64 * 1024 * 1024
 
 # Control records Kafka's writer may put in the header batch after the SnapshotHeader.
 _HEADER_BATCH_EXTRAS = frozenset({ControlRecordType.KRAFT_VERSION, ControlRecordType.KRAFT_VOTERS})
@@ -216,6 +219,7 @@ def verify_snapshot(
     expected_size: int | None = None,
     check_records: bool = True,
     name: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> SnapshotSummary:
     """Check that ``buffer`` is a whole, sound snapshot and describe it.
 
@@ -229,6 +233,9 @@ def verify_snapshot(
     (``snapshot_id.epoch`` when given). The record walk (lengths, varints, offset deltas,
     record counts; compressed batches decompressed) is on by default because a CRC only
     vouches for what the writer wrote; Kafka's reader does not walk.
+
+    ``progress(done_bytes, size)`` is called as the record walk goes (for a command line); it
+    does not change what is checked.
 
     Raises CorruptSnapshotError naming ``name`` (the file, also its ``path``) and the byte
     position of the first problem; never any other exception for bad bytes.
@@ -254,7 +261,10 @@ def verify_snapshot(
     count = scan.count
     positions = scan.positions
     if check_records:
-        fault = validate_batches(view, client=False)
+        if progress is None:
+            fault = validate_batches(view, client=False)
+        else:
+            fault = _validate_in_pieces(view, positions, scan.sizes, progress)
         if fault is not None:
             _, batch_index, _, reason = fault
             raise corrupt(reason, int(positions[batch_index]) if 0 <= batch_index < count else None)
@@ -330,6 +340,31 @@ def verify_snapshot(
     )
 
 
+def _validate_in_pieces(
+    view: memoryview,
+    positions: np.ndarray,
+    sizes: np.ndarray,
+    progress: Callable[[int, int], None],
+) -> tuple[int, int, int, str] | None:
+    """``validate_batches`` over pieces of whole batches, calling ``progress`` after each. A
+    fault is reported as the walk over the whole buffer reports it: the walk is run again from
+    the start to the end of the faulty piece, so batch indexes and byte positions are the
+    buffer's, not the piece's."""
+    total = len(view)
+    start = 0
+    count = len(positions)
+    while start < count:
+        begin = int(positions[start])
+        end_index = int(np.searchsorted(positions, begin + PROGRESS_PIECE_BYTES, side="left"))
+        end_index = max(end_index, start + 1)
+        end = int(positions[end_index - 1]) + int(sizes[end_index - 1])
+        if validate_batches(view[begin:end], client=False) is not None:
+            return validate_batches(view[:end], client=False)
+        progress(end, total)
+        start = end_index
+    return None
+
+
 def _record_counts(view: memoryview, positions: np.ndarray) -> np.ndarray:
     """RecordsCount (int32 at byte 57) of every batch, read straight from the bytes."""
     data = np.frombuffer(view, dtype=np.uint8)
@@ -397,6 +432,7 @@ def verify_snapshot_file(
     snapshot_id: SnapshotId | None = None,
     expected_size: int | None = None,
     check_records: bool = True,
+    progress: Callable[[int, int], None] | None = None,
 ) -> SnapshotSummary:
     """``verify_snapshot`` over the file at ``path`` (mapped, not read into memory). Works on a
     ``.part`` file before its rename as on a frozen snapshot before it is served or loaded."""
@@ -416,4 +452,5 @@ def verify_snapshot_file(
         expected_size=expected_size,
         check_records=check_records,
         name=str(path),
+        progress=progress,
     )
