@@ -8,7 +8,7 @@ import pytest
 from raft_harness import CLUSTER, Harness, RecordingListener, batch
 
 from raftcore.error_codes import Errors
-from raftcore.errors import OffsetOutOfRangeError, RaftcoreError
+from raftcore.errors import OffsetOutOfRangeError, RaftcoreError, SnapshotError
 from raftcore.raft import FetchRequest, FetchResponse, InMemoryLog, LeaderAndEpoch, OffsetAndEpoch
 from raftcore.raft.messages import FetchSnapshotRequest, FetchSnapshotResponse
 from raftcore.raft.snapshots import InvalidSnapshotError
@@ -487,3 +487,36 @@ def test_a_download_the_disk_cannot_hold_is_dropped_and_the_follower_tries_again
     answer_fetch_with_snapshot(h, sid)  # the next fetch names the snapshot again
     serve(h, sid, data, chunk=97)
     assert h.log.latest_snapshot_id() == sid and h.log.log_start_offset == sid.offset
+
+
+def test_a_local_snapshot_frozen_below_an_install_is_dropped_and_moves_nothing_backwards():
+    """The node writes its state machine's snapshot off the loop: meanwhile the leader may
+    answer a fetch with a newer snapshot, which is downloaded and installed. The older local
+    snapshot freezing afterwards must not move the log start offset back or hide the newer
+    snapshot."""
+    h = following()
+    (out,) = h.take(FetchRequest, 2)
+    h.respond(
+        out,
+        FetchResponse(Errors.NONE, 3, 0, LeaderAndEpoch(2, 5), records=batch(0, 5, n=3)),
+    )
+    h.poll()
+    assert h.core.listener_next_offset == 3
+    writer = h.core.create_snapshot(3, h.now)  # the node's snapshotter starts
+    sid, data = snapshot_bytes(epoch=5, batches=8)  # the leader's, at offset 8
+    (out,) = h.take(FetchRequest, 2)
+    h.respond(
+        out,
+        FetchResponse(Errors.NONE, sid.offset, sid.offset, LeaderAndEpoch(2, 5), snapshot_id=sid),
+    )
+    h.poll()
+    serve(h, sid, data, chunk=1000)
+    assert h.log.log_start_offset == sid.offset
+    writer.append([(b"state", b"old")])
+    with pytest.raises(SnapshotError, match="obsolete"):
+        writer.freeze()  # the log drops it; the driver abandons it
+    h._take(h.core.snapshot_abandoned(h.now))
+    h.advance(1)
+    assert h.log.log_start_offset == sid.offset
+    assert h.log.latest_snapshot_id() == sid
+    assert h.core.listener_next_offset >= sid.offset

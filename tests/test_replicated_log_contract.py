@@ -317,3 +317,22 @@ def test_installing_a_snapshot_older_than_the_log_start_never_moves_it_backwards
     assert not install_snapshot(log, old_sid)
     assert (log.log_start_offset, log.end_offset) == (8, 10)
     assert log.latest_snapshot_id() == OffsetAndEpoch(8, 4)
+
+
+def test_a_snapshot_frozen_below_the_log_start_after_an_install_is_dropped(log):
+    """A local snapshot written while a newer one was downloaded and installed: its freeze
+    comes last; it is dropped (SnapshotError), so the log start offset, the earliest and the
+    latest snapshot stay at the installed one (a snapshot below the log start would break
+    'a snapshot sits at the log start')."""
+    fill(log, [4, 4])
+    local = log.create_new_snapshot(OffsetAndEpoch(4, 4))
+    local.append([(b"state", b"local")])
+    sid, data = foreign_snapshot(epoch=4, batches=5)  # (10, 4)
+    download(log, sid, data)
+    assert install_snapshot(log, sid)
+    assert log.log_start_offset == 10
+    with pytest.raises(SnapshotError, match="obsolete"):
+        local.freeze()
+    assert log.log_start_offset == 10
+    assert log.latest_snapshot_id() == log.earliest_snapshot_id() == sid
+    assert list(log.snapshot_ids()) == [sid]

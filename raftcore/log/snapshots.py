@@ -167,7 +167,23 @@ class LogSnapshots:
         writer = self.store.writer(
             SnapshotId.of(snapshot_id), last_contained_log_timestamp=last_contained_log_timestamp
         )
-        return LogSnapshotWriter(snapshot_id, writer)
+        return LogSnapshotWriter(snapshot_id, writer, self._obsolete_after_freeze)
+
+    def _obsolete_after_freeze(self, snapshot_id: OffsetAndEpoch) -> None:
+        """A local snapshot froze below the log start offset (an install moved the log start
+        past it while it was written, on another thread): it is deleted, so the earliest
+        snapshot stays at the log start, and SnapshotError says why."""
+        log = self._log
+        with log._lock:
+            start = log.log_start_offset
+            if snapshot_id.offset >= start:
+                return
+            self._readers.pop(snapshot_id, None)
+            self.store.delete(SnapshotId.of(snapshot_id))
+        raise SnapshotError(
+            f"snapshot {snapshot_id} is obsolete: the log starts at {start} (a newer snapshot "
+            "was installed while it was written); deleted"
+        )
 
     def create_unchecked(self, snapshot_id: OffsetAndEpoch) -> LogRawSnapshotWriter | None:
         """A writer of a snapshot downloaded from the leader, or None when it exists. Each
@@ -250,9 +266,15 @@ class LogSnapshots:
 class LogSnapshotWriter:
     """A local snapshot being written (the protocol's SnapshotWriter over the store's)."""
 
-    def __init__(self, snapshot_id: OffsetAndEpoch, writer: SnapshotWriter) -> None:
+    def __init__(
+        self,
+        snapshot_id: OffsetAndEpoch,
+        writer: SnapshotWriter,
+        after_freeze: Any = None,
+    ) -> None:
         self.snapshot_id = snapshot_id
         self._writer = writer
+        self._after_freeze = after_freeze
 
     @property
     def size(self) -> int:
@@ -262,8 +284,12 @@ class LogSnapshotWriter:
         self._writer.append(records)
 
     def freeze(self) -> SnapshotSummary:
-        """Footer, verify, fsync, read-only, rename, directory fsync."""
-        return self._writer.freeze()
+        """Footer, verify, fsync, read-only, rename, directory fsync. SnapshotError (and the
+        file deleted) if the log start offset passed it meanwhile."""
+        summary = self._writer.freeze()
+        if self._after_freeze is not None:
+            self._after_freeze(self.snapshot_id)
+        return summary
 
     def abort(self) -> None:
         self._writer.abort()

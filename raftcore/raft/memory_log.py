@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from raftcore._native.epoch_cache import EpochCache, EpochEndOffset
-from raftcore.errors import InvalidAppendError, OffsetOutOfRangeError
+from raftcore.errors import InvalidAppendError, OffsetOutOfRangeError, SnapshotError
 from raftcore.raft.memory_snapshot import (
     MemoryRawSnapshotWriter,
     MemorySnapshotReader,
@@ -215,7 +215,7 @@ class InMemoryLog:
             )
         return MemorySnapshotWriter(
             snapshot_id,
-            self._install_snapshot,
+            self._install_local_snapshot,
             last_contained_log_timestamp=last_contained_log_timestamp,
             timestamp_ms=self._timestamp_ms,
         )
@@ -228,6 +228,15 @@ class InMemoryLog:
         return MemoryRawSnapshotWriter(snapshot_id, self._install_snapshot)
 
     def _install_snapshot(self, snapshot_id: OffsetAndEpoch, data: bytes) -> None:
+        self._snapshots[snapshot_id] = data
+
+    def _install_local_snapshot(self, snapshot_id: OffsetAndEpoch, data: bytes) -> None:
+        """A local snapshot frozen below the log start (a newer one was installed while it
+        was written) is dropped, as the segmented log deletes it: SnapshotError."""
+        if snapshot_id.offset < self._start:
+            raise SnapshotError(
+                f"snapshot {snapshot_id} is obsolete: the log starts at {self._start}"
+            )
         self._snapshots[snapshot_id] = data
 
     def read_snapshot(self, snapshot_id: OffsetAndEpoch) -> MemorySnapshotReader | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from raftcore.errors import SnapshotError
 from raftcore.raft.messages import FetchSnapshotResponse
 from raftcore.raft.snapshots import InvalidSnapshotError
 from raftcore.sim.invariants import Violation
@@ -97,12 +98,17 @@ class SnapshotDriver:
 
     def _freeze_snapshot(self, node: SimNode, writer: Any, records: list) -> SimNode:
         writer.append(records)
-        if writer.snapshot_id.offset < node.log.log_start_offset:
-            # An install moved the log start past it while it was written: the core must
-            # take it in without moving anything backwards.
-            self.snapshot_stats["frozen below the log start"] += 1
-        writer.freeze()
         node.snapshot_busy = False
+        if writer.snapshot_id.offset < node.log.log_start_offset:
+            # An install moved the log start past it while it was written: the log drops it
+            # (SnapshotError), and the driver abandons it, as the node's snapshotter does.
+            self.snapshot_stats["frozen below the log start"] += 1
+        try:
+            writer.freeze()
+        except SnapshotError as exc:
+            self.log_event(f"snapshot {writer.snapshot_id} dropped at {node.node_id}: {exc}")
+            self.process(node, node.core.snapshot_abandoned(self.now))
+            return node
         self.log_event(f"snapshot {writer.snapshot_id} taken at {node.node_id}")
         self.process(node, node.core.snapshot_frozen(writer.snapshot_id, self.now))
         return node
