@@ -119,8 +119,8 @@ class ProducerStateManager:
                 )
 
     def replay(self, log: Any, from_offset: int) -> int:
-        """Remember the log's batches that start at or after ``from_offset`` (read from the
-        log start offset if that is higher); returns how many batches were read."""
+        """Remember the log's batches from ``from_offset`` (a batch boundary), or from the log
+        start offset if that is higher; returns how many batches were read."""
         from raftcore.records import scan_batches
 
         offset = max(from_offset, log.log_start_offset)
@@ -130,11 +130,8 @@ class ProducerStateManager:
             scan = scan_batches(log.read(offset, _READ_BYTES), check_crc=False)
             if scan.count == 0:
                 break
-            start = 0  # the batch holding ``offset`` may begin below it: told already
-            while start < scan.count and int(scan.base_offsets[start]) < from_offset:
-                start += 1
-            self.record_scanned(scan, start)
-            replayed += scan.count - start
+            self.record_scanned(scan)  # files are written at batch boundaries
+            replayed += scan.count
             offset = int(scan.last_offsets[-1]) + 1
         return replayed
 
