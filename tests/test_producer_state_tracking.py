@@ -160,6 +160,25 @@ def test_a_truncation_deletes_the_files_above_the_new_end_and_reloads_below_it(t
     log.close()
 
 
+def test_files_above_the_log_end_at_open_are_deleted_before_they_can_mislead(tmp_path):
+    """A log cut back while nobody tracked it (recovery cutting a torn tail after a crash)."""
+    log, _ = open_tracked(tmp_path)
+    produce(log, 20)
+    end = log.end_offset
+    log.close()
+    with SegmentedLog.open(tmp_path, segment_bytes=SEGMENT_BYTES) as bare:
+        bare.truncate_to(end - 10)
+    log, tracker = open_tracked(tmp_path)
+    assert max(producer_snapshot_offsets(tmp_path)) < end
+    log.set_observer(None)  # no newer file written: the next open must choose among these
+    produce(log, 3, first_round=40)  # other batches take the offsets the file spoke for
+    assert log.end_offset > end
+    log.close()
+    log, tracker = open_tracked(tmp_path)
+    assert tracker.producers.entries() == rebuilt(log)
+    log.close()
+
+
 def test_a_full_truncation_starts_empty_and_deletes_every_file(tmp_path):
     log, tracker = open_tracked(tmp_path)
     produce(log, 20)
@@ -167,6 +186,20 @@ def test_a_full_truncation_starts_empty_and_deletes_every_file(tmp_path):
     assert len(tracker.producers) == 0
     assert producer_snapshot_offsets(tmp_path) == []
     log.close()
+    log, tracker = open_tracked(tmp_path)
+    assert len(tracker.producers) == 0
+    log.close()
+
+
+def test_a_full_truncation_without_an_observer_deletes_the_files_too(tmp_path):
+    """As when a snapshot ahead of the log is installed at open, before any observer."""
+    log, _ = open_tracked(tmp_path)
+    produce(log, 20)
+    log.close()
+    assert producer_snapshot_offsets(tmp_path)
+    with SegmentedLog.open(tmp_path, segment_bytes=SEGMENT_BYTES) as bare:
+        bare.truncate_fully_and_start_at(bare.end_offset + 100)
+    assert producer_snapshot_offsets(tmp_path) == []
     log, tracker = open_tracked(tmp_path)
     assert len(tracker.producers) == 0
     log.close()

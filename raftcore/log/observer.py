@@ -27,7 +27,7 @@ class LogObserver(Protocol):
 
     def restarted(self, offset: int) -> None:
         """Every batch was removed and the log, empty, starts at ``offset`` (a snapshot
-        replaced it)."""
+        replaced it). The log deleted the producer-state files too, before the segments."""
 
     def log_start_advanced(self, offset: int) -> None:
         """The log start offset moved up to ``offset``; segments below it were deleted."""

@@ -40,6 +40,7 @@ __all__ = [
     "ProducerEntry",
     "decode_producer_snapshot",
     "delete_producer_snapshot",
+    "delete_producer_snapshots_above",
     "encode_producer_snapshot",
     "producer_snapshot_offsets",
     "producer_snapshot_path",
@@ -161,3 +162,11 @@ def read_producer_snapshot(directory: str | os.PathLike[str], offset: int) -> li
 def delete_producer_snapshot(directory: str | os.PathLike[str], offset: int) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(producer_snapshot_path(directory, offset))
+
+
+def delete_producer_snapshots_above(directory: str | os.PathLike[str], offset: int) -> None:
+    """Delete the files of offsets above ``offset`` (-1: every file); the caller fsyncs the
+    directory when that must be durable."""
+    for o in producer_snapshot_offsets(directory):
+        if o > offset:
+            delete_producer_snapshot(directory, o)

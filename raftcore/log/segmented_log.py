@@ -36,6 +36,7 @@ from raftcore.errors import (
 from raftcore.log.checkpoints import _CleanPoint, write_clean_point, write_log_start_offset
 from raftcore.log.config import DELETED_SUFFIX, INT32_MAX, LogConfig
 from raftcore.log.observer import LogObserver
+from raftcore.log.producer_snapshots import delete_producer_snapshots_above
 from raftcore.log.recovery import lock_directory, recover
 from raftcore.log.segment import (
     _epoch_changes,
@@ -556,6 +557,9 @@ class SegmentedLog:
             if offset < 0:
                 raise ValueError(f"offset must be >= 0, got {offset}")
             old = self._segments
+            # Producer-state files describe the old log: they go first, observer or not (a
+            # snapshot ahead of the log is installed at open, before any observer).
+            delete_producer_snapshots_above(self._dir, -1)
             # Mark the old segments first, so a crash in the middle leaves nothing ambiguous:
             # *.deleted files are removed on open.
             for s in old:

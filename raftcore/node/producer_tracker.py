@@ -22,6 +22,7 @@ from typing import Any
 from raftcore.errors import CorruptProducerStateError
 from raftcore.log.producer_snapshots import (
     delete_producer_snapshot,
+    delete_producer_snapshots_above,
     producer_snapshot_offsets,
     read_producer_snapshot,
     write_producer_snapshot,
@@ -53,7 +54,7 @@ class ProducerStateTracker:
         """Load the state of an open log and follow it from now on."""
         self._log = log
         end = log.end_offset
-        self._delete_above(end)  # a crash cut the log below them: they describe nothing
+        delete_producer_snapshots_above(self._dir, end)  # a crash cut the log below them
         self._load(end)
         self._retain(log.log_start_offset)
         log.set_observer(self)
@@ -99,11 +100,6 @@ class ProducerStateTracker:
                 exc_info=True,
             )
 
-    def _delete_above(self, offset: int) -> None:
-        for o in producer_snapshot_offsets(self._dir):
-            if o > offset:
-                delete_producer_snapshot(self._dir, o)
-
     def _retain(self, log_start: int) -> None:
         offsets = producer_snapshot_offsets(self._dir)
         floor = max((o for o in offsets if o <= log_start), default=-1)
@@ -122,14 +118,13 @@ class ProducerStateTracker:
         self._retain(self._log.log_start_offset)
 
     def truncated(self, end_offset: int) -> None:
-        self._delete_above(end_offset)
+        delete_producer_snapshots_above(self._dir, end_offset)
         self._load(end_offset)
 
     def restarted(self, offset: int) -> None:
         # A Raft snapshot replaced the log, and it carries no producer state: start empty
         # (producers that wrote before ``offset`` must start a new sequence), as Kafka's
-        # truncateFullyAndStartAt does, and every file describes a log that is gone.
-        self._delete_above(-1)
+        # truncateFullyAndStartAt does. The log deleted every file already.
         self.producers.clear()
         self.loaded_from = None
 
