@@ -43,6 +43,10 @@ class CorruptCheckpointError(CorruptLogError):
     """A checkpoint file (leader epochs, log start offset, recovery point) is unreadable."""
 
 
+class CorruptProducerStateError(CorruptLogError):
+    """A producer-state file (``<offset>.snapshot``) that is not whole and sound."""
+
+
 class RecordTooLargeError(InvalidAppendError):
     """A batch larger than the log's ``max_message_bytes``."""
 

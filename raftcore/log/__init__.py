@@ -11,6 +11,7 @@ Directory layout (see docs/storage-format.md)::
     log-start-offset-checkpoint  the log start offset
     recovery-point-checkpoint    the clean point: bytes before it are durable and checked
     <end offset>-<epoch>.checkpoint   a snapshot (raftcore.snapshot), beside the segments
+    00000000000000004096.snapshot     producer state as of that offset (producer_snapshots)
     .lock                        held (flock) while the log is open
 
 Invariants kept by every operation:
@@ -33,7 +34,9 @@ The package, one idea a module:
 - ``recovery``: opening a directory -- its lock, and recovery from an unclean shutdown;
 - ``segmented_log``: :class:`SegmentedLog`, the log's public face;
 - ``snapshots``: its snapshots (KIP-630) -- the snapshot store in the same directory, checked
-  against the log, behind the raft core's ``SnapshotLog`` protocol.
+  against the log, behind the raft core's ``SnapshotLog`` protocol;
+- ``observer``: what the log tells the one observer of its changes it may have;
+- ``producer_snapshots``: the producer-state files' format (their policy is the node's).
 """
 
 from raftcore.log.config import CHECKPOINT_VERSION as CHECKPOINT_VERSION

@@ -35,6 +35,8 @@ from raftcore.errors import (
 )
 from raftcore.log.checkpoints import _CleanPoint, write_clean_point, write_log_start_offset
 from raftcore.log.config import DELETED_SUFFIX, INT32_MAX, LogConfig
+from raftcore.log.observer import LogObserver
+from raftcore.log.producer_snapshots import delete_producer_snapshots_above
 from raftcore.log.recovery import lock_directory, recover
 from raftcore.log.segment import (
     _epoch_changes,
@@ -78,6 +80,7 @@ class SegmentedLog:
         self._lock_fd = -1
         self._closed = False
         self._snapshots: LogSnapshots | None = None  # opened after recovery
+        self._observer: LogObserver | None = None
 
     # ---- opening and recovery ----------------------------------------------------------------
 
@@ -131,6 +134,12 @@ class SegmentedLog:
         self._snapshots = LogSnapshots.open(self)
 
     # ---- checkpoints -------------------------------------------------------------------------
+
+    def set_observer(self, observer: LogObserver | None) -> None:
+        """Tell ``observer`` of every later append, roll, truncation, log start move and the
+        close (:mod:`raftcore.log.observer`); None stops telling."""
+        with self._lock:
+            self._observer = observer
 
     def _write_log_start_offset(self) -> None:
         write_log_start_offset(self._dir, self._log_start)
@@ -380,8 +389,11 @@ class SegmentedLog:
                 )
             verify = False
         i, n = 0, scan.count
+        observer = self._observer
         if fits:
             seg.append(view, scan, 0, n, self._config.index_interval_bytes, verify=verify)
+            if observer is not None:
+                observer.appended(scan, 0, n)
             i = n
         while i < n:
             seg = self._segments[-1]
@@ -405,6 +417,8 @@ class SegmentedLog:
                     self._roll()
                     continue
             seg.append(view, scan, i, j, self._config.index_interval_bytes, verify=verify)
+            if observer is not None:
+                observer.appended(scan, i, j)
             i = j
         for epoch, start in _epoch_changes(scan, scan.count):
             self._epochs.assign(epoch, start)
@@ -424,6 +438,8 @@ class SegmentedLog:
         self._generation += 1
         self._clean = _CleanPoint(new.base_offset, new.base_offset, 0)
         self._write_clean_point()
+        if self._observer is not None:
+            self._observer.rolled(new.base_offset)
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -521,6 +537,8 @@ class SegmentedLog:
             self._epochs.truncate_from_end(new_end)
             self._flushed_offset = min(self._flushed_offset, new_end)
             self._last_batch_epoch = find_last_batch_epoch(self._segments)
+            if self._observer is not None:
+                self._observer.truncated(new_end)
             logger.info(
                 "[log %s] truncated to offset %d (asked %d, end was %d)",
                 self._dir,
@@ -539,6 +557,9 @@ class SegmentedLog:
             if offset < 0:
                 raise ValueError(f"offset must be >= 0, got {offset}")
             old = self._segments
+            # Producer-state files describe the old log: they go first, observer or not (a
+            # snapshot ahead of the log is installed at open, before any observer).
+            delete_producer_snapshots_above(self._dir, -1)
             # Mark the old segments first, so a crash in the middle leaves nothing ambiguous:
             # *.deleted files are removed on open.
             for s in old:
@@ -568,6 +589,8 @@ class SegmentedLog:
             fsync_directory(self._dir)
             if self._snapshots is not None:  # after the log start offset is durable
                 self._snapshots.forget_below(offset)
+            if self._observer is not None:
+                self._observer.restarted(offset)
             logger.info(
                 "[log %s] truncated fully; the log restarts at offset %d", self._dir, offset
             )
@@ -607,6 +630,8 @@ class SegmentedLog:
                     first = self._segments[0]
                     self._clean = _CleanPoint(first.base_offset, first.base_offset, 0)
                     self._write_clean_point()
+            if self._observer is not None:
+                self._observer.log_start_advanced(offset)
             return True
 
     # ---- snapshots (KIP-630): the SnapshotLog protocol, done by raftcore.log.snapshots ------
@@ -704,6 +729,8 @@ class SegmentedLog:
                 active = self._segments[-1]
                 self._clean = _CleanPoint(active.next_offset, active.base_offset, active.size)
                 self._write_clean_point()
+                if self._observer is not None:
+                    self._observer.closing(active.next_offset)
             finally:
                 if self._snapshots is not None:
                     self._snapshots.close()

@@ -277,7 +277,6 @@ def _produce_partition(
         return Errors.CORRUPT_MESSAGE, None
     # Idempotence: retries of a remembered batch get their first offsets back.
     producers = node.producers
-    verdicts = []
     for i in range(scan.count):
         count = int(scan.last_offsets[i] - scan.base_offsets[i]) + 1
         verdict = producers.check(
@@ -295,7 +294,6 @@ def _produce_partition(
             return Errors.NONE, Appended(verdict.first_offset, verdict.last_offset, core.epoch)
         if verdict != Errors.NONE:
             return verdict, None
-        verdicts.append(count)
     try:
         appended = node.append_batches(records, track=track)
     except NotLeaderError:
@@ -303,17 +301,7 @@ def _produce_partition(
     except (CorruptRecordError, InvalidAppendError) as exc:
         logger.info("%s refusing produced records: %s", node.prefix, exc)
         return Errors.CORRUPT_MESSAGE, None
-    offset = appended.first_offset
-    for i, count in enumerate(verdicts):
-        producers.record(
-            int(scan.producer_ids[i]),
-            int(scan.producer_epochs[i]),
-            int(scan.base_sequences[i]),
-            count,
-            first_offset=offset,
-            last_offset=offset + count - 1,
-        )
-        offset += count
+    # The log told node.producers of the appended batches (raftcore.node.producer_tracker).
     return Errors.NONE, appended
 
 

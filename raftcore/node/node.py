@@ -36,6 +36,7 @@ from raftcore.node.applier import Applier, check_start_offset
 from raftcore.node.config import NodeConfig
 from raftcore.node.data_dir import LOG_DIR, UnsyncedView, check_meta_properties
 from raftcore.node.producer_state import ProducerStateManager
+from raftcore.node.producer_tracker import ProducerStateTracker
 from raftcore.node.snapshotter import Snapshotter, snapshot_source
 from raftcore.node.transport import CloseConnection, PeerConnection, ServerConnection
 from raftcore.protocol.api import (
@@ -56,7 +57,6 @@ from raftcore.raft import (
     Output,
     RaftCore,
 )
-from raftcore.raft.states import LeaderState
 from raftcore.statemachine.api import StateMachine
 from raftcore.statemachine.store_snapshots import StoreSnapshotReader
 
@@ -157,7 +157,8 @@ class RaftNode:
         self.log: SegmentedLog | None = None
         self._durable: Any = None  # the log, or an UnsyncedView of it (flush="interval")
         self.core: RaftCore | None = None
-        self.producers = ProducerStateManager()
+        self.producers = ProducerStateManager()  # current on every replica (producer_tracker)
+        self.producer_tracker = ProducerStateTracker(self.producers, prefix=self.prefix)
         self.leader_changes = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
@@ -175,7 +176,6 @@ class RaftNode:
         # the core's verdicts on tracked appends, by token
         self._verdicts: dict[int, asyncio.Future[AppendOutcome]] = {}
         self._hw_events: list[asyncio.Event] = []
-        self._leader_epoch_seen: int | None = None
         self._started = False
         self._stopping = False
         self._closing: asyncio.Future[None] | None = None
@@ -191,6 +191,11 @@ class RaftNode:
         cfg.data_dir.mkdir(parents=True, exist_ok=True)
         check_meta_properties(cfg)
         self.log = SegmentedLog.open(cfg.data_dir / LOG_DIR, config=cfg.log)
+        try:
+            self.producer_tracker.attach(self.log)
+        except Exception:
+            self.log.close()
+            raise
         # What counts as durable, for the core and for messages held until an fsync.
         self._durable = self.log if cfg.flush == "always" else UnsyncedView(self.log)
         store = FileQuorumStateStore(cfg.data_dir, cluster_id=cfg.cluster_id)
@@ -511,11 +516,6 @@ class RaftNode:
     def _after_progress(self) -> None:
         core = self.core
         assert core is not None
-        state = core.state
-        if isinstance(state, LeaderState) and state.epoch != self._leader_epoch_seen:
-            self._leader_epoch_seen = state.epoch
-            assert self.log is not None
-            self.producers.rebuild(self.log)
         if self.applier is not None:
             self.applier.progress(core.listener_next_offset)
         if core.high_watermark is None:

@@ -7,21 +7,25 @@ batches (sequence range and offsets), as Kafka's ProducerStateManager does.
   new producer (or a new producer epoch) starts at 0; otherwise OUT_OF_ORDER_SEQUENCE_NUMBER;
 - an older producer epoch is fenced (INVALID_PRODUCER_EPOCH).
 
-The table is rebuilt from the log's batch headers when a node becomes leader, so it survives
-leader changes.
+Every replica keeps the table current as its log grows (:mod:`raftcore.node.producer_tracker`
+records each appended batch and persists the table in ``<offset>.snapshot`` files), so a new
+leader has it already. ``rebuild`` scans a whole log, for a table without such files.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from raftcore.error_codes import Errors
+from raftcore.log.producer_snapshots import BatchMetadata, ProducerEntry
 
 __all__ = ["Duplicate", "ProducerStateManager"]
 
 INT32_MAX = 0x7FFFFFFF
 REMEMBERED_BATCHES = 5
+_READ_BYTES = 8 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,9 +39,9 @@ class Duplicate:
 @dataclass(slots=True)
 class _Producer:
     epoch: int
-    batches: deque[tuple[int, int, int, int]] = field(
+    batches: deque[BatchMetadata] = field(
         default_factory=lambda: deque(maxlen=REMEMBERED_BATCHES)
-    )  # (first sequence, last sequence, first offset, last offset)
+    )  # oldest first
 
 
 def _next_sequence(seq: int) -> int:
@@ -94,31 +98,63 @@ class ProducerStateManager:
         if producer is None or producer_epoch > producer.epoch:
             producer = self._producers[producer_id] = _Producer(producer_epoch)
         last_seq = (first_seq + count - 1) % (INT32_MAX + 1)
-        producer.batches.append((first_seq, last_seq, first_offset, last_offset))
+        producer.batches.append(BatchMetadata(first_seq, last_seq, first_offset, last_offset))
 
-    def rebuild(self, log: object) -> None:
-        """Start over from the log's batch headers (on becoming leader)."""
+    def record_scanned(self, scan: Any, start: int = 0, stop: int | None = None) -> None:
+        """Remember batches ``start..stop-1`` of a ``scan_batches`` result (offsets as in
+        the log)."""
+        stop = scan.count if stop is None else stop
+        pids = scan.producer_ids
+        for i in range(start, stop):
+            pid = int(pids[i])
+            if pid >= 0:
+                first, last = int(scan.base_offsets[i]), int(scan.last_offsets[i])
+                self.record(
+                    pid,
+                    int(scan.producer_epochs[i]),
+                    int(scan.base_sequences[i]),
+                    last - first + 1,
+                    first_offset=first,
+                    last_offset=last,
+                )
+
+    def replay(self, log: Any, from_offset: int) -> int:
+        """Remember the log's batches from ``from_offset`` (a batch boundary), or from the log
+        start offset if that is higher; returns how many batches were read."""
         from raftcore.records import scan_batches
 
-        self._producers.clear()
-        offset = log.log_start_offset  # type: ignore[attr-defined]
-        end = log.end_offset  # type: ignore[attr-defined]
+        offset = max(from_offset, log.log_start_offset)
+        end = log.end_offset
+        replayed = 0
         while offset < end:
-            data = log.read(offset, 8 << 20)  # type: ignore[attr-defined]
-            scan = scan_batches(data, check_crc=False)
+            scan = scan_batches(log.read(offset, _READ_BYTES), check_crc=False)
             if scan.count == 0:
                 break
-            pids = scan.producer_ids
-            for i in range(scan.count):
-                pid = int(pids[i])
-                if pid >= 0:
-                    first, last = int(scan.base_offsets[i]), int(scan.last_offsets[i])
-                    self.record(
-                        pid,
-                        int(scan.producer_epochs[i]),
-                        int(scan.base_sequences[i]),
-                        last - first + 1,
-                        first_offset=first,
-                        last_offset=last,
-                    )
+            self.record_scanned(scan)  # files are written at batch boundaries
+            replayed += scan.count
             offset = int(scan.last_offsets[-1]) + 1
+        return replayed
+
+    def rebuild(self, log: Any) -> int:
+        """Start over from the log's batch headers; returns how many batches were read."""
+        self._producers.clear()
+        return self.replay(log, log.log_start_offset)
+
+    # ---- the table as data (producer-state files) ---------------------------------------------
+
+    def clear(self) -> None:
+        self._producers.clear()
+
+    def entries(self) -> list[ProducerEntry]:
+        """Every producer's state, by producer id."""
+        return [
+            ProducerEntry(pid, p.epoch, tuple(p.batches))
+            for pid, p in sorted(self._producers.items())
+        ]
+
+    def restore(self, entries: list[ProducerEntry]) -> None:
+        """Replace the table with ``entries`` (from :meth:`entries`, or a file)."""
+        self._producers = {
+            e.producer_id: _Producer(e.epoch, deque(e.batches, maxlen=REMEMBERED_BATCHES))
+            for e in entries
+        }
