@@ -286,6 +286,15 @@ def build_body(key: ApiKey, version: int, cluster_id: str, rng: random.Random, *
             max_bytes=1 << 20,
             topics=[cls.TopicSnapshot(name=TOPIC, partitions=[partition])],
         )
+    if key == ApiKey.DELETE_RECORDS:
+        # The fuzzed nodes keep no snapshots: a valid request is POLICY_VIOLATION, and no
+        # record may go.
+        partition = cls.DeleteRecordsPartition(
+            partition_index=0, offset=rng.choice((-1, 0, 5, 1 << 40))
+        )
+        return cls(
+            topics=[cls.DeleteRecordsTopic(name=TOPIC, partitions=[partition])], timeout_ms=100
+        )
     raise AssertionError(f"no template for {key!r}")
 
 

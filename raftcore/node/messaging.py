@@ -1,0 +1,194 @@
+"""The node's messages on the wire, part of :class:`~raftcore.node.node.RaftNode`: what the
+core sends goes to a peer's connection (requests) or back to the waiting inbound connection
+(responses); responses from peers and requests from inbound connections come back into the
+core through ``_run``; Kafka client requests go to :mod:`raftcore.node.kafka_api`. Nothing
+here decides anything: it moves bytes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from raftcore.error_codes import Errors
+from raftcore.errors import RaftcoreError
+from raftcore.node import kafka_api, raft_wire
+from raftcore.node.transport import CloseConnection, ServerConnection
+from raftcore.protocol.api import (
+    ApiKey,
+    UnknownApiKeyError,
+    UnsupportedVersionError,
+    decode_request,
+    encode_response,
+)
+from raftcore.raft import Outbound
+
+__all__ = ["RAFT_APIS", "Messaging"]
+
+logger = logging.getLogger("raftcore.node.node")
+
+RAFT_APIS = frozenset(
+    {ApiKey.VOTE, ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH, ApiKey.FETCH_SNAPSHOT}
+)
+
+
+class Messaging:
+    """Mixed into RaftNode (its config, core, peers, connections and request tables)."""
+
+    config: Any
+    core: Any
+    prefix: str
+    _started: bool
+    _loop: Any
+    _peers: dict[int, Any]
+    _peer_requests: dict[tuple[int, int], tuple[int, int]]
+    _inbound: dict[int, tuple[Any, int, int]]
+    _foreign_peers: set[int]
+    _connections: set[Any]
+    _token: int
+
+    def _run(self, step: Any) -> None:
+        raise NotImplementedError
+
+    # ---- raft messages on the wire ---------------------------------------------------------------
+
+    def _send(self, message: Outbound) -> None:
+        if message.is_request:
+            peer = self._peers.get(message.destination)
+            if peer is None:
+                logger.warning("%s no connection to node %d", self.prefix, message.destination)
+                return
+            api_key, version, frame = raft_wire.encode_request(self, message)
+            # Sent or not, it is in flight until answered or found lost (_connected_handler);
+            # the core has one in flight per peer: an older one is answered in vain.
+            requests = self._peer_requests
+            for key in [k for k in requests if k[0] == message.destination]:
+                del requests[key]
+            requests[(message.destination, message.correlation_id)] = (api_key, version)
+            peer.send([frame])
+            return
+        pending = self._inbound.pop(message.correlation_id, None)
+        if pending is None:
+            return  # the connection went away
+        fut, api_key, version = pending
+        if not fut.done():
+            fut.set_result(raft_wire.encode_response(self, message, api_key, version))
+
+    def _response_handler(self, peer_id: int) -> Any:
+        def on_response(correlation_id: int, frame: bytes) -> None:
+            key = (peer_id, correlation_id)
+            sent = self._peer_requests.pop(key, None)
+            if sent is None or self.core is None or not self._started:
+                return
+            api_key, version = sent
+            try:
+                message = raft_wire.decode_response(self, api_key, version, frame)
+            except RaftcoreError as exc:
+                logger.warning("%s bad response from node %d: %s", self.prefix, peer_id, exc)
+                return
+            if message.error_code == Errors.INCONSISTENT_CLUSTER_ID:
+                if peer_id not in self._foreign_peers:  # say it once per peer
+                    self._foreign_peers.add(peer_id)
+                    logger.error(
+                        "%s node %d answers INCONSISTENT_CLUSTER_ID: it belongs to another "
+                        "cluster than %r (check --cluster-id and the voters)",
+                        self.prefix,
+                        peer_id,
+                        self.config.cluster_id,
+                    )
+            else:
+                self._foreign_peers.discard(peer_id)
+            self._run(lambda now: self.core.handle(peer_id, correlation_id, message, now))  # type: ignore[union-attr]
+
+        return on_response
+
+    def _connected_handler(self, peer_id: int) -> Any:
+        def on_connected() -> None:
+            """Requests to ``peer_id`` not answered yet went with the old connection (or had
+            none): fail them now, so the core sends again at once, not at the timeout (a
+            snapshot download resumes from the bytes it holds)."""
+            lost = [cid for (peer, cid) in self._peer_requests if peer == peer_id]
+            for cid in lost:
+                del self._peer_requests[(peer_id, cid)]
+                if self.core is not None and self._started:
+                    self._run(lambda now, c=cid: self.core.request_lost(peer_id, c, now))  # type: ignore[union-attr]
+
+        return on_connected
+
+    def _refused_handler(self, peer_id: int) -> Any:
+        def on_refused() -> None:
+            if self.core is not None and self._started:
+                self._run(lambda now: self.core.peer_unreachable(peer_id, now))  # type: ignore[union-attr]
+
+        return on_refused
+
+    # ---- inbound connections ---------------------------------------------------------------------
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = ServerConnection(
+            reader, writer, self._handle_frame, self.config.max_frame_bytes, self.prefix
+        )
+        self._connections.add(conn)
+        try:
+            await conn.serve()
+        finally:
+            self._connections.discard(conn)
+
+    async def _handle_frame(
+        self, conn: ServerConnection, frame: bytes
+    ) -> list[bytes | memoryview] | None:
+        try:
+            header, body = decode_request(frame)
+        except UnsupportedVersionError as exc:
+            return kafka_api.unsupported_version(self, exc.header)
+        except UnknownApiKeyError as exc:
+            raise CloseConnection(f"unknown API key {exc.header.request_api_key}") from None
+        except RaftcoreError as exc:
+            raise CloseConnection(f"unparseable request: {exc}") from None
+        api_key = header.request_api_key
+        if api_key in RAFT_APIS or (api_key == ApiKey.FETCH and raft_wire.is_replica_fetch(body)):
+            return await self._handle_raft_request(header, body)
+        return await kafka_api.handle(self, header, body)
+
+    async def _handle_raft_request(self, header: Any, body: Any) -> list[bytes | memoryview] | None:
+        core = self.core
+        if core is None or not self._started:
+            raise CloseConnection("node not running")
+        api_key = header.request_api_key
+        version = header.request_api_version
+        cluster_id = getattr(body, "cluster_id", None)
+        if cluster_id is not None and cluster_id != self.config.cluster_id:
+            # Checked before anything else, as Kafka does (KafkaRaftClient.hasValidClusterId).
+            logger.info("%s refusing a raft request of cluster %r", self.prefix, cluster_id)
+            return encode_response(
+                api_key,
+                version,
+                header.correlation_id,
+                raft_wire.error_response(self, api_key, version, Errors.INCONSISTENT_CLUSTER_ID),
+            )
+        try:
+            source, message = raft_wire.decode_request(self, header, body)
+        except raft_wire.WrongPartition as exc:
+            logger.info("%s refusing a raft request: %s", self.prefix, exc)
+            code = (
+                Errors.UNKNOWN_TOPIC_ID
+                if api_key == ApiKey.FETCH
+                else (Errors.UNKNOWN_TOPIC_OR_PARTITION)
+            )
+            return encode_response(
+                api_key,
+                version,
+                header.correlation_id,
+                raft_wire.error_response(self, api_key, version, code),
+            )
+        assert self._loop is not None
+        fut: asyncio.Future[Any] = self._loop.create_future()
+        self._token += 1
+        token = self._token
+        self._inbound[token] = (fut, api_key, version)
+        self._run(lambda now: core.handle(source, token, message, now))
+        try:
+            response = await fut
+        finally:
+            self._inbound.pop(token, None)
+        return encode_response(api_key, version, header.correlation_id, response)
