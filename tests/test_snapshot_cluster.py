@@ -293,7 +293,7 @@ def test_a_fresh_observer_catches_up_by_snapshot_and_log_to_the_same_state(tmp_p
         try:
             assert leader.log is not None
             start = leader.log.log_start_offset
-            assert 0 < start < end
+            assert 0 < start <= end  # the latest snapshot may cover everything written
             end = await write_ops(leader, 3000)  # some records after the snapshot, too
             ocfg = observer_config(tmp_path, leader.config)
             osm = lmdb_at(ocfg)
