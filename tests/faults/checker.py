@@ -253,27 +253,33 @@ def check(
     v.figures["divergent_nodes"] = divergent
 
     # -- what consumers read -----------------------------------------------------------------------
+    # From the leader's final log start on a consumer reads every committed record; below it
+    # (the log start moved while it read, and it went on from the new one) what it read must
+    # be what the logs or, where they no longer reach, the history say is there.
+    leader_start = logs[leader].log_start
+    expected = [(o, val) for o, val in committed if o >= leader_start]
     mismatches = 0
     for name, read in consumers.items():
         if read is None:
             continue  # not run (reported by the caller)
-        early = [(o, val) for o, val in read if o < start]
-        wrong = _early_read_problem(early, history)
+        early = [(o, val) for o, val in read if o < leader_start]
+        wrong = _early_read_problem(early, history, start, at_offset)
         if wrong:
             mismatches += 1
-            v.add("consumer-mismatch", f"{name}, below the log start {start}: {wrong}")
+            v.add("consumer-mismatch", f"{name}, below the log start {leader_start}: {wrong}")
             continue
         got = read[len(early) :]
-        if got != committed:
+        if got != expected:
             mismatches += 1
             first = next(
-                (i for i, (x, y) in enumerate(zip(got, committed, strict=False)) if x != y),
-                min(len(got), len(committed)),
+                (i for i, (x, y) in enumerate(zip(got, expected, strict=False)) if x != y),
+                min(len(got), len(expected)),
             )
             v.add(
                 "consumer-mismatch",
-                f"{name} read {len(got)} records, the log has {len(committed)}; first "
-                f"difference at #{first}: read {_pair(got, first)}, log {_pair(committed, first)}",
+                f"{name} read {len(got)} records from {leader_start}, the log has "
+                f"{len(expected)}; first difference at #{first}: read {_pair(got, first)}, "
+                f"log {_pair(expected, first)}",
             )
     v.figures["consumer_mismatch"] = mismatches
 
@@ -283,15 +289,25 @@ def check(
     return v
 
 
-def _early_read_problem(early: list[tuple[int, bytes | None]], history: History) -> str | None:
-    """What is wrong with records a consumer read below the final log start (they are gone
-    from every log: only the history can judge them): offsets not increasing, a value no
-    writer sent, a value acknowledged at another offset."""
+def _early_read_problem(
+    early: list[tuple[int, bytes | None]],
+    history: History,
+    start: int,
+    at_offset: dict[int, bytes | None],
+) -> str | None:
+    """What is wrong with records a consumer read below the leader's final log start: offsets
+    not increasing; from ``start`` on, not what the logs hold; below it (gone from every log,
+    only the history can judge) a value no writer sent or one acknowledged at another
+    offset."""
     prev = -1
     for o, val in early:
         if o <= prev:
             return f"offset {o} read after {prev}"
         prev = o
+        if o >= start:
+            if o not in at_offset or at_offset[o] != val:
+                return f"read {_show(val)} at offset {o}, which holds {_held(at_offset, o)}"
+            continue
         a = history.by_value(val) if parse_value(val) else None
         if a is None or a.outcome == "fail":
             return f"offset {o} holds {_show(val)}, which no writer sent (or it failed)"

@@ -469,7 +469,8 @@ def format_result(r: RunResult) -> str:
             f"{f.get('log_start_min', 0)}-{f.get('log_start_max', 0)} at the end; "
             f"{f.get('acknowledged_below_log_start', 0)} acknowledged values in no log "
             "(checked in the state machines only)",
-            f"  state:          {f.get('state_pairs', 0)} pairs, applied offset "
+            f"  state:          {f.get('state_pairs', 0)} pairs "
+            f"({f.get('state_indeterminate', 0)} indeterminate writes), applied offset "
             f"{f.get('state_applied_offset', -1)}; lost {f.get('state_lost', 0)}, missing "
             f"committed {f.get('state_missing_committed', 0)}, phantom "
             f"{f.get('state_phantom', 0)}, divergent nodes {f.get('state_divergent_nodes', 0)}; "

@@ -150,6 +150,9 @@ def check_states(
         ref_id = min(readable)
         ref = readable[ref_id]
         v.figures["state_pairs"] = len(ref.pairs)
+        v.figures["state_indeterminate"] = sum(
+            1 for val in ref.pairs.values() if (a := history.by_value(val)) and a.outcome == "info"
+        )
         v.figures["state_applied_offset"] = ref.applied_offset
         for node_id, st in sorted(readable.items()):
             problem = None
