@@ -15,7 +15,7 @@ import os
 import subprocess
 
 import pytest
-from faults.checker import NodeLog, check
+from faults.checker import NodeLog, check, merged_log
 from faults.harness import RunConfig, format_result, run_once
 from faults.history import History
 from faults.scenarios import (
@@ -23,6 +23,7 @@ from faults.scenarios import (
     deposed_leader_acknowledgement,
     isolated_follower_heal_keeps_epoch,
 )
+from faults.state_check import NodeState, SnapshotFile
 
 from raftcore.error_codes import Errors
 
@@ -63,6 +64,27 @@ def test_every_acknowledged_write_survives_a_seeded_nemesis(seed, nodes, partiti
     assert not _namespaces_left()
     assert result.ok, report
     assert result.figures["acknowledged"] > 0, report
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_with_snapshots_every_acknowledged_write_is_in_every_state_machine(tmp_path):
+    """KIP-630 on: the nodes take snapshots every 300 records and move their log start (a
+    follower behind by more than 3 s installs a snapshot); every acknowledged value must still
+    be in every replica's LMDB state, the states and applied offsets equal, every snapshot
+    file sound, and the logs identical from their log starts on."""
+    result = run_once(
+        RunConfig(seed=5, duration_s=15, nodes=3, snapshots=300, base_dir=str(tmp_path))
+    )
+    report = format_result(result)
+    print(report)
+    assert not _namespaces_left()
+    assert result.ok, report
+    f = result.figures
+    assert f["acknowledged"] > 0, report
+    assert f["snapshots_taken"] > 0 and f["log_start_moves"] > 0, report
+    assert f["log_start_min"] > 0 and f["snapshot_files"] > 0, report
+    assert f["state_pairs"] >= f["acknowledged"], report
 
 
 # ---- issue 9, the manual scenario --------------------------------------------------------------
@@ -168,3 +190,86 @@ def test_the_checker_reports_a_log_that_stops_below_the_high_watermark():
     v = check(h, 2, logs, 1, {})
     assert "divergent" in v.violations
     assert "node 2" in v.violations["divergent"][0]
+
+
+# ---- the checker in snapshot mode -----------------------------------------------------------
+
+
+def _started_log(node_id: int, values: list[bytes], start: int) -> NodeLog:
+    """A log whose records below ``start`` are gone (KIP-630)."""
+    full = _log(node_id, values)
+    return NodeLog(
+        node_id,
+        full.end_offset,
+        [b for b in full.batches if b[0] >= start],
+        [r for r in full.records if r[0] >= start],
+        start,
+    )
+
+
+def _state(node_id: int, values: list[bytes], snapshots=()) -> NodeState:
+    return NodeState(node_id, len(values), {v: v for v in values}, list(snapshots))
+
+
+def test_the_checker_reads_below_the_leaders_log_start_in_another_replica():
+    values = [b"a:%08d" % i for i in range(6)]
+    logs = {1: _started_log(1, values, 4), 2: _started_log(2, values, 2)}
+    start, batches, records = merged_log(logs, 1)
+    assert start == 2
+    assert [b[0] for b in batches] == [2, 3, 4, 5]
+    assert [o for o, _ in records] == [2, 3, 4, 5]
+
+
+def test_the_checker_accepts_a_history_whose_prefix_lives_only_in_the_state_machines():
+    h = _history({"a": [("ok", i) for i in range(6)]})
+    values = [b"a:%08d" % i for i in range(6)]
+    snap = SnapshotFile("4-1", 4, "frozen", pairs={v: v for v in values[:4]})
+    logs = {1: _started_log(1, values, 4), 2: _started_log(2, values, 2)}
+    logs[3] = _started_log(3, values, 4)
+    states = {i: _state(i, values, [snap]) for i in (1, 2, 3)}
+    # one consumer read from the leader's log start, one from before it moved (1)
+    consumers = {"c": list(enumerate(values))[4:], "d": list(enumerate(values))[1:]}
+    v = check(h, 6, logs, 1, consumers, states)
+    assert v.ok, v.violations
+    assert v.figures["checked_from"] == 2
+    assert v.figures["acknowledged_below_log_start"] == 2
+    assert v.figures["state_pairs"] == 6
+
+
+def test_the_checker_finds_each_kind_of_state_anomaly():
+    h = _history({"a": [("ok", i) for i in range(6)] + [("fail", -1)]})
+    values = [b"a:%08d" % i for i in range(6)]
+    logs = {i: _started_log(i, values, 4) for i in (1, 2, 3)}
+    good = {v: v for v in values[:4]}
+    states = {
+        # node 1 lost a:1 (only below the log start) and holds a:6, which failed
+        1: NodeState(1, 6, {v: v for v in [*values, b"a:00000006"] if v != values[1]}),
+        # one snapshot damaged, one lacking a:3 acknowledged below its end offset
+        2: _state(
+            2,
+            values,
+            [
+                SnapshotFile("4-1", 4, "frozen", error="bad CRC at byte 70"),
+                SnapshotFile("5-1", 5, "frozen", pairs=good),
+            ],
+        ),
+        # node 3 stopped applying before a:5, committed above the log start
+        3: NodeState(3, 5, {v: v for v in values if v != values[5]}),
+    }
+    v = check(h, 6, logs, 1, {"c": [(0, values[2])]}, states)
+    assert v.figures["state_lost"] == 2  # a:1 on node 1, a:5 on node 3
+    assert v.figures["state_missing_committed"] == 1  # a:5 on node 3
+    assert v.figures["state_phantom"] == 1  # a:6 failed yet applied
+    assert v.figures["state_divergent_nodes"] == 2  # node 3's applied offset, node 1's pairs
+    assert v.figures["corrupt_snapshots"] == 1
+    assert v.figures["snapshot_state_wrong"] == 1
+    assert v.figures["consumer_mismatch"] == 1  # a:2 read at offset 0
+    assert set(v.violations) >= {
+        "state-lost",
+        "state-missing-committed",
+        "state-phantom",
+        "state-divergent",
+        "corrupt-snapshot",
+        "snapshot-state",
+        "consumer-mismatch",
+    }

@@ -4,6 +4,7 @@ Runs N seeded fault runs (seeds S, S+1, ...) against real node processes and pri
 of each; exits 1 at the first run with a violation, after printing its seed, its run directory
 and the command that replays it. Needs root for network namespaces and nftables (partitions);
 without them every node runs on loopback and the partition nemesis is skipped, with the reason.
+``--snapshots N`` runs the nodes with LMDB state machines and KIP-630 snapshots every N records.
 """
 
 from __future__ import annotations
@@ -24,6 +25,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-partitions", action="store_true", help="no partition nemesis")
     p.add_argument("--loopback", action="store_true", help="all nodes on 127.0.0.1 (no namespaces)")
     p.add_argument("--rate", type=float, default=60.0, help="values per second per writer")
+    p.add_argument(
+        "--snapshots",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run the nodes with the LMDB state machine and a snapshot every N records "
+        "(KIP-630), and check every replica's state and snapshots (default: off)",
+    )
     p.add_argument("--keep", action="store_true", help="keep run directories of passed runs")
     p.add_argument("--dir", default=None, help="where run directories go (default: temp)")
     p.add_argument("--keep-going", action="store_true", help="run every seed even after a failure")
@@ -51,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             keep=args.keep,
             pythonpath=args.nodes_from,
             loopback=args.loopback,
+            snapshots=args.snapshots,
         )
         result = run_once(config, log=lambda s: print(s, flush=True))
         print(format_result(result), flush=True)

@@ -13,6 +13,14 @@ stopped) and what two consumers read, all below the converged high watermark:
   offset, epoch, CRC), and reaches it (``divergent``);
 - the consumers read exactly the committed data records (``consumer-mismatch``).
 
+With snapshots on (KIP-630), records below a replica's log start offset are gone from its log.
+The committed log is then the leader's from its log start, preceded by what the replica with
+the lowest log start still holds below it (``merged_log``); the value checks run over it, and
+each replica's batches from its own log start on must be the same as it. An acknowledged value
+below that is looked for in the state machines and snapshots instead (``state_check``). A
+consumer may read from below the final log start (it moved while it read): those records must
+hold what was acknowledged there, in order.
+
 These are Jepsen's queue checks (lost-write, duplicate, inconsistent-offsets, G1a) on one
 partition, plus the replica comparison only a test with the data directories can make.
 """
@@ -27,8 +35,9 @@ from pathlib import Path
 from raftcore.log import SegmentedLog
 
 from .history import History, parse_value
+from .state_check import NodeState, check_states
 
-__all__ = ["NodeLog", "Verdict", "check", "read_node_log"]
+__all__ = ["NodeLog", "Verdict", "check", "merged_log", "read_node_log"]
 
 MAX_DETAILS = 8  # example lines per violation kind
 
@@ -39,6 +48,7 @@ class NodeLog:
     end_offset: int
     batches: list[tuple[int, int, int, int]]  # (base offset, last offset, epoch, crc)
     records: list[tuple[int, bytes | None]]  # (offset, value) of the data records
+    log_start: int = 0  # nothing below it is read (KIP-630: a snapshot holds it)
 
 
 def read_node_log(node_id: int, data_dir: Path) -> NodeLog:
@@ -47,11 +57,29 @@ def read_node_log(node_id: int, data_dir: Path) -> NodeLog:
     records: list[tuple[int, bytes | None]] = []
     with SegmentedLog.open(data_dir / "log") as log:
         end = log.end_offset
+        start = log.log_start_offset
         for b in log.batches():
+            if b.last_offset < start:
+                continue
             batches.append((b.base_offset, b.last_offset, b.partition_leader_epoch, b.crc))
             if not b.is_control:
-                records.extend((r.offset, r.value) for r in b.records())
-    return NodeLog(node_id, end, batches, records)
+                records.extend((r.offset, r.value) for r in b.records() if r.offset >= start)
+    return NodeLog(node_id, end, batches, records, start)
+
+
+def merged_log(
+    logs: dict[int, NodeLog], leader: int
+) -> tuple[int, list[tuple[int, int, int, int]], list[tuple[int, bytes | None]]]:
+    """(start, batches, data records) of the committed log as the replicas still hold it: the
+    leader's log, preceded by what the replica with the lowest log start holds below it."""
+    ref = logs[leader]
+    lowest = min(logs.values(), key=lambda nl: nl.log_start)
+    if lowest.log_start >= ref.log_start:
+        return ref.log_start, ref.batches, ref.records
+    first_base = ref.batches[0][0] if ref.batches else ref.log_start
+    batches = [b for b in lowest.batches if b[0] < first_base] + ref.batches
+    records = [(o, val) for o, val in lowest.records if o < ref.log_start] + ref.records
+    return lowest.log_start, batches, records
 
 
 @dataclass
@@ -73,9 +101,12 @@ def check(
     logs: dict[int, NodeLog],
     leader: int,
     consumers: dict[str, list[tuple[int, bytes | None]] | None],
+    states: dict[int, NodeState] | None = None,
 ) -> Verdict:
+    """``states``: every replica's state machine and snapshots (snapshot mode), else None."""
     v = Verdict()
-    committed = [(o, val) for o, val in logs[leader].records if o < high_watermark]
+    start, merged_batches, merged_records = merged_log(logs, leader)
+    committed = [(o, val) for o, val in merged_records if start <= o < high_watermark]
     at_offset = dict(committed)
     where: dict[bytes | None, list[int]] = defaultdict(list)
     for o, val in committed:
@@ -90,6 +121,9 @@ def check(
         indeterminate=outcomes["info"] + outcomes["pending"],
         committed_records=len(committed),
         high_watermark=high_watermark,
+        checked_from=start,
+        log_start_min=min(nl.log_start for nl in logs.values()),
+        log_start_max=max(nl.log_start for nl in logs.values()),
     )
 
     # -- one value, one place ------------------------------------------------------------------
@@ -107,11 +141,13 @@ def check(
         v.add("phantom", f"offset {o} holds {_show(val)}, which no writer sent")
 
     # -- every acknowledged value where it was acknowledged --------------------------------------
-    lost = misplaced = info_present = failed_present = 0
+    lost = misplaced = info_present = failed_present = below_start = 0
     for a in attempts:
         offs = where.get(a.value, [])
         if a.outcome == "ok":
-            if not offs:
+            if not offs and a.offset < start and states is not None:
+                below_start += 1  # gone from the log: the state checks look for it
+            elif not offs:
                 lost += 1
                 if lost <= MAX_DETAILS:
                     v.add(
@@ -142,6 +178,7 @@ def check(
         misplaced=misplaced,
         failed_but_written=failed_present,
         indeterminate_committed=info_present,
+        acknowledged_below_log_start=below_start,
     )
 
     # -- each writer's order ---------------------------------------------------------------------
@@ -181,9 +218,9 @@ def check(
     v.figures["out_of_order"] = out_of_order
 
     # -- the committed log, replica by replica ----------------------------------------------------
-    reference = [b for b in logs[leader].batches if b[0] < high_watermark]
-    expected_next = reference[0][0] if reference else 0
-    for b in reference:
+    merged = [b for b in merged_batches if b[0] < high_watermark]
+    expected_next = merged[0][0] if merged else start
+    for b in merged:
         if b[0] != expected_next:
             v.add(
                 "gap", f"node {leader}: batch at {b[0]} follows one ending at {expected_next - 1}"
@@ -192,7 +229,9 @@ def check(
         expected_next = b[1] + 1
     divergent = 0
     for node_id, nl in sorted(logs.items()):
-        mine = [b for b in nl.batches if b[0] < high_watermark]
+        # from this replica's own log start on (all of it without snapshots)
+        reference = [b for b in merged if b[0] >= nl.log_start]
+        mine = [b for b in nl.batches if nl.log_start <= b[0] < high_watermark]
         problem = None
         if nl.end_offset < high_watermark:
             problem = f"log ends at {nl.end_offset}, below the high watermark {high_watermark}"
@@ -214,23 +253,67 @@ def check(
     v.figures["divergent_nodes"] = divergent
 
     # -- what consumers read -----------------------------------------------------------------------
+    # From the leader's final log start on a consumer reads every committed record; below it
+    # (the log start moved while it read, and it went on from the new one) what it read must
+    # be what the logs or, where they no longer reach, the history say is there.
+    leader_start = logs[leader].log_start
+    expected = [(o, val) for o, val in committed if o >= leader_start]
     mismatches = 0
-    for name, got in consumers.items():
-        if got is None:
+    for name, read in consumers.items():
+        if read is None:
             continue  # not run (reported by the caller)
-        if got != committed:
+        early = [(o, val) for o, val in read if o < leader_start]
+        wrong = _early_read_problem(early, history, start, at_offset)
+        if wrong:
+            mismatches += 1
+            v.add("consumer-mismatch", f"{name}, below the log start {leader_start}: {wrong}")
+            continue
+        got = read[len(early) :]
+        if got != expected:
             mismatches += 1
             first = next(
-                (i for i, (x, y) in enumerate(zip(got, committed, strict=False)) if x != y),
-                min(len(got), len(committed)),
+                (i for i, (x, y) in enumerate(zip(got, expected, strict=False)) if x != y),
+                min(len(got), len(expected)),
             )
             v.add(
                 "consumer-mismatch",
-                f"{name} read {len(got)} records, the log has {len(committed)}; first "
-                f"difference at #{first}: read {_pair(got, first)}, log {_pair(committed, first)}",
+                f"{name} read {len(got)} records from {leader_start}, the log has "
+                f"{len(expected)}; first difference at #{first}: read {_pair(got, first)}, "
+                f"log {_pair(expected, first)}",
             )
     v.figures["consumer_mismatch"] = mismatches
+
+    if states is not None:
+        applied_floor = committed[-1][0] + 1 if committed else 0
+        check_states(v, history, states, committed, applied_floor)
     return v
+
+
+def _early_read_problem(
+    early: list[tuple[int, bytes | None]],
+    history: History,
+    start: int,
+    at_offset: dict[int, bytes | None],
+) -> str | None:
+    """What is wrong with records a consumer read below the leader's final log start: offsets
+    not increasing; from ``start`` on, not what the logs hold; below it (gone from every log,
+    only the history can judge) a value no writer sent or one acknowledged at another
+    offset."""
+    prev = -1
+    for o, val in early:
+        if o <= prev:
+            return f"offset {o} read after {prev}"
+        prev = o
+        if o >= start:
+            if o not in at_offset or at_offset[o] != val:
+                return f"read {_show(val)} at offset {o}, which holds {_held(at_offset, o)}"
+            continue
+        a = history.by_value(val) if parse_value(val) else None
+        if a is None or a.outcome == "fail":
+            return f"offset {o} holds {_show(val)}, which no writer sent (or it failed)"
+        if a.outcome == "ok" and a.offset != o:
+            return f"offset {o} holds {a.value.decode()}, acknowledged at {a.offset}"
+    return None
 
 
 def _show(value: bytes | None) -> str:

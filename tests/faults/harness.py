@@ -1,6 +1,10 @@
 """One fault run, start to verdict: namespaces (or loopback), node processes, writers, the
 nemesis, the final heal, convergence, consumers, the checks, the figures. Every namespace,
-process and nft table it makes is removed in ``finally`` (and by atexit), also on failure."""
+process and nft table it makes is removed in ``finally`` (and by atexit), also on failure.
+
+``RunConfig.snapshots = N`` runs every node with the LMDB state machine and a snapshot every N
+records (KIP-630, ``nodes.snapshot_node_args``); the checks then read each node's state and
+snapshots too (``state_check``), and the figures count the snapshots the node logs report."""
 
 from __future__ import annotations
 
@@ -20,8 +24,9 @@ from .checker import NodeLog, Verdict, check, read_node_log
 from .history import History
 from .nemesis import FAULT_KINDS, Event, Nemesis
 from .network import make_network
-from .nodes import NodeSet
+from .nodes import NODE_ARGS, NodeSet, snapshot_node_args
 from .probe import Prober, QuorumView, probe_once
+from .state_check import NodeState, read_node_state
 from .writers import CkWriter, RaftcoreWriter, Writer
 
 __all__ = ["EpochMonitor", "RunConfig", "RunResult", "replay_command", "run_once"]
@@ -41,6 +46,7 @@ class RunConfig:
     converge_timeout_s: float = 60.0
     pythonpath: str | None = None  # run the nodes from another raftcore tree
     loopback: bool = False  # no namespaces even where they work (no partitions then)
+    snapshots: int = 0  # > 0: LMDB state machines, a snapshot every this many records
 
 
 @dataclass
@@ -72,6 +78,8 @@ def replay_command(c: RunConfig) -> str:
         cmd += " --no-partitions"
     if c.loopback:
         cmd += " --loopback"
+    if c.snapshots:
+        cmd += f" --snapshots {c.snapshots}"
     if c.pythonpath:
         cmd += f" --nodes-from {c.pythonpath}"
     return cmd
@@ -150,6 +158,8 @@ def consume_confluent(
             "isolation.level": "read_uncommitted",
             "fetch.wait.max.ms": 100,
             "enable.partition.eof": True,
+            # the log start may pass the consumer (snapshots): go on from the new start
+            "auto.offset.reset": "earliest",
             "logger": logger,
         }
     )
@@ -175,11 +185,20 @@ def consume_confluent(
 
 async def consume_raftcore(bootstrap: list[str], hw: int) -> list[tuple[int, bytes | None]]:
     from raftcore.client import Consumer
+    from raftcore.client.consumer import ConsumeError
+    from raftcore.error_codes import Errors
 
     out: list[tuple[int, bytes | None]] = []
     async with Consumer(bootstrap, start="earliest", max_wait_ms=200) as consumer:
         while consumer.position is None or consumer.position < hw:
-            out.extend((r.offset, r.value) for r in await consumer.poll() if r.offset < hw)
+            try:
+                records = await consumer.poll()
+            except ConsumeError as exc:
+                if exc.error_code != Errors.OFFSET_OUT_OF_RANGE:
+                    raise
+                consumer.position = None  # the log start passed it (KIP-630): the new earliest
+                continue
+            out.extend((r.offset, r.value) for r in records if r.offset < hw)
     return out
 
 
@@ -230,8 +249,14 @@ def run_once(config: RunConfig, log=print) -> RunResult:  # type: ignore[no-unty
         say(f"seed {config.seed}, {config.nodes} nodes, {network.describe()}; run dir {run_dir}")
         if config.partitions and not network.partitions:
             say(f"partition nemesis skipped: {network.reason}")
+        node_args = NODE_ARGS + (snapshot_node_args(config.snapshots) if config.snapshots else [])
         nodes = NodeSet(
-            run_dir, network, node_ids, pythonpath=config.pythonpath, start_monotonic=t0
+            run_dir,
+            network,
+            node_ids,
+            node_args=node_args,
+            pythonpath=config.pythonpath,
+            start_monotonic=t0,
         )
         nodes.start_all()
         view = _wait_leader(nodes, 30)
@@ -351,12 +376,24 @@ def run_once(config: RunConfig, log=print) -> RunResult:  # type: ignore[no-unty
             result.notes.append(f"node exit statuses at the final stop: {bad_exit}")
         if converged_view is not None:
             logs: dict[int, NodeLog] = {i: read_node_log(i, nodes.data_dir(i)) for i in node_ids}
+            states: dict[int, NodeState] | None = None
+            if config.snapshots:
+                states = {i: read_node_state(i, nodes.data_dir(i)) for i in node_ids}
             verdict: Verdict = check(
-                history, converged_view.high_watermark, logs, converged_view.leader_id, consumers
+                history,
+                converged_view.high_watermark,
+                logs,
+                converged_view.leader_id,
+                consumers,
+                states,
             )
             result.figures = verdict.figures
             result.violations.update(verdict.violations)
         result.notes.extend(history.notes)
+        if config.snapshots:
+            for i in node_ids:
+                for name, n in nodes.snapshot_counts(i).items():
+                    result.figures[name] = result.figures.get(name, 0) + n
         for i in node_ids:
             problems = nodes.log_problems(i)
             if any(problems.values()):
@@ -423,6 +460,23 @@ def format_result(r: RunResult) -> str:
             f"  replicas:       {f.get('divergent_nodes', 0)} divergent below the high watermark "
             f"{f.get('high_watermark', -1)}; {f.get('committed_records', 0)} committed records; "
             f"consumer mismatches {f.get('consumer_mismatch', 0)}",
+        ]
+    if r.config.snapshots and f:
+        lines += [
+            f"  snapshots:      every {r.config.snapshots} records: {f.get('snapshots_taken', 0)} "
+            f"taken, {f.get('snapshots_installed', 0)} installed from a leader, "
+            f"{f.get('log_start_moves', 0)} log start moves (node logs); log start offsets "
+            f"{f.get('log_start_min', 0)}-{f.get('log_start_max', 0)} at the end; "
+            f"{f.get('acknowledged_below_log_start', 0)} acknowledged values in no log "
+            "(checked in the state machines only)",
+            f"  state:          {f.get('state_pairs', 0)} pairs "
+            f"({f.get('state_indeterminate', 0)} indeterminate writes), applied offset "
+            f"{f.get('state_applied_offset', -1)}; lost {f.get('state_lost', 0)}, missing "
+            f"committed {f.get('state_missing_committed', 0)}, phantom "
+            f"{f.get('state_phantom', 0)}, divergent nodes {f.get('state_divergent_nodes', 0)}; "
+            f"{f.get('snapshot_files', 0)} snapshot files ({f.get('corrupt_snapshots', 0)} "
+            f"corrupt, {f.get('snapshot_state_wrong', 0)} with a wrong state, "
+            f"{f.get('snapshot_files_partial', 0)} partial)",
         ]
     kinds = [k for k in (*FAULT_KINDS, "heal", "restart", "final-heal") if k in r.nemesis_counts]
     lines.append(

@@ -23,10 +23,42 @@ from raftcore.node.local_cluster import new_cluster_id
 
 from .network import Network
 
-__all__ = ["NodeExited", "NodeSet"]
+__all__ = ["NodeExited", "NodeSet", "SNAPSHOT_EVENTS", "snapshot_node_args"]
 
 # Short timeouts keep failovers quick (the values tests/cluster_helpers.FAST uses).
 NODE_ARGS = ["--election-timeout-ms", "500", "--fetch-timeout-ms", "1000"]
+
+# With snapshots on (KIP-630): a leader moves its log start past a replica that stays behind
+# longer than this, which must then install a snapshot.
+SNAPSHOT_LAG_MS = 3000
+# Small segments, so that moving the log start deletes some (a segment goes only once it lies
+# wholly below the log start); 64 KiB is some 700 of the harness's one-record batches.
+SNAPSHOT_SEGMENT_BYTES = 64 << 10
+
+# What a node logs when it takes, installs a snapshot, moves its log start (raftcore.raft's
+# snapshots and fetch_snapshot modules), counted by ``NodeSet.snapshot_counts``.
+SNAPSHOT_EVENTS = {
+    "snapshots_taken": " took snapshot ",
+    "snapshots_installed": " installed snapshot ",
+    "log_start_moves": " log start offset -> ",
+}
+
+
+def snapshot_node_args(min_records: int) -> list[str]:
+    """Node arguments for snapshot mode: the LMDB state machine, a snapshot every
+    ``min_records`` applied records, the lag after which the log start moves anyway."""
+    return [
+        "--state-machine",
+        "lmdb",
+        "--snapshot-min-records",
+        str(min_records),
+        "--max-replication-lag-ms",
+        str(SNAPSHOT_LAG_MS),
+        "--segment-bytes",
+        str(SNAPSHOT_SEGMENT_BYTES),
+    ]
+
+
 # setpriv sets the parent-death signal and execs the node (same pid); no preexec_fn, which is
 # unsafe with the writer threads running.
 _SETPRIV = shutil.which("setpriv")
@@ -248,6 +280,20 @@ class NodeSet:
         except FileNotFoundError:
             return "(no log)"
         return "\n".join("    " + line for line in text.splitlines()[-lines:])
+
+    def snapshot_counts(self, node_id: int) -> dict[str, int]:
+        """How often a node's log says it froze a snapshot, installed one from the leader, or
+        moved its log start (over all its starts)."""
+        counts = dict.fromkeys(SNAPSHOT_EVENTS, 0)
+        try:
+            text = self.log_file(node_id).read_text(errors="replace")
+        except FileNotFoundError:
+            return counts
+        for line in text.splitlines():
+            for name, marker in SNAPSHOT_EVENTS.items():
+                if marker in line:
+                    counts[name] += 1
+        return counts
 
     def log_problems(self, node_id: int) -> dict[str, int]:
         """Counts of lines worth a look in a node's log (tracebacks, errors, warnings)."""

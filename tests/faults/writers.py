@@ -11,6 +11,9 @@ rate and count, and recording every attempt in the shared ``History``.
   the producer's sequence has a gap (the expired batch used its numbers), so the writer opens a
   new session (a new producer id), as Kafka's producer resets its idempotent state.
 
+Each record's key is its value, so an LMDB state machine (``--snapshots``) holds one pair per
+committed value, which the checker reads back.
+
 No writer retries a value itself: a value is attempted once (the clients' own retries are
 theirs).
 """
@@ -139,7 +142,7 @@ class CkWriter(Writer):
                     try:
                         producer.produce(
                             TOPIC,
-                            key=self.writer.encode(),
+                            key=a.value,  # unique: the state machine keeps every value
                             value=a.value,
                             partition=0,
                             on_delivery=callback(a),
@@ -221,7 +224,7 @@ class RaftcoreWriter(Writer):
         from raftcore.error_codes import Errors, error_name
 
         try:
-            first, _ = await producer.send([(self.writer.encode(), a.value)])
+            first, _ = await producer.send([(a.value, a.value)])
             self.history.complete(a, "ok", offset=first)
         except ProduceError as exc:
             self.history.complete(a, "info", error=error_name(exc.error_code) + f" ({exc})")
