@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import raftcore
 from raftcore.cli import main
 from raftcore.log import SegmentedLog
 from raftcore.raft import CommittedBatch
@@ -22,7 +23,6 @@ from raftcore.statemachine import LmdbStateMachine, StoreSnapshotReader
 
 pytestmark = pytest.mark.timeout(120)
 
-ROOT = Path(__file__).resolve().parent.parent
 BATCHES_PER_EPOCH = 10
 PAIRS_PER_BATCH = 50
 RECS = ("--records",)
@@ -224,7 +224,10 @@ def test_dump_piped_into_head_ends_quietly(node_dir):
         [sys.executable, "-m", "raftcore", "snapshot", "dump", str(node_dir), sid.file_name, *RECS],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        # The raftcore these tests import (installed in CI, a checkout here), never the
+        # source tree by way of the working directory: it has no built native modules in CI.
+        env={**os.environ, "PYTHONPATH": str(Path(raftcore.__file__).resolve().parent.parent)},
+        cwd=node_dir,
     )
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.readline()

@@ -18,6 +18,7 @@ import lmdb
 import pytest
 from statemachine_helpers import batches_of, committed
 
+import raftcore
 from raftcore.statemachine import (
     LmdbStateMachine,
     MemorySnapshotReader,
@@ -90,12 +91,15 @@ CHILD = textwrap.dedent(
 
 def spawn(path: Path, mode: str, n: int) -> subprocess.Popen:
     script = CHILD.format(tests=str(ROOT / "tests"), path=str(path))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # The raftcore these tests import (installed in CI, a checkout here); the working
+    # directory is not the source tree, whose native modules are not built in CI.
+    env = {**os.environ, "PYTHONPATH": str(Path(raftcore.__file__).resolve().parent.parent)}
     return subprocess.Popen(
         [sys.executable, "-c", script, mode, str(n)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
+        cwd=path,
     )
 
 
