@@ -256,12 +256,24 @@ def test_damaged_records_with_a_valid_crc_fail_where_the_codec_fails(batches, da
     if first.compression != "none" or size <= 61:
         return
     for _ in range(data.draw(st.integers(1, 4))):
-        at = data.draw(st.integers(61, size - 1))
+        # Attributes to the end: the header fields the CRC covers, and the records.
+        at = data.draw(st.sampled_from([ATTRIBUTES_AT, 23, 57, 60]) | st.integers(61, size - 1))
         log[at] = data.draw(st.integers(0, 255))
     log[:size] = recrc(log[:size])
     assert columnar_outcome(bytes(log), include_control=True) == codec_outcome(
         bytes(log), include_control=True
     )
+
+
+def test_bytes_after_the_last_counted_record_are_corrupt():
+    """RecordsCount is authoritative: a batch claiming one record fewer than it holds is
+    corrupt, not silently short of a record."""
+    data = bytearray(encode_batch([(b"a", b"1"), (b"b", b"2")], timestamp_ms=T))
+    struct.pack_into(">i", data, 57, 1)
+    data = recrc(data)
+    with pytest.raises(CorruptRecordError, match="bytes follow the last record"):
+        to_arrow(data)
+    assert codec_outcome(data)[0] == "corrupt"
 
 
 @SETTINGS
