@@ -48,6 +48,7 @@ extensions = [
     ext("epoch_cache"),
     ext("validation", CRC),
     ext("kv_records", CRC),
+    ext("columnar", CRC),
 ]
 
 directives = {

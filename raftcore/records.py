@@ -1,6 +1,7 @@
 """Kafka record batch v2: encode records into batches, walk and validate batches, iterate
 records. The byte work is native (``raftcore._native.records``); this module is its public face
-and adds control records.
+and adds control records. ``to_arrow`` / ``iter_arrow`` (from :mod:`raftcore.columnar`) decode
+batches straight into ``pyarrow.RecordBatch`` objects.
 
 >>> data = encode_batch([(b"k", b"v"), (None, b"w", [("h", b"x")])], base_offset=5, leader_epoch=2)
 >>> [(r.offset, r.key, r.value) for b in iter_batches(data) for r in b.records()]
@@ -31,6 +32,7 @@ from raftcore._native.records import (
     set_max_decompressed_size,
     span_batches,
 )
+from raftcore.columnar import arrow_schema, iter_arrow, to_arrow
 from raftcore.errors import CorruptRecordError, UnsupportedCompressionError
 
 __all__ = [
@@ -45,6 +47,7 @@ __all__ = [
     "Record",
     "RecordBatch",
     "UnsupportedCompressionError",
+    "arrow_schema",
     "check_batch_crcs",
     "control_record_key",
     "decode_kv_pairs",
@@ -53,12 +56,14 @@ __all__ = [
     "encode_control_batch",
     "find_batch",
     "get_max_decompressed_size",
+    "iter_arrow",
     "iter_batches",
     "parse_control_record_key",
     "restamp_batches",
     "scan_batches",
     "set_max_decompressed_size",
     "span_batches",
+    "to_arrow",
 ]
 
 

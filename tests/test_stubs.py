@@ -11,6 +11,7 @@ MODULES = [
     "raftcore._native.epoch_cache",
     "raftcore._native.validation",
     "raftcore._native.kv_records",
+    "raftcore._native.columnar",
 ]
 
 
