@@ -14,7 +14,15 @@ from pathlib import Path
 
 import pytest
 
-NATIVE_MODULES = ("crc32c", "records", "segment", "epoch_cache", "validation", "kv_records")
+NATIVE_MODULES = (
+    "crc32c",
+    "records",
+    "segment",
+    "epoch_cache",
+    "validation",
+    "kv_records",
+    "columnar",
+)
 SOURCE_ROOT = Path(__file__).resolve().parent.parent
 
 
