@@ -227,6 +227,16 @@ def test_a_stopped_nodes_files_read_as_the_cluster_did(spark, cluster, tmp_path)
     )
     assert df.rdd.getNumPartitions() > 1
     assert _rows(df) == [(o, key(n), b"v" * 20) for n, o in enumerate(offsets)]
+    stamps = [tuple(r) for r in df.select("offset", "timestamp").orderBy("offset").collect()]
+    t = stamps[len(stamps) * 3 // 4][1]
+    spark.conf.set(PUSHDOWN, "true")
+    try:  # a timestamp lower bound plans from the first batch that reaches it
+        late = spark.read.format("raftcore").option("endOffset", hw).load(directory)
+        assert [r[0] for r in _rows(late.where(f"timestamp >= {t}"))] == [
+            o for o, ts in stamps if ts >= t
+        ]
+    finally:
+        spark.conf.set(PUSHDOWN, "false")
     # Without endOffset only what the files prove committed is read: up to the newest
     # snapshot's end offset (an empty stand-in here; the source reads only its name).
     log_copy = tmp_path / "log"

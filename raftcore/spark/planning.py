@@ -2,9 +2,9 @@
 pushed-down filters (Spark 4.1+) put on them.
 
 Offset filters narrow the ranges exactly. Timestamp filters are applied row by row in ``read()``
-(a record's timestamp is its producer's CreateTime, not monotonic in the offset); a lower bound
-also moves the start to the first committed record at or after it, which is what Kafka's
-ListOffsets by timestamp answers -- every record before that offset is older.
+(a record's timestamp is its producer's CreateTime, not monotonic in the offset); in the
+directory mode a lower bound also moves the start to the first batch whose max timestamp
+reaches it (every batch before is older).
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """The bootstrap mode: a running cluster, over the network, with raftcore's consumer.
 
-The driver asks the leader for the log start and the high watermark (ListOffsets -2 and -1),
-and for the first offset at a timestamp when a filter gives one. Each executor task opens its
-own connections and fetches its range with the consumer protocol; a raftcore node serves
-consumers from the leader only, committed records only (up to the high watermark it reports),
-and the consumer follows a leader change as KIP-951 says.
+The driver asks the leader for the log start and the high watermark (ListOffsets -2 and -1).
+Each executor task opens its own connections and fetches its range with the consumer
+protocol. A raftcore node serves consumers from the leader only, and committed records only
+(up to the high watermark it reports); the consumer follows a leader change as KIP-951 says.
 """
 
 from __future__ import annotations
@@ -50,27 +49,25 @@ async def _list_offset(consumer: Consumer, timestamp: int, deadline: float) -> i
             await asyncio.sleep(consumer.cluster.backoff_s(attempt))
 
 
-async def _committed_range(opts: ReadOptions, ts_lo: int | None) -> tuple[int, int, int | None]:
+async def _committed_range(opts: ReadOptions) -> tuple[int, int]:
     deadline = time.monotonic() + opts.request_timeout_ms / 1000
     consumer = _consumer(opts)
     try:
         await consumer.cluster.start(opts.request_timeout_ms / 1000)
         start = await _list_offset(consumer, EARLIEST, deadline)
-        hw = await _list_offset(consumer, LATEST, deadline)
-        at_ts = None
-        if ts_lo is not None and ts_lo >= 0:
-            found = await _list_offset(consumer, ts_lo, deadline)
-            at_ts = hw if found < 0 else found
-        return start, hw, at_ts
+        return start, await _list_offset(consumer, LATEST, deadline)
     finally:
         await consumer.close()
 
 
-def committed_range(opts: ReadOptions, ts_lo: int | None = None) -> tuple[int, int, int | None]:
-    """``(log start, high watermark, first offset at or after ts_lo)`` as the leader reports
-    them (the last is None without ``ts_lo``)."""
+def committed_range(opts: ReadOptions) -> tuple[int, int]:
+    """``(log start, high watermark)`` as the leader reports them.
+
+    No ListOffsets by timestamp here: a raftcore leader answers it by walking its log batch
+    by batch in Python on its event loop, which on a long log would stall the leader's
+    heartbeats; timestamp filters are applied on the executors instead."""
     try:
-        return asyncio.run(_committed_range(opts, ts_lo))
+        return asyncio.run(_committed_range(opts))
     except (NoLeaderError, ConnectionClosed, OSError, asyncio.TimeoutError) as exc:
         raise SparkSourceError(
             f"raftcore cluster at {','.join(opts.bootstrap_strings)}: no answer with the "

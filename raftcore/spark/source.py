@@ -127,9 +127,7 @@ class RaftcoreReader(DataSourceReader):
         else:
             from raftcore.spark.remote import committed_range
 
-            start, end, at_ts = committed_range(opts, ts_lo)
-            if at_ts is not None:
-                bounds = bounds.narrow(offset_lo=at_ts)
+            start, end = committed_range(opts)  # timestamps: per row, on the executors
         return list(plan_ranges(start, end, opts.partition_records, bounds))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
