@@ -24,7 +24,7 @@ from raftcore.client.connection import ConnectionClosed
 from raftcore.error_codes import Errors, error_name
 from raftcore.errors import RaftcoreError
 from raftcore.protocol.api import ApiKey, request_spec
-from raftcore.records import Record, iter_batches
+from raftcore.records import Record, iter_batches, scan_batches
 
 __all__ = ["ConsumeError", "Consumer"]
 
@@ -118,19 +118,35 @@ class Consumer:
     async def poll(self) -> list[Record]:
         """The next records (possibly none, after ``max_wait_ms``). Leader changes and lost
         connections are retried; OFFSET_OUT_OF_RANGE and other errors raise ConsumeError."""
+        position, data = await self._poll_data()
+        return self._decode(data, position)
+
+    async def poll_raw(self) -> tuple[int, Any]:
+        """Like :meth:`poll`, undecoded: ``(position, data)``, where ``data`` holds whole record
+        batches (control batches included, CRCs not checked yet) below the high watermark, the
+        first of which may start before ``position``. The position moves past the last one."""
+        position, data = await self._poll_data()
+        if data:
+            scan = scan_batches(data, check_crc=False)
+            if scan.count:
+                self.position = int(scan.last_offsets[scan.count - 1]) + 1
+        return position, data
+
+    async def _poll_data(self) -> tuple[int, Any]:
         while True:
             try:
                 if self.position is None:
                     self.position = await self.list_offset(
                         EARLIEST if self.start_at == "earliest" else LATEST
                     )
-                records, outcome = await self._fetch_once()
+                position = self.position
+                data, outcome = await self._fetch_once()
             except (NoLeaderError, ConnectionClosed, OSError, asyncio.TimeoutError) as exc:
                 logger.debug("fetch failed: %s", exc)
-                outcome, records = "retry", []
+                outcome, data = "retry", None
             if outcome == "ok":
                 self._attempt = 0
-                return records
+                return position, data
             if outcome == "moved":
                 self.immediate_retries += 1
                 continue
@@ -164,7 +180,7 @@ class Consumer:
             raise ConnectionClosed(f"ListOffsets: {error_name(part.error_code)}")
         return part.offset
 
-    async def _fetch_once(self) -> tuple[list[Record], str]:
+    async def _fetch_once(self) -> tuple[Any, str]:
         conn, leader = await self.cluster.leader_connection()
         topic_id = self.cluster.topic_id
         if topic_id is None:
@@ -217,13 +233,12 @@ class Consumer:
                     hint.leader_id, hint.leader_epoch, getattr(resp, "node_endpoints", None)
                 )
             ):
-                return [], "moved"
-            return [], "retry"
+                return None, "moved"
+            return None, "retry"
         if error != Errors.NONE:
             raise ConsumeError(error, f"fetch at offset {position}: {error_name(error)}")
         self.high_watermark = part.high_watermark
-        records = self._decode(part.records, position)
-        return records, "ok"
+        return part.records, "ok"
 
     def _decode(self, data: Any, position: int) -> list[Record]:
         out: list[Record] = []

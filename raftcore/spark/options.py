@@ -1,0 +1,121 @@
+"""The options of ``spark.read.format("raftcore")``, parsed and checked once, on the driver,
+into one picklable value that travels to the executors with each reader."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from raftcore.node.config import Endpoint, parse_endpoint
+
+__all__ = ["DEFAULT_PARTITION_RECORDS", "OPTIONS", "ReadOptions", "SparkSourceError"]
+
+DEFAULT_PARTITION_RECORDS = 1_000_000
+
+# Spark hands options over lower-cased (a case-insensitive dict); the documented spelling.
+OPTIONS = {
+    "bootstrap": "host:port[,host:port...] of a running cluster (or a path: .load(DIR))",
+    "path": "a node's data directory (or its log/ directory), read from its files",
+    "topic": "the cluster's topic (default 'raftcore')",
+    "partitionRecords": "offsets per Spark partition (default 1,000,000)",
+    "includeControl": "'true' to keep control records (LeaderChange...), default 'false'",
+    "startOffset": "first offset to read (default: the log start)",
+    "endOffset": "read below this offset; with a data directory: the committed offset",
+    "fetchMaxBytes": "bytes per fetch from the cluster (default 8 MiB)",
+    "requestTimeoutMs": "per request, and how long read() waits without progress (30000)",
+    "maxRecordsPerBatch": "rows per Arrow batch yielded to Spark (default 65536)",
+}
+_KNOWN = {name.lower(): name for name in OPTIONS}
+
+
+class SparkSourceError(ValueError):
+    """A bad option, a directory that is not a raftcore data directory, or a range that can no
+    longer be read; the message names the option, path or offsets."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    bootstrap: tuple[Endpoint, ...] = ()
+    path: str | None = None
+    topic: str = "raftcore"
+    partition_records: int = DEFAULT_PARTITION_RECORDS
+    include_control: bool = False
+    start_offset: int | None = None
+    end_offset: int | None = None
+    fetch_max_bytes: int = 8 << 20
+    request_timeout_ms: int = 30_000
+    max_records_per_batch: int = 65536
+
+    @property
+    def bootstrap_strings(self) -> list[str]:
+        return [
+            f"[{e.host}]:{e.port}" if ":" in e.host else f"{e.host}:{e.port}"
+            for e in self.bootstrap
+        ]
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> ReadOptions:
+        given = {str(k).lower(): str(v) for k, v in options.items()}
+        unknown = sorted(set(given) - set(_KNOWN))
+        if unknown:
+            known = ", ".join(OPTIONS)
+            raise SparkSourceError(f"unknown option(s) {unknown} for raftcore; known: {known}")
+        bootstrap = tuple(_endpoints(given["bootstrap"])) if "bootstrap" in given else ()
+        path = given.get("path") or None
+        if bool(bootstrap) == bool(path):
+            raise SparkSourceError(
+                "give either .option('bootstrap', 'host:port,...') for a running cluster or "
+                ".load(DIR) for a node's data directory"
+                + (" -- not both" if bootstrap and path else "")
+            )
+        start = _opt_int(given, "startoffset", minimum=0)
+        end = _opt_int(given, "endoffset", minimum=0)
+        if start is not None and end is not None and end < start:
+            raise SparkSourceError(f"endOffset {end} is below startOffset {start}")
+        return cls(
+            bootstrap=bootstrap,
+            path=path,
+            topic=given.get("topic", "raftcore"),
+            partition_records=_int(given, "partitionrecords", DEFAULT_PARTITION_RECORDS, 1),
+            include_control=_bool(given, "includecontrol"),
+            start_offset=start,
+            end_offset=end,
+            fetch_max_bytes=_int(given, "fetchmaxbytes", 8 << 20, minimum=1024),
+            request_timeout_ms=_int(given, "requesttimeoutms", 30_000, minimum=1),
+            max_records_per_batch=_int(given, "maxrecordsperbatch", 65536, minimum=1),
+        )
+
+
+def _endpoints(text: str) -> list[Endpoint]:
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise SparkSourceError("option bootstrap is empty; expected host:port[,host:port...]")
+    try:
+        return [parse_endpoint(item) for item in items]
+    except ValueError as exc:
+        raise SparkSourceError(f"option bootstrap={text!r}: {exc}") from None
+
+
+def _int(given: dict[str, str], key: str, default: int, minimum: int) -> int:
+    value = _opt_int(given, key, minimum)
+    return default if value is None else value
+
+
+def _opt_int(given: dict[str, str], key: str, minimum: int) -> int | None:
+    if key not in given:
+        return None
+    text = given[key].replace("_", "").replace(",", "")
+    try:
+        value = int(text)
+    except ValueError:
+        raise SparkSourceError(f"option {_KNOWN[key]}={given[key]!r} is not an integer") from None
+    if value < minimum:
+        raise SparkSourceError(f"option {_KNOWN[key]}={value} must be at least {minimum}")
+    return value
+
+
+def _bool(given: dict[str, str], key: str) -> bool:
+    text = given.get(key, "false").strip().lower()
+    if text not in ("true", "false"):
+        raise SparkSourceError(f"option {_KNOWN[key]}={given[key]!r} must be true or false")
+    return text == "true"

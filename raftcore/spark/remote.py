@@ -1,0 +1,112 @@
+"""The bootstrap mode: a running cluster, over the network, with raftcore's consumer.
+
+The driver asks the leader for the log start and the high watermark (ListOffsets -2 and -1).
+Each executor task opens its own connections and fetches its range with the consumer
+protocol. A raftcore node serves consumers from the leader only, and committed records only
+(up to the high watermark it reports); the consumer follows a leader change as KIP-951 says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from raftcore.client import Consumer
+from raftcore.client.cluster import NoLeaderError
+from raftcore.client.connection import ConnectionClosed
+from raftcore.client.consumer import EARLIEST, LATEST, ConsumeError
+from raftcore.error_codes import Errors
+from raftcore.spark.options import ReadOptions, SparkSourceError
+
+__all__ = ["committed_range", "fetch_range"]
+
+
+def _consumer(opts: ReadOptions, start: int | str = "earliest", max_wait_ms: int = 100) -> Consumer:
+    return Consumer(
+        opts.bootstrap_strings,
+        topic=opts.topic,
+        start=start,
+        max_wait_ms=max_wait_ms,
+        max_bytes=opts.fetch_max_bytes,
+        request_timeout_ms=opts.request_timeout_ms,
+        client_id="raftcore-spark",
+    )
+
+
+async def _list_offset(consumer: Consumer, timestamp: int, deadline: float) -> int:
+    """ListOffsets at the leader, retried (with a metadata refresh) until ``deadline``."""
+    attempt = 0
+    while True:
+        try:
+            return await consumer.list_offset(timestamp)
+        except (NoLeaderError, ConnectionClosed, OSError, asyncio.TimeoutError):
+            attempt += 1
+            if time.monotonic() >= deadline:
+                raise
+            await consumer.cluster.refresh_metadata()
+            await asyncio.sleep(consumer.cluster.backoff_s(attempt))
+
+
+async def _committed_range(opts: ReadOptions) -> tuple[int, int]:
+    deadline = time.monotonic() + opts.request_timeout_ms / 1000
+    consumer = _consumer(opts)
+    try:
+        await consumer.cluster.start(opts.request_timeout_ms / 1000)
+        start = await _list_offset(consumer, EARLIEST, deadline)
+        return start, await _list_offset(consumer, LATEST, deadline)
+    finally:
+        await consumer.close()
+
+
+def committed_range(opts: ReadOptions) -> tuple[int, int]:
+    """``(log start, high watermark)`` as the leader reports them.
+
+    No ListOffsets by timestamp here: a raftcore leader answers it by walking its log batch
+    by batch in Python on its event loop, which on a long log would stall the leader's
+    heartbeats; timestamp filters are applied on the executors instead."""
+    try:
+        return asyncio.run(_committed_range(opts))
+    except (NoLeaderError, ConnectionClosed, OSError, asyncio.TimeoutError) as exc:
+        raise SparkSourceError(
+            f"raftcore cluster at {','.join(opts.bootstrap_strings)}: no answer with the "
+            f"committed range within {opts.request_timeout_ms} ms ({exc})"
+        ) from exc
+
+
+def fetch_range(opts: ReadOptions, start: int, end: int) -> Iterator[Any]:
+    """Buffers of whole record batches that cover the committed offsets ``[start, end)`` (the
+    first may begin before ``start``, the last may end after ``end``; control batches
+    included). Runs its own event loop, so it works in any executor thread."""
+    if end <= start:
+        return
+    loop = asyncio.new_event_loop()
+    consumer = _consumer(opts, start)
+    timeout_s = opts.request_timeout_ms / 1000
+    try:
+        loop.run_until_complete(consumer.cluster.start(timeout_s))
+        progress_at = time.monotonic()
+        while consumer.position is not None and consumer.position < end:
+            try:
+                position, data = loop.run_until_complete(consumer.poll_raw())
+            except ConsumeError as exc:
+                if exc.error_code == Errors.OFFSET_OUT_OF_RANGE:
+                    raise SparkSourceError(
+                        f"offsets {consumer.position}..{end - 1} are no longer in the log of "
+                        f"{','.join(opts.bootstrap_strings)} (its log start moved past them "
+                        "after the read was planned: a snapshot or DeleteRecords)"
+                    ) from exc
+                raise
+            if data:
+                progress_at = time.monotonic()
+                yield data
+            elif time.monotonic() - progress_at > timeout_s:
+                raise SparkSourceError(
+                    f"no records from offset {position} (reading {start}..{end - 1}) for "
+                    f"{timeout_s:g} s; the cluster's high watermark is "
+                    f"{consumer.high_watermark}"
+                )
+    finally:
+        loop.run_until_complete(consumer.close())
+        loop.close()

@@ -1,0 +1,170 @@
+"""``spark.read.format("raftcore")``: committed records of a raftcore log as a DataFrame, with
+PySpark 4's Python Data Source API.
+
+    raftcore.spark.register(spark)
+    df = spark.read.format("raftcore").option("bootstrap", "host:9091").load()   # a cluster
+    df = spark.read.format("raftcore").option("endOffset", hw).load("/data/node-1")  # files
+
+Planning (``partitions()``) runs on the driver: the committed range (the leader's log start and
+high watermark, or the files'), narrowed by pushed-down filters, cut into ranges of
+``partitionRecords`` offsets. ``read()`` runs on the executors: it opens its own connection
+(or the files), decodes with :func:`raftcore.records.iter_arrow` and yields Arrow batches,
+trimmed to its range. Readers hold options and numbers only, so they pickle.
+
+Filter pushdown (Spark 4.1+) needs ``spark.sql.python.filterPushdown.enabled=true``. Spark then
+plans in a worker that calls ``pushFilters``; with it off, Spark refuses any reader that
+overrides ``pushFilters`` (DATA_SOURCE_PUSHDOWN_DISABLED). So :meth:`RaftcoreDataSource.reader`
+hands out the pushdown reader only when Spark's pushdown worker is the caller, and the plain
+one otherwise: planning works with the setting on or off.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from raftcore.spark.options import ReadOptions, SparkSourceError
+from raftcore.spark.planning import NO_BOUNDS, Bounds, OffsetRange, plan_ranges, push_filters, trim
+
+if TYPE_CHECKING:
+    from pyspark.sql.datasource import Filter  # PySpark 4.1+
+
+__all__ = ["SCHEMA", "RaftcoreDataSource", "RaftcoreReader", "register"]
+
+# raftcore.columnar.arrow_schema() as Spark types (Arrow's types are Spark's defaults for these).
+SCHEMA = StructType(
+    [
+        StructField("offset", LongType(), False),
+        StructField("leader_epoch", IntegerType(), False),
+        StructField("timestamp", LongType(), False),
+        StructField("key", BinaryType(), True),
+        StructField("value", BinaryType(), True),
+        StructField(
+            "headers",
+            ArrayType(
+                StructType(
+                    [
+                        StructField("key", StringType(), False),
+                        StructField("value", BinaryType(), True),
+                    ]
+                ),
+                containsNull=False,
+            ),
+            False,
+        ),
+        StructField("batch_base_offset", LongType(), False),
+    ]
+)
+
+_PUSHDOWN_WORKER = "data_source_pushdown_filters.py"  # pyspark.sql.worker's module (4.1+)
+
+
+def _called_by_pushdown_worker() -> bool:
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(_PUSHDOWN_WORKER):
+            return True
+        frame = frame.f_back
+    return False
+
+
+class RaftcoreDataSource(DataSource):
+    """Committed records of a raftcore log: ``.option("bootstrap", "host:port,...")`` reads a
+    running cluster, ``.load(DIR)`` a node's data directory. Options: see docs/spark.md."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "raftcore"
+
+    def schema(self) -> StructType:
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        if schema != SCHEMA:
+            raise SparkSourceError(
+                f"the raftcore source has a fixed schema ({SCHEMA.simpleString()}); "
+                f"got {schema.simpleString()}: select columns after load() instead"
+            )
+        opts = ReadOptions.parse(self.options)
+        if _called_by_pushdown_worker():
+            return RaftcorePushdownReader(opts)
+        return RaftcoreReader(opts)
+
+
+class RaftcoreReader(DataSourceReader):
+    def __init__(self, opts: ReadOptions, bounds: Bounds = NO_BOUNDS) -> None:
+        self.opts = opts
+        self.bounds = bounds
+
+    def partitions(self) -> list[InputPartition]:
+        opts = self.opts
+        bounds = self.bounds.narrow(
+            offset_lo=opts.start_offset or 0,
+            **({} if opts.end_offset is None else {"offset_hi": opts.end_offset}),
+        )
+        ts_lo = bounds.ts_lo if bounds.has_timestamp and bounds.ts_lo >= 0 else None
+        if opts.path is not None:
+            from raftcore.spark.files import LogFiles
+
+            files = LogFiles.open(opts.path)
+            start, end = files.log_start(), files.committed_end(opts.end_offset)
+            if ts_lo is not None:
+                lo = max(start, bounds.offset_lo)
+                bounds = bounds.narrow(offset_lo=files.first_offset_at(ts_lo, lo, end))
+        else:
+            from raftcore.spark.remote import committed_range
+
+            start, end = committed_range(opts)  # timestamps: per row, on the executors
+        return list(plan_ranges(start, end, opts.partition_records, bounds))
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        from raftcore.columnar import iter_arrow
+
+        assert isinstance(partition, OffsetRange)
+        opts = self.opts
+        if opts.path is not None:
+            from raftcore.spark.files import LogFiles
+
+            buffers: Iterable[Any] = LogFiles.open(opts.path).read_range(
+                partition.start, partition.end
+            )
+        else:
+            from raftcore.spark.remote import fetch_range
+
+            buffers = fetch_range(opts, partition.start, partition.end)
+        for data in buffers:
+            yield from trim(
+                iter_arrow(
+                    data,
+                    max_records=opts.max_records_per_batch,
+                    include_control=opts.include_control,
+                ),
+                partition,
+            )
+
+
+class RaftcorePushdownReader(RaftcoreReader):
+    """The reader Spark's pushdown worker gets: offset and timestamp comparisons narrow the
+    planned ranges (and timestamps are checked per row in ``read()``)."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        self.bounds, rest = push_filters(filters, self.bounds)
+        return rest
+
+
+def register(spark: Any) -> None:
+    """Register the source with ``spark`` as ``raftcore``."""
+    spark.dataSource.register(RaftcoreDataSource)

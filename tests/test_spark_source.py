@@ -1,0 +1,253 @@
+"""spark.read.format("raftcore"): the batch source against a three-node cluster on loopback (node
+processes, reachable from Spark's Python workers over TCP) and against a stopped node's files.
+
+One Spark session (local[2], UI off) serves the module; skipped when pyspark or Java is missing."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyarrow", reason="the Spark source yields Arrow batches: pip install pyarrow")
+datasource = pytest.importorskip(
+    "pyspark.sql.datasource", reason="needs pyspark>=4.1: pip install 'raftcore[spark]'"
+)
+
+
+def _java_problem() -> str | None:
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    if not java or not os.path.exists(java):
+        return "Spark needs Java 17+: no java on PATH and no JAVA_HOME"
+    try:
+        out = subprocess.run(
+            [java, "-version"], check=False, capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"Spark needs Java 17+: {java} -version failed ({exc})"
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
+    major = int(m.group(2) if m and m.group(1) == "1" else m.group(1)) if m else 0
+    return None if major >= 17 else f"Spark needs Java 17+: {java} is version {major or '?'}"
+
+
+if (_problem := _java_problem()) is not None:
+    pytest.skip(_problem, allow_module_level=True)
+if not hasattr(datasource.DataSourceReader, "pushFilters"):
+    pytest.skip("needs pyspark>=4.1 (filter pushdown)", allow_module_level=True)
+
+from pyspark.sql.datasource import (  # noqa: E402
+    EqualTo,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    LessThan,
+    StringStartsWith,
+)
+
+from raftcore.node.local_cluster import LocalCluster  # noqa: E402
+from raftcore.spark import ReadOptions, SparkSourceError, register  # noqa: E402
+from raftcore.spark.planning import NO_BOUNDS, plan_ranges, push_filters  # noqa: E402
+from tests.cluster_helpers import FAST, key, produce, quorum, run, wait_caught_up  # noqa: E402
+
+pytestmark = pytest.mark.spark
+
+RECORDS = 1000
+PART = 150  # offsets per Spark partition: several partitions
+PUSHDOWN = "spark.sql.python.filterPushdown.enabled"
+
+
+# ---- planning and options, no Spark session ----------------------------------------------------
+
+
+def test_ranges_cover_the_committed_range_in_pieces_of_the_partition_size() -> None:
+    ranges = plan_ranges(10, 45, 10)
+    assert [(r.start, r.end) for r in ranges] == [(10, 20), (20, 30), (30, 40), (40, 45)]
+    assert [(r.start, r.end) for r in plan_ranges(7, 7, 10)] == [(7, 7)]
+
+
+def test_offset_comparisons_narrow_the_plan_and_others_go_back_to_spark() -> None:
+    gt, lt, other = (
+        GreaterThan(("offset",), 24),
+        LessThan(("offset",), 31),
+        StringStartsWith(("key",), "a"),
+    )
+    inside = In(("offset",), (3, 40))
+    bounds, rest = push_filters([gt, lt, other, inside], NO_BOUNDS)
+    assert rest == [other, inside]  # IN narrows the range only: Spark still checks it
+    assert [(r.start, r.end) for r in plan_ranges(0, 100, 5, bounds)] == [(25, 30), (30, 31)]
+    bounds, rest = push_filters(
+        [GreaterThanOrEqual(("timestamp",), 5), EqualTo(("offset",), 9)], NO_BOUNDS
+    )
+    assert rest == [] and (bounds.ts_lo, bounds.offset_lo, bounds.offset_hi) == (5, 9, 10)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"bootstrap": "nohost"}, "expected host:port"),
+        ({"bootstrap": "h:1", "path": "/x"}, "not both"),
+        ({}, "give either"),
+        ({"bootstrap": "h:1", "partitionrecords": "0"}, "partitionRecords=0 must be at least 1"),
+        ({"bootstrap": "h:1", "colour": "red"}, "unknown option(s) ['colour']"),
+        ({"bootstrap": "h:1", "includecontrol": "yes"}, "must be true or false"),
+    ],
+)
+def test_bad_options_are_refused_with_the_option_named(options: dict, message: str) -> None:
+    with pytest.raises(SparkSourceError) as info:
+        ReadOptions.parse(options)
+    assert message in str(info.value)
+
+
+# ---- against a cluster ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def spark():  # type: ignore[no-untyped-def]
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    root = str(Path(__file__).resolve().parent.parent)  # raftcore for the Python workers
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("raftcore-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.driver.memory", "512m")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):  # type: ignore[no-untyped-def]
+    with LocalCluster(tmp_path_factory.mktemp("spark-cluster"), 3, node_args=FAST) as c:
+        c.start()
+        offsets = run(produce(c.bootstrap, 0, RECORDS))
+        hw = run(wait_caught_up(c, c.node_ids))
+        yield c, offsets, hw
+
+
+def _read(spark, bootstrap: list[str], **options: object):  # type: ignore[no-untyped-def]
+    reader = spark.read.format("raftcore").option("bootstrap", ",".join(bootstrap))
+    for name, value in options.items():
+        reader = reader.option(name, str(value))
+    return reader.load()
+
+
+def _rows(df) -> list[tuple]:  # type: ignore[no-untyped-def]
+    return [tuple(r) for r in df.select("offset", "key", "value").orderBy("offset").collect()]
+
+
+def test_a_cluster_reads_as_what_it_committed_in_several_partitions(spark, cluster) -> None:  # type: ignore[no-untyped-def]
+    c, offsets, hw = cluster
+    df = _read(spark, c.bootstrap, partitionRecords=PART)
+    assert df.schema.fieldNames() == [
+        "offset",
+        "leader_epoch",
+        "timestamp",
+        "key",
+        "value",
+        "headers",
+        "batch_base_offset",
+    ]
+    assert df.rdd.getNumPartitions() == -(-hw // PART) > 1
+    expected = [(o, key(n), b"v" * 20) for n, o in enumerate(offsets)]
+    assert _rows(df) == expected  # the LeaderChange control records are left out
+
+
+def test_control_records_are_there_when_asked(spark, cluster) -> None:  # type: ignore[no-untyped-def]
+    c, offsets, hw = cluster
+    rows = _rows(_read(spark, c.bootstrap, partitionRecords=PART, includeControl="true"))
+    assert [r[0] for r in rows] == list(range(hw))  # every offset, control records included
+    data = set(offsets)
+    control = [r for r in rows if r[0] not in data]
+    assert control and all(len(r[1]) == 4 for r in control)  # 4-byte control keys
+
+
+@pytest.mark.parametrize("pushdown", ["true", "false"])
+def test_offset_and_timestamp_filters(spark, cluster, pushdown: str) -> None:  # type: ignore[no-untyped-def]
+    c, offsets, hw = cluster
+    spark.conf.set(PUSHDOWN, pushdown)
+    # A fresh DataFrame per query: with pushdown on, Spark 4.3 reuses the partitions planned
+    # for a filtered query on the DataFrame it was derived from (docs/spark.md).
+    try:
+        x = offsets[700]
+        df = _read(spark, c.bootstrap, partitionRecords=PART).where(f"offset >= {x}")
+        planned = df.rdd.getNumPartitions()
+        assert planned == (-(-(hw - x) // PART) if pushdown == "true" else -(-hw // PART))
+        assert [r[0] for r in _rows(df)] == [o for o in offsets if o >= x]
+        everything = (
+            _read(spark, c.bootstrap, partitionRecords=PART)
+            .select("offset", "timestamp")
+            .orderBy("offset")
+            .collect()
+        )
+        assert len(everything) == len(offsets)
+        t = everything[len(everything) // 2][1]
+        by_time = _read(spark, c.bootstrap, partitionRecords=PART).where(
+            f"timestamp >= {t} AND offset < {offsets[-10]}"
+        )
+        assert [r[0] for r in _rows(by_time)] == [
+            o for o, ts in everything if ts >= t and o < offsets[-10]
+        ]
+    finally:
+        spark.conf.set(PUSHDOWN, "false")
+
+
+def test_an_unreachable_cluster_fails_planning_with_its_address(spark) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(Exception, match=r"127\.0\.0\.1:9\b"):
+        _read(spark, ["127.0.0.1:9"], requestTimeoutMs=500).count()
+
+
+def test_a_stopped_nodes_files_read_as_the_cluster_did(spark, cluster, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    c, offsets, hw = cluster
+    info = run(quorum(c))
+    assert info.high_watermark == hw
+    c.stop_all()
+    directory = str(c.data_dir(2))
+    df = (
+        spark.read.format("raftcore")
+        .option("endOffset", hw)
+        .option("partitionRecords", PART)
+        .load(directory)
+    )
+    assert df.rdd.getNumPartitions() > 1
+    assert _rows(df) == [(o, key(n), b"v" * 20) for n, o in enumerate(offsets)]
+    stamps = [tuple(r) for r in df.select("offset", "timestamp").orderBy("offset").collect()]
+    t = stamps[len(stamps) * 3 // 4][1]
+    spark.conf.set(PUSHDOWN, "true")
+    try:  # a timestamp lower bound plans from the first batch that reaches it
+        late = spark.read.format("raftcore").option("endOffset", hw).load(directory)
+        assert [r[0] for r in _rows(late.where(f"timestamp >= {t}"))] == [
+            o for o, ts in stamps if ts >= t
+        ]
+    finally:
+        spark.conf.set(PUSHDOWN, "false")
+    # Without endOffset only what the files prove committed is read: up to the newest
+    # snapshot's end offset (an empty stand-in here; the source reads only its name).
+    log_copy = tmp_path / "log"
+    log_copy.mkdir()
+    for segment in (c.data_dir(2) / "log").glob("*.log"):
+        shutil.copy(segment, log_copy / segment.name)
+    with pytest.raises(Exception, match="do not record a committed offset"):
+        spark.read.format("raftcore").load(str(log_copy)).count()
+    snapshot_end = offsets[499]
+    (log_copy / f"{snapshot_end:020d}-{1:010d}.checkpoint").touch()
+    prefix = _rows(spark.read.format("raftcore").load(str(log_copy)))
+    assert prefix == [(o, key(n), b"v" * 20) for n, o in enumerate(offsets) if o < snapshot_end]
+    with pytest.raises(Exception, match="not a raftcore data directory"):
+        spark.read.format("raftcore").load(str(tmp_path)).count()
