@@ -41,6 +41,7 @@ if (_problem := _java_problem()) is not None:
 if not hasattr(datasource.DataSourceReader, "pushFilters"):
     pytest.skip("needs pyspark>=4.1 (filter pushdown)", allow_module_level=True)
 
+from cluster_helpers import FAST, key, produce, quorum, run, wait_caught_up  # noqa: E402
 from pyspark.sql.datasource import (  # noqa: E402
     EqualTo,
     GreaterThan,
@@ -53,7 +54,6 @@ from pyspark.sql.datasource import (  # noqa: E402
 from raftcore.node.local_cluster import LocalCluster  # noqa: E402
 from raftcore.spark import ReadOptions, SparkSourceError, register  # noqa: E402
 from raftcore.spark.planning import NO_BOUNDS, plan_ranges, push_filters  # noqa: E402
-from tests.cluster_helpers import FAST, key, produce, quorum, run, wait_caught_up  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -108,28 +108,47 @@ def test_bad_options_are_refused_with_the_option_named(options: dict, message: s
 
 
 @pytest.fixture(scope="module")
-def spark():  # type: ignore[no-untyped-def]
+def spark(tmp_path_factory):  # type: ignore[no-untyped-def]
     from pyspark.sql import SparkSession
 
+    import raftcore
+
+    saved = {
+        k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH")
+    }
     os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    root = str(Path(__file__).resolve().parent.parent)  # raftcore for the Python workers
+    # The Python workers import the raftcore these tests import (installed in CI, a built
+    # checkout here), never the source tree of a fresh clone, which has no native modules.
+    root = str(Path(raftcore.__file__).resolve().parent.parent)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("raftcore-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.driver.memory", "512m")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.python.worker.reuse", "true")
-        .getOrCreate()
-    )
+    # The JVM, and the Python workers it starts, run in a directory of their own: in the
+    # checkout's root, a worker's sys.path would find the source tree first.
+    cwd = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("spark-jvm"))
+    try:
+        session = (
+            SparkSession.builder.master("local[2]")
+            .appName("raftcore-tests")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.default.parallelism", "2")
+            .config("spark.driver.memory", "512m")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.python.worker.reuse", "true")
+            .getOrCreate()
+        )
+    finally:
+        os.chdir(cwd)
     session.sparkContext.setLogLevel("ERROR")
     register(session)
     yield session
     session.stop()
+    for k, v in saved.items():  # the node processes of later tests must not inherit them
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 @pytest.fixture(scope="module")
