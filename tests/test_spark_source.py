@@ -5,14 +5,10 @@ One Spark session (local[2], UI off) serves the module; skipped when pyspark or 
 
 from __future__ import annotations
 
-import os
-import re
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from spark_helpers import java_problem, spark_session
 
 pytest.importorskip("pyarrow", reason="the Spark source yields Arrow batches: pip install pyarrow")
 datasource = pytest.importorskip(
@@ -20,23 +16,7 @@ datasource = pytest.importorskip(
 )
 
 
-def _java_problem() -> str | None:
-    home = os.environ.get("JAVA_HOME")
-    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
-    if not java or not os.path.exists(java):
-        return "Spark needs Java 17+: no java on PATH and no JAVA_HOME"
-    try:
-        out = subprocess.run(
-            [java, "-version"], check=False, capture_output=True, text=True, timeout=30
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"Spark needs Java 17+: {java} -version failed ({exc})"
-    m = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
-    major = int(m.group(2) if m and m.group(1) == "1" else m.group(1)) if m else 0
-    return None if major >= 17 else f"Spark needs Java 17+: {java} is version {major or '?'}"
-
-
-if (_problem := _java_problem()) is not None:
+if (_problem := java_problem()) is not None:
     pytest.skip(_problem, allow_module_level=True)
 if not hasattr(datasource.DataSourceReader, "pushFilters"):
     pytest.skip("needs pyspark>=4.1 (filter pushdown)", allow_module_level=True)
@@ -52,7 +32,7 @@ from pyspark.sql.datasource import (  # noqa: E402
 )
 
 from raftcore.node.local_cluster import LocalCluster  # noqa: E402
-from raftcore.spark import ReadOptions, SparkSourceError, register  # noqa: E402
+from raftcore.spark import ReadOptions, SparkSourceError  # noqa: E402
 from raftcore.spark.planning import NO_BOUNDS, plan_ranges, push_filters  # noqa: E402
 
 pytestmark = pytest.mark.spark
@@ -109,46 +89,7 @@ def test_bad_options_are_refused_with_the_option_named(options: dict, message: s
 
 @pytest.fixture(scope="module")
 def spark(tmp_path_factory):  # type: ignore[no-untyped-def]
-    from pyspark.sql import SparkSession
-
-    import raftcore
-
-    saved = {
-        k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH")
-    }
-    os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    # The Python workers import the raftcore these tests import (installed in CI, a built
-    # checkout here), never the source tree of a fresh clone, which has no native modules.
-    root = str(Path(raftcore.__file__).resolve().parent.parent)
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
-    # The JVM, and the Python workers it starts, run in a directory of their own: in the
-    # checkout's root, a worker's sys.path would find the source tree first.
-    cwd = os.getcwd()
-    os.chdir(tmp_path_factory.mktemp("spark-jvm"))
-    try:
-        session = (
-            SparkSession.builder.master("local[2]")
-            .appName("raftcore-tests")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.default.parallelism", "2")
-            .config("spark.driver.memory", "512m")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .config("spark.python.worker.reuse", "true")
-            .getOrCreate()
-        )
-    finally:
-        os.chdir(cwd)
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
-    yield session
-    session.stop()
-    for k, v in saved.items():  # the node processes of later tests must not inherit them
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    yield from spark_session(tmp_path_factory.mktemp("spark-jvm"))
 
 
 @pytest.fixture(scope="module")

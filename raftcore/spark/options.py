@@ -1,5 +1,6 @@
-"""The options of ``spark.read.format("raftcore")``, parsed and checked once, on the driver,
-into one picklable value that travels to the executors with each reader."""
+"""The options of ``spark.read.format("raftcore")`` and ``spark.readStream.format("raftcore")``,
+parsed and checked once, on the driver, into one picklable value that travels to the executors
+with each reader."""
 
 from __future__ import annotations
 
@@ -24,8 +25,14 @@ OPTIONS = {
     "fetchMaxBytes": "bytes per fetch from the cluster (default 8 MiB)",
     "requestTimeoutMs": "per request, and how long read() waits without progress (30000)",
     "maxRecordsPerBatch": "rows per Arrow batch yielded to Spark (default 65536)",
+    # readStream only:
+    "startingOffset": "where a new streaming query starts: earliest (default), latest, or N",
+    "maxRecordsPerTrigger": "offsets per micro-batch at most (default: all committed)",
+    "failOnDataLoss": "'false' to skip to the log start when a restart finds it moved past",
 }
 _KNOWN = {name.lower(): name for name in OPTIONS}
+_BATCH_ONLY = ("startoffset", "endoffset", "path")
+_STREAM_ONLY = ("startingoffset", "maxrecordspertrigger", "failondataloss")
 
 
 class SparkSourceError(ValueError):
@@ -45,6 +52,9 @@ class ReadOptions:
     fetch_max_bytes: int = 8 << 20
     request_timeout_ms: int = 30_000
     max_records_per_batch: int = 65536
+    starting_offset: int | str = "earliest"  # or "latest", or an offset
+    max_records_per_trigger: int | None = None
+    fail_on_data_loss: bool = True
 
     @property
     def bootstrap_strings(self) -> list[str]:
@@ -54,12 +64,23 @@ class ReadOptions:
         ]
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> ReadOptions:
+    def parse(cls, options: Mapping[str, str], streaming: bool = False) -> ReadOptions:
         given = {str(k).lower(): str(v) for k, v in options.items()}
         unknown = sorted(set(given) - set(_KNOWN))
         if unknown:
             known = ", ".join(OPTIONS)
             raise SparkSourceError(f"unknown option(s) {unknown} for raftcore; known: {known}")
+        if streaming and "path" in given:
+            raise SparkSourceError(
+                "spark.readStream.format('raftcore') reads a running cluster: give "
+                ".option('bootstrap', 'host:port,...'), not a path"
+            )
+        wrong = [_KNOWN[k] for k in (_BATCH_ONLY if streaming else _STREAM_ONLY) if k in given]
+        if wrong:
+            raise SparkSourceError(
+                f"option(s) {wrong} are for spark.{'read' if streaming else 'readStream'} only"
+                + (" (a stream starts at startingOffset and has no end)" if streaming else "")
+            )
         bootstrap = tuple(_endpoints(given["bootstrap"])) if "bootstrap" in given else ()
         path = given.get("path") or None
         if bool(bootstrap) == bool(path):
@@ -83,6 +104,9 @@ class ReadOptions:
             fetch_max_bytes=_int(given, "fetchmaxbytes", 8 << 20, minimum=1024),
             request_timeout_ms=_int(given, "requesttimeoutms", 30_000, minimum=1),
             max_records_per_batch=_int(given, "maxrecordsperbatch", 65536, minimum=1),
+            starting_offset=_starting(given),
+            max_records_per_trigger=_opt_int(given, "maxrecordspertrigger", minimum=1),
+            fail_on_data_loss=_bool(given, "failondataloss", "true"),
         )
 
 
@@ -114,8 +138,24 @@ def _opt_int(given: dict[str, str], key: str, minimum: int) -> int | None:
     return value
 
 
-def _bool(given: dict[str, str], key: str) -> bool:
-    text = given.get(key, "false").strip().lower()
+def _starting(given: dict[str, str]) -> int | str:
+    text = given.get("startingoffset", "earliest").strip().lower()
+    if text in ("earliest", "latest"):
+        return text
+    try:
+        value = int(text.replace("_", "").replace(",", ""))
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise SparkSourceError(
+            f"option startingOffset={given['startingoffset']!r} must be earliest, latest or an "
+            "offset (an integer >= 0)"
+        )
+    return value
+
+
+def _bool(given: dict[str, str], key: str, default: str = "false") -> bool:
+    text = given.get(key, default).strip().lower()
     if text not in ("true", "false"):
         raise SparkSourceError(f"option {_KNOWN[key]}={given[key]!r} must be true or false")
     return text == "true"

@@ -25,7 +25,12 @@ import types
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -81,9 +86,18 @@ def _called_by_pushdown_worker() -> bool:
     return False
 
 
+def _check_schema(schema: StructType) -> None:
+    if schema != SCHEMA:
+        raise SparkSourceError(
+            f"the raftcore source has a fixed schema ({SCHEMA.simpleString()}); "
+            f"got {schema.simpleString()}: select columns after load() instead"
+        )
+
+
 class RaftcoreDataSource(DataSource):
     """Committed records of a raftcore log: ``.option("bootstrap", "host:port,...")`` reads a
-    running cluster, ``.load(DIR)`` a node's data directory. Options: see docs/spark.md."""
+    running cluster, ``.load(DIR)`` a node's data directory; ``spark.readStream`` streams a
+    running cluster (:mod:`raftcore.spark.stream`). Options: see docs/spark.md."""
 
     @classmethod
     def name(cls) -> str:
@@ -93,15 +107,17 @@ class RaftcoreDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        if schema != SCHEMA:
-            raise SparkSourceError(
-                f"the raftcore source has a fixed schema ({SCHEMA.simpleString()}); "
-                f"got {schema.simpleString()}: select columns after load() instead"
-            )
+        _check_schema(schema)
         opts = ReadOptions.parse(self.options)
         if _called_by_pushdown_worker():
             return RaftcorePushdownReader(opts)
         return RaftcoreReader(opts)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from raftcore.spark.stream import RaftcoreStreamReader
+
+        _check_schema(schema)
+        return RaftcoreStreamReader(ReadOptions.parse(self.options, streaming=True))
 
 
 class RaftcoreReader(DataSourceReader):
