@@ -234,3 +234,51 @@ def test_a_leader_killed_between_two_runs_loses_and_repeats_nothing(
     new = written.produce(300)  # to the new leader
     again = _available_now(spark, c.bootstrap, tmp_path / "ckpt", maxRecordsPerTrigger=200)
     assert _flat(again) == new
+
+
+SNAPSHOTS = [
+    *FAST,
+    "--state-machine",
+    "lmdb",
+    "--state-map-size",
+    str(64 << 20),
+    "--snapshot-min-records",
+    "200",
+    "--max-replication-lag-ms",
+    "2000",
+]
+
+
+def test_a_checkpoint_below_the_log_start_fails_naming_both_offsets_or_skips_to_it(
+    spark, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    """commit(end) does not hold back the log start: snapshots move it past a stopped query."""
+    from raftcore.spark.remote import committed_range
+
+    with LocalCluster(tmp_path / "cluster", 3, node_args=SNAPSHOTS) as c:
+        c.start()
+        state = Written(c)
+        state.produce(100)
+        ckpt = tmp_path / "ckpt"
+        assert _flat(_available_now(spark, c.bootstrap, ckpt)) == state.offsets
+        checkpointed = state.offsets[-1] + 1
+        state.produce(1500)  # snapshots every 200 records; the log start follows them
+        opts = ReadOptions.parse({"bootstrap": ",".join(c.bootstrap)}, streaming=True)
+        deadline = time.monotonic() + 60
+        while (log_start := committed_range(opts)[0]) <= checkpointed:
+            assert time.monotonic() < deadline, f"the log start stayed at {log_start}"
+            time.sleep(0.2)
+        query = (
+            _stream(spark, c.bootstrap)
+            .writeStream.foreachBatch(lambda df, batch_id: None)
+            .option("checkpointLocation", str(ckpt))
+            .trigger(availableNow=True)
+            .start()
+        )
+        with pytest.raises(Exception, match=f"at offset {checkpointed}, but .* now starts at"):
+            query.awaitTermination(120)
+        after = state.produce(50)  # fewer than a snapshot's worth: the log start stays
+        skipped = _flat(_available_now(spark, c.bootstrap, ckpt, failOnDataLoss="false"))
+        log_start = committed_range(opts)[0]
+        assert skipped == [o for o in state.offsets if o >= log_start]
+        assert set(after) <= set(skipped)
