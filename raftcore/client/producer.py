@@ -6,6 +6,12 @@ by the leader and not written twice. Batches are sent in sequence order with at 
 ``max_in_flight`` (<= 5, the leader remembers five) unanswered; when one fails, every
 unanswered batch is sent again, in order, once the cause is dealt with.
 
+A producer may also resume a known identity (``identity=(producer id, epoch, sequence)``)
+instead of asking for one: :mod:`raftcore.client.resumable` does, to write exactly once across
+processes. Such a producer never starts a new session: when the leader's sequence for it is not
+the one it expects (OUT_OF_ORDER_SEQUENCE_NUMBER on its oldest batch), or a delivery times out,
+every unanswered batch fails, and the owner decides (it asks the leader where the log stands).
+
 Leader changes (KIP-951): an error answer that names a leader in a newer epoch than the
 producer knew sends the retry there at once; further retries in the same epoch back off
 exponentially with jitter while metadata is refreshed in the background.
@@ -80,11 +86,14 @@ class Producer:
         retry_backoff_ms: int = 100,
         retry_backoff_max_ms: int = 1_000,
         client_id: str = "raftcore-producer",
+        identity: tuple[int, int, int] | None = None,
     ) -> None:
         if acks not in (-1, 0, 1):
             raise ValueError(f"acks must be -1, 0 or 1, got {acks}")
         if idempotent and (acks != -1 or not 1 <= max_in_flight <= 5):
             raise ValueError("an idempotent producer needs acks=-1 and max_in_flight in 1..5")
+        if identity is not None and not idempotent:
+            raise ValueError("a producer identity needs an idempotent producer")
         if compression not in COMPRESSIONS:
             raise ValueError(
                 f"compression {compression!r} is not supported; "
@@ -105,9 +114,8 @@ class Producer:
         self.max_in_flight = max_in_flight
         self.delivery_timeout_s = delivery_timeout_ms / 1000
         self.request_timeout_ms = request_timeout_ms
-        self.producer_id = -1
-        self.producer_epoch = -1
-        self._sequence = 0
+        self.identity = identity
+        self.producer_id, self.producer_epoch, self._sequence = identity or (-1, -1, 0)
         self._queue: list[_Pending] = []  # unanswered, in sequence order
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -116,7 +124,7 @@ class Producer:
 
     async def start(self) -> None:
         await self.cluster.start()
-        if self.idempotent:
+        if self.idempotent and self.identity is None:
             await self._init_producer_id()
         self._task = asyncio.ensure_future(self._sender())
 
@@ -192,6 +200,9 @@ class Producer:
                 await self._wakeup.wait()
                 continue
             if self._expire() and self.idempotent:
+                if self.identity is not None:
+                    self._fail_all(Errors.REQUEST_TIMED_OUT, "a delivery timed out")
+                    continue
                 await self._reset_sequences()
             batch = self._queue[: self.max_in_flight]
             if not batch:
@@ -308,6 +319,11 @@ class Producer:
             count = len(p.records)
             self._complete(p, (part.base_offset, part.base_offset + count - 1))
             return "ok"
+        resumed = self.identity is not None and self._queue and p is self._queue[0]
+        if error == Errors.OUT_OF_ORDER_SEQUENCE_NUMBER and resumed:
+            # The leader's sequence for this producer is not ours: the owner resyncs.
+            self._fail_all(error, "the leader's last sequence for this producer differs")
+            return "ok"
         if error in RETRIABLE:
             hint = part.current_leader
             if (
@@ -323,6 +339,12 @@ class Producer:
         if not p.future.done():
             p.future.set_exception(ProduceError(error))
         return "ok"
+
+    def _fail_all(self, error: int, why: str) -> None:
+        for p in self._queue:
+            if not p.future.done():
+                p.future.set_exception(ProduceError(error, f"{error_name(error)}: {why}"))
+        self._queue.clear()
 
     def _complete(self, p: _Pending, offsets: tuple[int, int]) -> None:
         if p in self._queue:

@@ -1,6 +1,6 @@
 """The Kafka client API a raftcore node serves: ApiVersions, Metadata, Produce, Fetch (for
-consumers), ListOffsets, InitProducerId, DescribeQuorum, DeleteRecords
-(:mod:`raftcore.node.delete_records`).
+consumers), ListOffsets, DescribeQuorum, DeleteRecords (:mod:`raftcore.node.delete_records`),
+InitProducerId and DescribeProducers (:mod:`raftcore.node.producer_ids`).
 
 One topic with one partition (``NodeConfig.topic``, partition 0) is the raft log. The leader
 takes produce requests and serves consumers -- committed records only, up to the high
@@ -20,6 +20,7 @@ from raftcore.error_codes import Errors
 from raftcore.errors import CorruptRecordError, InvalidAppendError, RaftcoreError
 from raftcore.node import raft_wire
 from raftcore.node.delete_records import delete_records
+from raftcore.node.producer_ids import describe_producers, init_producer_id
 from raftcore.node.producer_state import Duplicate
 from raftcore.produce_validation import validate_produced
 from raftcore.protocol.api import SUPPORTED_VERSIONS, ApiKey, encode_response, response_spec
@@ -450,19 +451,6 @@ def _offset_for_time(node: RaftNode, timestamp: int) -> tuple[int, int]:
     return -1, -1
 
 
-# ---- InitProducerId -------------------------------------------------------------------------
-
-
-def init_producer_id(node: RaftNode, body: Any, version: int) -> Any:
-    cls = response_spec(ApiKey.INIT_PRODUCER_ID).cls
-    if body.transactional_id is not None:
-        return cls(
-            throttle_time_ms=0, error_code=Errors.INVALID_REQUEST, producer_id=-1, producer_epoch=-1
-        )
-    pid = node.next_producer_id()
-    return cls(throttle_time_ms=0, error_code=Errors.NONE, producer_id=pid, producer_epoch=0)
-
-
 # ---- DescribeQuorum -------------------------------------------------------------------------
 
 
@@ -535,4 +523,5 @@ _HANDLERS = {
     ApiKey.LIST_OFFSETS: list_offsets,
     ApiKey.INIT_PRODUCER_ID: init_producer_id,
     ApiKey.DESCRIBE_QUORUM: describe_quorum,
+    ApiKey.DESCRIBE_PRODUCERS: describe_producers,
 }

@@ -35,6 +35,7 @@ from raftcore.node.applier import Applier, check_start_offset
 from raftcore.node.config import NodeConfig
 from raftcore.node.data_dir import LOG_DIR, UnsyncedView, check_meta_properties
 from raftcore.node.messaging import Messaging
+from raftcore.node.producer_ids import NODE_ID_BITS
 from raftcore.node.producer_state import ProducerStateManager
 from raftcore.node.producer_tracker import ProducerStateTracker
 from raftcore.node.snapshotter import Snapshotter, snapshot_source
@@ -117,6 +118,7 @@ class _Listener:
 
 
 _PRODUCER_ID_EPOCH_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z
+_NODE_ID_MASK = (1 << NODE_ID_BITS) - 1
 
 
 class RaftNode(Messaging):
@@ -550,10 +552,11 @@ class RaftNode(Messaging):
 
     def next_producer_id(self) -> int:
         """A producer id unique in the cluster, from any node (Kafka clients ask whichever
-        broker they like): node id (15 bits), then milliseconds since 2024 (40 bits, 34 years),
-        then a counter (8 bits); the (milliseconds, counter) pair only grows within a process,
-        and a restarted node starts from its clock, later than any id it gave before (unless
-        the clock went back)."""
+        broker they like): node id (14 bits: ids that differ by a multiple of 16384 share them),
+        then milliseconds since 2024 (40 bits, 34 years), then a counter (8 bits); the
+        (milliseconds, counter) pair only grows within a process, and a restarted node starts
+        from its clock, later than any id it gave before (unless the clock went back). Bit 62
+        stays clear: ids with it set are derived by clients (:mod:`raftcore.node.producer_ids`)."""
         now = int(time.time() * 1000) - _PRODUCER_ID_EPOCH_MS
         last_ms, count = divmod(self.producer_id_counter, 256)
         if now > last_ms:
@@ -562,4 +565,4 @@ class RaftNode(Messaging):
             self.producer_id_counter += 1
         else:
             self.producer_id_counter = (last_ms + 1) << 8
-        return ((self.config.node_id & 0x7FFF) << 48) | self.producer_id_counter
+        return ((self.config.node_id & _NODE_ID_MASK) << 48) | self.producer_id_counter

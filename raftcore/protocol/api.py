@@ -52,6 +52,7 @@ class ApiKey(enum.IntEnum):
     END_QUORUM_EPOCH = 54
     DESCRIBE_QUORUM = 55
     FETCH_SNAPSHOT = 59
+    DESCRIBE_PRODUCERS = 61
 
 
 _NAMES = {
@@ -67,6 +68,7 @@ _NAMES = {
     ApiKey.END_QUORUM_EPOCH: "EndQuorumEpoch",
     ApiKey.DESCRIBE_QUORUM: "DescribeQuorum",
     ApiKey.FETCH_SNAPSHOT: "FetchSnapshot",
+    ApiKey.DESCRIBE_PRODUCERS: "DescribeProducers",
 }
 
 # What a node serves (inclusive ranges).
@@ -83,6 +85,7 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.END_QUORUM_EPOCH: (0, 1),
     ApiKey.DESCRIBE_QUORUM: (0, 2),
     ApiKey.FETCH_SNAPSHOT: (0, 1),
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0),
 }
 
 

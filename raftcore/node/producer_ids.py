@@ -1,0 +1,83 @@
+"""Producer ids: InitProducerId (key 22) hands them out, DescribeProducers (key 61, KIP-664)
+tells a producer how far the leader's log has its batches.
+
+**Two kinds of id, never equal.** Bit 62 splits the space:
+
+- ids a node hands out (InitProducerId) have bit 62 clear: node id (14 bits), milliseconds
+  since 2024 (40 bits), a counter (8 bits) -- see :meth:`RaftNode.next_producer_id`;
+- ids a client derives itself have bit 62 set (:func:`derived_producer_id`): a writer that must
+  resume after its process died (a Spark task retried, :mod:`raftcore.spark.sink`) computes the
+  same id again from a name it was given, asks DescribeProducers for the last sequence the
+  leader has, and goes on from there. A hash of 62 bits: two different names collide with
+  probability about n^2 / 2^63 for n names ever used on a cluster.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any
+
+from raftcore.error_codes import Errors
+from raftcore.protocol.api import ApiKey, response_spec
+
+if TYPE_CHECKING:
+    from raftcore.node.node import RaftNode
+
+__all__ = [
+    "DERIVED_ID_BIT",
+    "NODE_ID_BITS",
+    "derived_producer_id",
+    "describe_producers",
+    "init_producer_id",
+]
+
+NODE_ID_BITS = 14
+DERIVED_ID_BIT = 1 << 62
+
+
+def derived_producer_id(name: str) -> int:
+    """The producer id of ``name``: the same on every machine and in every process, and never
+    one a node hands out."""
+    digest = hashlib.blake2b(name.encode(), digest_size=8, person=b"raftcore-pid").digest()
+    return DERIVED_ID_BIT | (int.from_bytes(digest, "big") & (DERIVED_ID_BIT - 1))
+
+
+def init_producer_id(node: RaftNode, body: Any, version: int) -> Any:
+    cls = response_spec(ApiKey.INIT_PRODUCER_ID).cls
+    if body.transactional_id is not None:
+        return cls(
+            throttle_time_ms=0, error_code=Errors.INVALID_REQUEST, producer_id=-1, producer_epoch=-1
+        )
+    pid = node.next_producer_id()
+    return cls(throttle_time_ms=0, error_code=Errors.NONE, producer_id=pid, producer_epoch=0)
+
+
+def describe_producers(node: RaftNode, body: Any, version: int) -> Any:
+    """The leader's producer table (what its log holds, committed or not) for our partition;
+    NOT_LEADER_OR_FOLLOWER elsewhere, as Kafka answers: a follower's table may lag."""
+    cls = response_spec(ApiKey.DESCRIBE_PRODUCERS).cls
+    topics = []
+    for topic in body.topics:
+        parts = []
+        for index in topic.partition_indexes:
+            part = cls.PartitionResponse(partition_index=index, error_code=Errors.NONE)
+            core = node.core
+            if topic.name != node.config.topic or index != 0:
+                part.error_code = Errors.UNKNOWN_TOPIC_OR_PARTITION
+            elif core is None or not core.is_leader():
+                part.error_code = Errors.NOT_LEADER_OR_FOLLOWER
+            else:
+                part.active_producers = [
+                    cls.ProducerState(
+                        producer_id=e.producer_id,
+                        producer_epoch=e.epoch,
+                        last_sequence=e.batches[-1].last_seq if e.batches else -1,
+                        last_timestamp=-1,
+                        coordinator_epoch=-1,
+                        current_txn_start_offset=-1,
+                    )
+                    for e in node.producers.entries()
+                ]
+            parts.append(part)
+        topics.append(cls.TopicResponse(name=topic.name, partitions=parts))
+    return cls(throttle_time_ms=0, topics=topics)
