@@ -30,7 +30,7 @@ def java_problem() -> str | None:
     return None if major >= 17 else f"Spark needs Java 17+: {java} is version {major or '?'}"
 
 
-def spark_session(jvm_dir: Path) -> Iterator[Any]:
+def spark_session(jvm_dir: Path, master: str = "local[2]") -> Iterator[Any]:
     """A fixture body: the session (with raftcore registered), stopped afterwards, and the
     environment it changed restored (the node processes of later tests must not inherit it)."""
     from pyspark.sql import SparkSession
@@ -52,7 +52,7 @@ def spark_session(jvm_dir: Path) -> Iterator[Any]:
     os.chdir(jvm_dir)
     try:
         session = (
-            SparkSession.builder.master("local[2]")
+            SparkSession.builder.master(master)
             .appName("raftcore-tests")
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")

@@ -9,7 +9,14 @@ from dataclasses import dataclass
 
 from raftcore.node.config import Endpoint, parse_endpoint
 
-__all__ = ["DEFAULT_PARTITION_RECORDS", "OPTIONS", "ReadOptions", "SparkSourceError"]
+__all__ = [
+    "DEFAULT_PARTITION_RECORDS",
+    "OPTIONS",
+    "WRITE_OPTIONS",
+    "ReadOptions",
+    "SparkSourceError",
+    "WriteOptions",
+]
 
 DEFAULT_PARTITION_RECORDS = 1_000_000
 
@@ -120,21 +127,29 @@ def _endpoints(text: str) -> list[Endpoint]:
         raise SparkSourceError(f"option bootstrap={text!r}: {exc}") from None
 
 
-def _int(given: dict[str, str], key: str, default: int, minimum: int) -> int:
-    value = _opt_int(given, key, minimum)
+def _int(
+    given: dict[str, str],
+    key: str,
+    default: int,
+    minimum: int,
+    known: Mapping[str, str] = _KNOWN,
+) -> int:
+    value = _opt_int(given, key, minimum, known)
     return default if value is None else value
 
 
-def _opt_int(given: dict[str, str], key: str, minimum: int) -> int | None:
+def _opt_int(
+    given: dict[str, str], key: str, minimum: int, known: Mapping[str, str] = _KNOWN
+) -> int | None:
     if key not in given:
         return None
     text = given[key].replace("_", "").replace(",", "")
     try:
         value = int(text)
     except ValueError:
-        raise SparkSourceError(f"option {_KNOWN[key]}={given[key]!r} is not an integer") from None
+        raise SparkSourceError(f"option {known[key]}={given[key]!r} is not an integer") from None
     if value < minimum:
-        raise SparkSourceError(f"option {_KNOWN[key]}={value} must be at least {minimum}")
+        raise SparkSourceError(f"option {known[key]}={value} must be at least {minimum}")
     return value
 
 
@@ -159,3 +174,71 @@ def _bool(given: dict[str, str], key: str, default: str = "false") -> bool:
     if text not in ("true", "false"):
         raise SparkSourceError(f"option {_KNOWN[key]}={given[key]!r} must be true or false")
     return text == "true"
+
+
+# df.write / df.writeStream .format("raftcore"): the sink's options.
+WRITE_OPTIONS = {
+    "bootstrap": "host:port[,host:port...] of a running cluster (required)",
+    "topic": "the cluster's topic (default 'raftcore')",
+    "batchRecords": "rows per record batch at most (default 1000)",
+    "batchBytes": "bytes per record batch, about, at most (default 1 MiB)",
+    "compression": "none (default), gzip or zstd",
+    "inFlight": "record batches a task keeps unanswered (default 10)",
+    "requestTimeoutMs": "per request (default 30000)",
+    "deliveryTimeoutMs": "how long a batch may go unacknowledged before the task fails (120000)",
+    "writeId": "names the write: run a failed job again with it to finish it exactly once",
+}
+_WRITE_KNOWN = {name.lower(): name for name in WRITE_OPTIONS}
+_SPARK_OWN = {"checkpointlocation"}  # writeStream's, handed to every sink
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOptions:
+    bootstrap: tuple[Endpoint, ...]
+    topic: str = "raftcore"
+    batch_records: int = 1000
+    batch_bytes: int = 1 << 20
+    compression: str = "none"
+    in_flight: int = 10
+    request_timeout_ms: int = 30_000
+    delivery_timeout_ms: int = 120_000
+    write_id: str | None = None
+
+    @property
+    def bootstrap_strings(self) -> list[str]:
+        return [
+            f"[{e.host}]:{e.port}" if ":" in e.host else f"{e.host}:{e.port}"
+            for e in self.bootstrap
+        ]
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> WriteOptions:
+        given = {str(k).lower(): str(v) for k, v in options.items()}
+        if "path" in given:
+            raise SparkSourceError(
+                "the raftcore sink writes to a running cluster: give .option('bootstrap', "
+                "'host:port,...') and call .save() without a path"
+            )
+        unknown = sorted(set(given) - set(_WRITE_KNOWN) - _SPARK_OWN)
+        if unknown:
+            known = ", ".join(WRITE_OPTIONS)
+            raise SparkSourceError(f"unknown sink option(s) {unknown}; known: {known}")
+        if "bootstrap" not in given:
+            raise SparkSourceError("the raftcore sink needs .option('bootstrap', 'host:port,...')")
+        compression = given.get("compression", "none").strip().lower()
+        if compression not in ("none", "gzip", "zstd"):
+            raise SparkSourceError(
+                f"option compression={given['compression']!r} must be none, gzip or zstd"
+            )
+        write_id = given.get("writeid", "").strip() or None
+        return cls(
+            bootstrap=tuple(_endpoints(given["bootstrap"])),
+            topic=given.get("topic", "raftcore"),
+            batch_records=_int(given, "batchrecords", 1000, minimum=1, known=_WRITE_KNOWN),
+            batch_bytes=_int(given, "batchbytes", 1 << 20, minimum=1024, known=_WRITE_KNOWN),
+            compression=compression,
+            in_flight=_int(given, "inflight", 10, minimum=1, known=_WRITE_KNOWN),
+            request_timeout_ms=_int(given, "requesttimeoutms", 30_000, 1, known=_WRITE_KNOWN),
+            delivery_timeout_ms=_int(given, "deliverytimeoutms", 120_000, 1, known=_WRITE_KNOWN),
+            write_id=write_id,
+        )

@@ -29,6 +29,8 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
     InputPartition,
 )
 from pyspark.sql.types import (
@@ -97,7 +99,8 @@ def _check_schema(schema: StructType) -> None:
 class RaftcoreDataSource(DataSource):
     """Committed records of a raftcore log: ``.option("bootstrap", "host:port,...")`` reads a
     running cluster, ``.load(DIR)`` a node's data directory; ``spark.readStream`` streams a
-    running cluster (:mod:`raftcore.spark.stream`). Options: see docs/spark.md."""
+    running cluster (:mod:`raftcore.spark.stream`); ``df.write`` and ``df.writeStream``
+    append to one, exactly once (:mod:`raftcore.spark.sink`). Options: see docs/spark.md."""
 
     @classmethod
     def name(cls) -> str:
@@ -112,6 +115,20 @@ class RaftcoreDataSource(DataSource):
         if _called_by_pushdown_worker():
             return RaftcorePushdownReader(opts)
         return RaftcoreReader(opts)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from raftcore.spark.options import WriteOptions
+        from raftcore.spark.sink import RaftcoreWriter, check_sink_schema
+
+        check_sink_schema(schema, overwrite)
+        return RaftcoreWriter(WriteOptions.parse(self.options))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from raftcore.spark.options import WriteOptions
+        from raftcore.spark.sink import RaftcoreStreamWriter, check_sink_schema
+
+        check_sink_schema(schema, overwrite)
+        return RaftcoreStreamWriter(WriteOptions.parse(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from raftcore.spark.stream import RaftcoreStreamReader
