@@ -4,7 +4,17 @@ then ``spark.read.format("raftcore")``. See :mod:`raftcore.spark.source` and doc
 Needs ``pyspark>=4.0`` and ``pyarrow`` (``pip install 'raftcore[spark]'``), on the driver and
 in the executors' Python."""
 
+from raftcore.spark.export import export
 from raftcore.spark.options import ReadOptions, SparkSourceError
+from raftcore.spark.snapshot_job import build_snapshot
 from raftcore.spark.source import SCHEMA, RaftcoreDataSource, register
 
-__all__ = ["SCHEMA", "RaftcoreDataSource", "ReadOptions", "SparkSourceError", "register"]
+__all__ = [
+    "SCHEMA",
+    "RaftcoreDataSource",
+    "ReadOptions",
+    "SparkSourceError",
+    "build_snapshot",
+    "export",
+    "register",
+]
