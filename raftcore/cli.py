@@ -16,6 +16,7 @@ from raftcore.errors import RaftcoreError
 from raftcore.logtools import Progress, dump_log, segment_files, verify_log
 from raftcore.snapshot import SnapshotId
 from raftcore.snapshot_cli import add_snapshot_commands, log_directory, verdict_line
+from raftcore.spark_cli import add_spark_commands
 
 __all__ = ["main"]
 
@@ -476,6 +477,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_storage_demo)
 
     add_snapshot_commands(sub)
+    add_spark_commands(sub)
     _add_cluster_commands(sub)
     return parser
 
