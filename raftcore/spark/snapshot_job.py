@@ -41,7 +41,7 @@ from raftcore.snapshot import (
 )
 from raftcore.snapshot.part import PartFile
 from raftcore.snapshot.writer import SnapshotWriter
-from raftcore.spark.job_source import JobSource
+from raftcore.spark.job_source import BatchAt, JobSource
 from raftcore.spark.options import DEFAULT_PARTITION_RECORDS, SparkSourceError
 from raftcore.spark.progress import TaskProgress
 from raftcore.statemachine.api import MAX_KEY_SIZE
@@ -102,7 +102,11 @@ def build_snapshot(
             if n > committed
             else f"{source.where}: nothing is committed (the committed end is {committed})"
         )
-    batch = source.batch_at(n - 1)
+    base = _base_snapshot(source, log_start, n)  # a refusal first: the log start may move on
+    if base is not None and base.end_offset == n:  # the log holds nothing below n: its id
+        batch = BatchAt(n - 1, n - 1, base.epoch, _last_contained_timestamp(source, base), False)
+    else:
+        batch = source.batch_at(n - 1)
     if batch.last_offset != n - 1:
         raise SparkSourceError(
             f"offset {n} is not a batch boundary: offset {n - 1} is in the batch "
@@ -113,7 +117,6 @@ def build_snapshot(
     final = snapshot_path(out, sid)
     if final.exists():
         raise SparkSourceError(f"{final} exists")
-    base = _base_snapshot(source, log_start, n)
     first = base.end_offset if base is not None else log_start
     with TaskProgress(spark, "snapshot", progress):
         latest = _latest_pairs(
@@ -132,6 +135,15 @@ def build_snapshot(
         finally:
             writer.abort()  # a no-op once frozen
     return SnapshotJobResult(final, sid, pairs, base, summary, time.monotonic() - started)
+
+
+def _last_contained_timestamp(source: JobSource, base: SnapshotId) -> int:
+    from raftcore.spark.files import LogFiles
+
+    assert source.path is not None
+    path = snapshot_path(LogFiles.open(source.path).directory, base)
+    summary = verify_snapshot_file(path, snapshot_id=base)
+    return int(summary.header.last_contained_log_timestamp)
 
 
 def _base_snapshot(source: JobSource, log_start: int, n: int) -> SnapshotId | None:
