@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import sys
 import types
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
@@ -88,12 +88,38 @@ def _called_by_pushdown_worker() -> bool:
     return False
 
 
-def _check_schema(schema: StructType) -> None:
-    if schema != SCHEMA:
-        raise SparkSourceError(
-            f"the raftcore source has a fixed schema ({SCHEMA.simpleString()}); "
-            f"got {schema.simpleString()}: select columns after load() instead"
-        )
+def _columns(schema: StructType) -> tuple[tuple[str, bool], ...] | None:
+    """The columns a reader yields: None for the whole schema, else the names of a schema the
+    user gave with ``.schema(...)`` -- some of the source's columns, with their types, in any
+    order. A Python data source is not told which columns a query uses (no column pruning):
+    naming fewer spares Spark the conversion of the others (``headers`` above all)."""
+    if schema == SCHEMA:
+        return None
+    ours = {f.name: f for f in SCHEMA.fields}
+    for f in schema.fields:
+        mine = ours.get(f.name)
+        if mine is None or mine.dataType != f.dataType:
+            raise SparkSourceError(
+                f"the raftcore source's columns are {SCHEMA.simpleString()}; .schema() may "
+                f"name some of them, with these types, but got {f.name} "
+                f"{f.dataType.simpleString()}"
+            )
+    if not schema.fields:
+        raise SparkSourceError("a schema for the raftcore source needs at least one column")
+    return tuple((f.name, f.nullable) for f in schema.fields)
+
+
+def _projection(columns: tuple[tuple[str, bool], ...]) -> Callable[[Any], Any]:
+    """Arrow batches of the whole schema to batches of ``columns``, each declared nullable
+    as the user's schema says (Spark compares that too)."""
+    import pyarrow as pa
+
+    from raftcore.columnar import arrow_schema
+
+    ours = arrow_schema()
+    names = [name for name, _ in columns]
+    target = pa.schema([ours.field(name).with_nullable(nullable) for name, nullable in columns])
+    return lambda batch: pa.RecordBatch.from_arrays(batch.select(names).columns, schema=target)
 
 
 class RaftcoreDataSource(DataSource):
@@ -110,11 +136,11 @@ class RaftcoreDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        _check_schema(schema)
+        columns = _columns(schema)
         opts = ReadOptions.parse(self.options)
         if _called_by_pushdown_worker():
-            return RaftcorePushdownReader(opts)
-        return RaftcoreReader(opts)
+            return RaftcorePushdownReader(opts, columns=columns)
+        return RaftcoreReader(opts, columns=columns)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from raftcore.spark.options import WriteOptions
@@ -133,14 +159,20 @@ class RaftcoreDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from raftcore.spark.stream import RaftcoreStreamReader
 
-        _check_schema(schema)
-        return RaftcoreStreamReader(ReadOptions.parse(self.options, streaming=True))
+        columns = _columns(schema)
+        return RaftcoreStreamReader(ReadOptions.parse(self.options, streaming=True), columns)
 
 
 class RaftcoreReader(DataSourceReader):
-    def __init__(self, opts: ReadOptions, bounds: Bounds = NO_BOUNDS) -> None:
+    def __init__(
+        self,
+        opts: ReadOptions,
+        bounds: Bounds = NO_BOUNDS,
+        columns: tuple[tuple[str, bool], ...] | None = None,
+    ) -> None:
         self.opts = opts
         self.bounds = bounds
+        self.columns = columns
 
     def partitions(self) -> list[InputPartition]:
         opts = self.opts
@@ -178,8 +210,9 @@ class RaftcoreReader(DataSourceReader):
             from raftcore.spark.remote import fetch_range
 
             buffers = fetch_range(opts, partition.start, partition.end)
+        project = None if self.columns is None else _projection(self.columns)
         for data in buffers:
-            yield from trim(
+            trimmed = trim(
                 iter_arrow(
                     data,
                     max_records=opts.max_records_per_batch,
@@ -187,6 +220,7 @@ class RaftcoreReader(DataSourceReader):
                 ),
                 partition,
             )
+            yield from trimmed if project is None else map(project, trimmed)
 
 
 class RaftcorePushdownReader(RaftcoreReader):

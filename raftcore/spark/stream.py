@@ -103,10 +103,13 @@ class RaftcoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Driver side: offsets and plans. Executor side: ``read()``, the batch source's read.
     Holds options and numbers only (it is pickled to the executors)."""
 
-    def __init__(self, opts: ReadOptions) -> None:
+    def __init__(
+        self, opts: ReadOptions, columns: tuple[tuple[str, bool], ...] | None = None
+    ) -> None:
         if not opts.bootstrap:
             raise SparkSourceError("spark.readStream.format('raftcore') needs option bootstrap")
         self.opts = opts
+        self.columns = columns  # of a schema the user gave: see source._columns
         self._where = ",".join(opts.bootstrap_strings)
         self._target: int | None = None  # Trigger.AvailableNow: the high watermark at its start
         self._log_start: int | None = None  # the newest seen: the log start only grows
@@ -170,7 +173,7 @@ class RaftcoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from raftcore.spark.source import RaftcoreReader
 
         assert isinstance(partition, OffsetRange)
-        return RaftcoreReader(self.opts).read(partition)
+        return RaftcoreReader(self.opts, columns=self.columns).read(partition)
 
     def commit(self, end: dict) -> None:
         # Recorded only: the leader's log start follows its snapshots, not this query.
