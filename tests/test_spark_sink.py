@@ -26,8 +26,6 @@ if not hasattr(datasource, "DataSourceStreamArrowWriter"):
 from cluster_helpers import FAST, quorum, run  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-from raftcore.client.cluster import ClusterClient  # noqa: E402
-from raftcore.client.resumable import last_sequence  # noqa: E402
 from raftcore.node.local_cluster import LocalCluster  # noqa: E402
 from raftcore.node.producer_ids import derived_producer_id  # noqa: E402
 from raftcore.spark import SparkSourceError, WriteOptions  # noqa: E402
@@ -107,10 +105,25 @@ def test_a_task_killed_mid_write_is_retried_without_writing_a_row_twice(  # type
     pid = derived_producer_id("raftcore-sink/kill-test/0")
 
     def explode(i: int) -> int:
+        # Runs in Spark's Python workers: it imports raftcore only (the tests' modules are not
+        # on the workers' path).
+        import asyncio
+
         from pyspark import TaskContext
 
+        from raftcore.client.cluster import ClusterClient
+        from raftcore.client.resumable import last_sequence
+
+        async def leader_last_sequence() -> int:
+            client = ClusterClient(bootstrap)
+            await client.start()
+            try:
+                return await last_sequence(client, "raftcore", pid, 10)
+            finally:
+                await client.close()
+
         if i >= 5_000 and i % 50 == 0 and TaskContext.get().attemptNumber() == 0:
-            written = run(_leader_last_sequence(bootstrap, pid)) + 1
+            written = asyncio.run(leader_last_sequence()) + 1
             if written > 0:  # the sink, downstream, has sent rows and the leader has them
                 marker.write_text(str(written))
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -125,15 +138,6 @@ def test_a_task_killed_mid_write_is_retried_without_writing_a_row_twice(  # type
     assert marker.exists(), "the first attempt was not killed"
     assert int(marker.read_text()) >= 200  # rows of the killed attempt were in the log
     _assert_once(spark, cluster, "killed", 60_000)
-
-
-async def _leader_last_sequence(bootstrap: list[str], pid: int) -> int:
-    client = ClusterClient(bootstrap)
-    await client.start()
-    try:
-        return await last_sequence(client, "raftcore", pid, 10)
-    finally:
-        await client.close()
 
 
 def test_a_job_run_again_with_its_write_id_adds_nothing(spark, cluster) -> None:  # type: ignore[no-untyped-def]

@@ -295,6 +295,10 @@ def build_body(key: ApiKey, version: int, cluster_id: str, rng: random.Random, *
         return cls(
             topics=[cls.DeleteRecordsTopic(name=TOPIC, partitions=[partition])], timeout_ms=100
         )
+    if key == ApiKey.DESCRIBE_PRODUCERS:
+        return cls(
+            topics=[cls.TopicRequest(name=TOPIC, partition_indexes=rng.choice(([0], [0, 1], [])))]
+        )
     raise AssertionError(f"no template for {key!r}")
 
 
