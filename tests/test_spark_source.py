@@ -138,6 +138,17 @@ def test_control_records_are_there_when_asked(spark, cluster) -> None:  # type: 
     assert control and all(len(r[1]) == 4 for r in control)  # 4-byte control keys
 
 
+def test_a_schema_naming_some_columns_reads_only_those(spark, cluster) -> None:  # type: ignore[no-untyped-def]
+    c, offsets, _ = cluster
+    reader = spark.read.format("raftcore").option("bootstrap", ",".join(c.bootstrap))
+    df = reader.schema("value binary, offset long").option("partitionRecords", PART).load()
+    assert df.schema.fieldNames() == ["value", "offset"]
+    rows = [(r[1], bytes(r[0])) for r in df.orderBy("offset").collect()]
+    assert rows == [(o, b"v" * 20) for o in offsets]
+    with pytest.raises(Exception, match="got offset int"):
+        reader.schema("offset int").load().collect()
+
+
 @pytest.mark.parametrize("pushdown", ["true", "false"])
 def test_offset_and_timestamp_filters(spark, cluster, pushdown: str) -> None:  # type: ignore[no-untyped-def]
     c, offsets, hw = cluster
@@ -211,14 +222,3 @@ def test_a_stopped_nodes_files_read_as_the_cluster_did(spark, cluster, tmp_path)
     assert prefix == [(o, key(n), b"v" * 20) for n, o in enumerate(offsets) if o < snapshot_end]
     with pytest.raises(Exception, match="not a raftcore data directory"):
         spark.read.format("raftcore").load(str(tmp_path)).count()
-
-
-def test_a_schema_naming_some_columns_reads_only_those(spark, cluster) -> None:  # type: ignore[no-untyped-def]
-    c, offsets, _ = cluster
-    reader = spark.read.format("raftcore").option("bootstrap", ",".join(c.bootstrap))
-    df = reader.schema("value binary, offset long").option("partitionRecords", PART).load()
-    assert df.schema.fieldNames() == ["value", "offset"]
-    rows = [(r[1], bytes(r[0])) for r in df.orderBy("offset").collect()]
-    assert rows == [(o, b"v" * 20) for o in offsets]
-    with pytest.raises(Exception, match="got offset int"):
-        reader.schema("offset int").load().collect()
