@@ -105,8 +105,9 @@ class LogFiles:
         if limit is None:
             raise SparkSourceError(
                 f"{self.directory}: the files do not record a committed offset (no snapshot); "
-                "give .option('endOffset', N) with the high watermark the cluster reported "
-                "(raftcore describe-quorum), or read the running cluster with bootstrap"
+                "give the high watermark the cluster reported (raftcore describe-quorum) as "
+                ".option('endOffset', N) to spark.read, or as --end / --offset to raftcore "
+                "spark export / snapshot; or read the running cluster with bootstrap"
             )
         return min(limit, self.log_end())
 
