@@ -43,7 +43,7 @@ import pytest
 pytest.importorskip("pyarrow", reason="pip install pyarrow")
 pytest.importorskip("pyspark.sql.datasource", reason="pip install 'raftcore[spark]' (pyspark>=4)")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from spark_helpers import java_problem
+from spark_helpers import java_problem, spark_session
 
 if (_problem := java_problem()) is not None:
     pytest.skip(_problem, allow_module_level=True)
@@ -54,7 +54,6 @@ from pyspark import cloudpickle
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-import raftcore.spark
 from raftcore.columnar import to_arrow
 from raftcore.log import SegmentedLog
 from raftcore.records import encode_batch_kv, iter_batches
@@ -149,41 +148,12 @@ def data(records: int) -> Iterator[dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from pyspark.sql import SparkSession
-
-    saved = {k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "PYTHONPATH")}
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    # The Python workers import the raftcore this process imports, not a checkout's sources.
-    root = str(Path(raftcore.__file__).resolve().parent.parent)
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [root, saved["PYTHONPATH"]]))
-    cwd = os.getcwd()
-    os.chdir(tmp_path_factory.mktemp("spark-bench-jvm"))  # the JVM and workers: not the checkout
-    try:
-        session = (
-            SparkSession.builder.master("local[2]")
-            .appName("raftcore-bench-spark-read")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.driver.memory", "2g")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .config("spark.python.worker.reuse", "true")
-            .getOrCreate()
-        )
-    finally:
-        os.chdir(cwd)
-    session.sparkContext.setLogLevel("ERROR")
-    raftcore.spark.register(session)
-    session.dataSource.register(TuplesDataSource)
-    try:
+    # The tests' session (local[2], UI off, the JVM and Python workers outside the checkout,
+    # the workers importing the raftcore this process imports), with room for 1 GiB reads.
+    jvm_dir = tmp_path_factory.mktemp("spark-bench-jvm")
+    for session in spark_session(jvm_dir, driver_memory="2g"):
+        session.dataSource.register(TuplesDataSource)
         yield session
-    finally:
-        session.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 # ---- the benchmarks ----------------------------------------------------------------------------

@@ -30,7 +30,9 @@ def java_problem() -> str | None:
     return None if major >= 17 else f"Spark needs Java 17+: {java} is version {major or '?'}"
 
 
-def spark_session(jvm_dir: Path, master: str = "local[2]") -> Iterator[Any]:
+def spark_session(
+    jvm_dir: Path, master: str = "local[2]", driver_memory: str = "512m"
+) -> Iterator[Any]:
     """A fixture body: the session (with raftcore registered), stopped afterwards, and the
     environment it changed restored (the node processes of later tests must not inherit it)."""
     from pyspark.sql import SparkSession
@@ -58,7 +60,7 @@ def spark_session(jvm_dir: Path, master: str = "local[2]") -> Iterator[Any]:
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.shuffle.partitions", "2")
             .config("spark.default.parallelism", "2")
-            .config("spark.driver.memory", "512m")
+            .config("spark.driver.memory", driver_memory)
             .config("spark.driver.bindAddress", "127.0.0.1")
             .config("spark.python.worker.reuse", "true")
             .getOrCreate()

@@ -65,10 +65,7 @@ class ReadOptions:
 
     @property
     def bootstrap_strings(self) -> list[str]:
-        return [
-            f"[{e.host}]:{e.port}" if ":" in e.host else f"{e.host}:{e.port}"
-            for e in self.bootstrap
-        ]
+        return _endpoint_strings(self.bootstrap)
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool = False) -> ReadOptions:
@@ -115,6 +112,11 @@ class ReadOptions:
             max_records_per_trigger=_opt_int(given, "maxrecordspertrigger", minimum=1),
             fail_on_data_loss=_bool(given, "failondataloss", "true"),
         )
+
+
+def _endpoint_strings(endpoints: tuple[Endpoint, ...]) -> list[str]:
+    """``host:port`` of each endpoint, as the clients take them (IPv6 hosts bracketed)."""
+    return [f"[{e.host}]:{e.port}" if ":" in e.host else f"{e.host}:{e.port}" for e in endpoints]
 
 
 def _endpoints(text: str) -> list[Endpoint]:
@@ -206,10 +208,7 @@ class WriteOptions:
 
     @property
     def bootstrap_strings(self) -> list[str]:
-        return [
-            f"[{e.host}]:{e.port}" if ":" in e.host else f"{e.host}:{e.port}"
-            for e in self.bootstrap
-        ]
+        return _endpoint_strings(self.bootstrap)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
