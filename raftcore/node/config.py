@@ -9,6 +9,7 @@ from pathlib import Path
 
 from raftcore.log import LogConfig
 from raftcore.raft.config import QuorumConfig
+from raftcore.security.config import ListenerSecurity
 
 __all__ = ["Endpoint", "NodeConfig", "parse_endpoint", "parse_voters"]
 
@@ -56,6 +57,7 @@ class NodeConfig:
     - ``flush``: ``"always"`` (default: every append is fsynced before it is acknowledged,
       as KRaft requires) or ``"interval"`` (fsync every ``flush_interval_ms``; acknowledges
       writes before they are durable -- a crash of a majority can lose committed records);
+    - ``security``: the listener's TLS and SASL settings (:mod:`raftcore.security`);
     - ``max_frame_bytes``: requests above it close the connection (Kafka's
       ``socket.request.max.bytes``, 100 MiB).
     """
@@ -73,6 +75,7 @@ class NodeConfig:
     flush_interval_ms: int = 1000
     max_frame_bytes: int = 100 * 1024 * 1024
     request_timeout_ms: int = 30_000
+    security: ListenerSecurity = field(default_factory=ListenerSecurity)
 
     def __post_init__(self) -> None:
         if self.node_id < 0:

@@ -16,6 +16,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from raftcore.security.config import ANONYMOUS, Principal
+
 __all__ = ["FrameTooLarge", "PeerConnection", "ServerConnection", "read_frame", "write_frame"]
 
 logger = logging.getLogger(__name__)
@@ -86,6 +88,8 @@ class ServerConnection:
         self.max_in_flight = max_in_flight
         self.peer = writer.get_extra_info("peername")
         self.name = name
+        # who the connection proved to be (a TLS certificate, a SASL login): raftcore.security
+        self.principal: Principal = ANONYMOUS
         # (slot of the answer, size of the request), in request order
         self._order: deque[tuple[asyncio.Future[Any], int]] = deque()
         self._order_bytes = 0

@@ -1,0 +1,84 @@
+"""What a listener requires and what a client presents, in Kafka's terms.
+
+``security.protocol`` is one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL (Kafka's
+``SecurityProtocol``). Certificates and keys are PEM files (Kafka's ``ssl.keystore.type=PEM``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["ANONYMOUS", "SECURITY_PROTOCOLS", "ClientSecurity", "ListenerSecurity", "Principal"]
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a connection proved to be. ``kind``: ``"node"`` (``node_id`` set), ``"user"`` or
+    ``"anonymous"``."""
+
+    kind: str
+    name: str
+    node_id: int | None = None
+
+    def __str__(self) -> str:
+        return f"{'User' if self.kind != 'node' else 'Node'}:{self.name}"
+
+
+ANONYMOUS = Principal("anonymous", "ANONYMOUS")
+
+
+@dataclass(frozen=True)
+class ListenerSecurity:
+    """A node listener's security (Kafka: ``listeners=SSL://...``, ``ssl.keystore.location``,
+    ``ssl.truststore.location``, ``ssl.client.auth``, ``sasl.enabled.mechanisms``).
+
+    - ``protocol``: PLAINTEXT (default), SSL, SASL_PLAINTEXT or SASL_SSL;
+    - ``ssl_certfile`` / ``ssl_keyfile``: this node's certificate chain and private key (PEM);
+    - ``ssl_cafile``: the cluster's CA (PEM): peers' and clients' certificates must chain to it;
+    - ``ssl_client_auth``: ``required``, ``requested`` or ``none`` (Kafka's default);
+    - ``sasl_mechanisms``: the mechanisms offered to clients on a SASL_* listener;
+    - ``sasl_users_file``: the users and their credentials (see :mod:`raftcore.security.users`).
+    """
+
+    protocol: str = "PLAINTEXT"
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    ssl_cafile: Path | None = None
+    ssl_client_auth: str = "none"
+    sasl_mechanisms: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+    sasl_users_file: Path | None = None
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+
+@dataclass(frozen=True)
+class ClientSecurity:
+    """What a client presents (librdkafka's names: ``security.protocol``, ``ssl.ca.location``,
+    ``ssl.certificate.location``, ``ssl.key.location``, ``sasl.mechanism``, ``sasl.username``,
+    ``sasl.password``)."""
+
+    protocol: str = "PLAINTEXT"
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    ssl_check_hostname: bool = True
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = None
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
