@@ -17,7 +17,9 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 def example() -> str:
     text = README.read_text(encoding="utf-8")
-    match = re.search(r"<!-- kv-example[^>]*-->\s*```python\n(.*?)```", text, re.DOTALL)
+    match = re.search(
+        r"<!-- readme-test: python kv-example -->\s*```python\n(.*?)```", text, re.DOTALL
+    )
     assert match, "the README lost its kv-example block"
     return match.group(1)
 
