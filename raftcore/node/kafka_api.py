@@ -184,7 +184,7 @@ async def produce(node: RaftNode, body: Any, version: int) -> Any:
             )
             resp.error_code = error
             if appended is not None:
-                node.metrics.produce_records(appended.last_offset - appended.first_offset + 1)
+                node.metrics.produce_records += appended.last_offset - appended.first_offset + 1
                 resp.base_offset = appended.first_offset
                 resp.log_start_offset = node.log.log_start_offset if node.log else -1
                 if acks == -1:

@@ -68,7 +68,7 @@ class Messaging:
                 del requests[key]
             requests[(message.destination, message.correlation_id)] = (api_key, version)
             if peer.send([frame]):
-                self.metrics.peer_sent(len(frame) + 4)
+                self.metrics.peer_sent_bytes += len(frame) + 4
             return
         pending = self._inbound.pop(message.correlation_id, None)
         if pending is None:
@@ -79,7 +79,7 @@ class Messaging:
 
     def _response_handler(self, peer_id: int) -> Any:
         def on_response(correlation_id: int, frame: bytes) -> None:
-            self.metrics.peer_received(len(frame) + 4)
+            self.metrics.peer_received_bytes += len(frame) + 4
             key = (peer_id, correlation_id)
             sent = self._peer_requests.pop(key, None)
             if sent is None or self.core is None or not self._started:
@@ -111,7 +111,7 @@ class Messaging:
             """Requests to ``peer_id`` not answered yet went with the old connection (or had
             none): fail them now, so the core sends again at once, not at the timeout (a
             snapshot download resumes from the bytes it holds)."""
-            self.metrics.peer_opened()
+            self.metrics.peer_opened += 1
             lost = [cid for (peer, cid) in self._peer_requests if peer == peer_id]
             for cid in lost:
                 del self._peer_requests[(peer_id, cid)]
@@ -134,7 +134,7 @@ class Messaging:
             reader, writer, self._handle_frame, self.config.max_frame_bytes, self.prefix
         )
         self._connections.add(conn)
-        self.metrics.inbound_opened()
+        self.metrics.inbound_opened += 1
         try:
             await conn.serve()
         finally:
@@ -143,10 +143,10 @@ class Messaging:
     async def _handle_frame(
         self, conn: ServerConnection, frame: bytes
     ) -> list[bytes | memoryview] | None:
-        self.metrics.inbound_received(len(frame) + 4)
+        self.metrics.inbound_received_bytes += len(frame) + 4
         answer = await self._answer(frame)
         if answer is not None:
-            self.metrics.inbound_sent(sum(len(part) for part in answer) + 4)
+            self.metrics.inbound_sent_bytes += sum(len(part) for part in answer) + 4
         return answer
 
     async def _answer(self, frame: bytes) -> list[bytes | memoryview] | None:
