@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -47,7 +48,7 @@ async def serve_metrics(node: RaftNode) -> MetricsServer:
         await node._close()
         raise RaftcoreError(
             f"{node.prefix} cannot serve metrics on {host}:{cfg.metrics_port}: "
-            f"{exc.strerror or exc}"
+            f"{os.strerror(exc.errno) if exc.errno else exc}"
         ) from None
     logger.info("%s metrics at http://%s:%d/metrics", node.prefix, *node.metrics_address)
     return server
