@@ -61,7 +61,8 @@ class StateCollector:
         if core is not None:
             known = core.leader_and_epoch()
             epoch.add_metric([], core.epoch)
-            leader.add_metric([], known.leader_id if known.known else -1)
+            leader_id = known.leader_id
+            leader.add_metric([], leader_id if leader_id is not None else -1)
             if core.high_watermark is not None:
                 hw.add_metric([], core.high_watermark)
         yield epoch
