@@ -56,10 +56,12 @@ def scrape(node: RaftNode) -> dict:
     return metric_samples(node.metrics_text().decode())
 
 
-async def http_get(url: str) -> tuple[int, str]:
+async def http_get(url: str, data: bytes | None = None) -> tuple[int, str]:
+    """GET ``url`` (POST with ``data``): the status and the body."""
+
     def get() -> tuple[int, str]:
         try:
-            with urllib.request.urlopen(url, timeout=5) as resp:
+            with urllib.request.urlopen(url, data=data, timeout=5) as resp:
                 return resp.status, resp.read().decode()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read().decode()
@@ -245,6 +247,8 @@ def test_the_metrics_server_answers_only_metrics_and_stops_with_the_node(tmp_pat
             url = url_of(node)
             status, _ = await http_get(url.replace("/metrics", "/nope"))
             assert status == 404
+            status, _ = await http_get(url, data=b"x")
+            assert status == 405
             status, text = await http_get(url)
             assert status == 200 and "raftcore_raft_epoch" in text
             await node.stop()
