@@ -152,7 +152,10 @@ def test_leader_metrics_show_role_offsets_requests_bytes_fsyncs_connections_and_
             assert value(m, "raftcore_network_sent_bytes_total", connection="inbound") > 0
             assert value(m, "raftcore_log_fsync_duration_seconds_count") > 0
             assert value(m, "raftcore_connections", connection="inbound") > 0
-            assert value(m, "raftcore_connections", connection="peer") == 2
+            await wait_until(  # its connections to both other voters (they reconnect)
+                lambda: value(scrape(leader), "raftcore_connections", connection="peer") == 2,
+                what="two peer connections",
+            )
             followers = sorted(n.node_id for n in nodes if n is not leader)
             for f in followers:  # present for both, as the leader sees them
                 key = {"replica": str(f), "voter": "true"}
