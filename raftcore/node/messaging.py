@@ -131,7 +131,7 @@ class Messaging:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = ServerConnection(
-            reader, writer, self._handle_frame, self.config.max_frame_bytes, self.prefix
+            reader, writer, self._counted_frame, self.config.max_frame_bytes, self.prefix
         )
         self._connections.add(conn)
         self.metrics.inbound_opened += 1
@@ -140,16 +140,19 @@ class Messaging:
         finally:
             self._connections.discard(conn)
 
-    async def _handle_frame(
+    async def _counted_frame(
         self, conn: ServerConnection, frame: bytes
     ) -> list[bytes | memoryview] | None:
+        """``_handle_frame``, with the bytes in and out counted (raftcore.node.metrics)."""
         self.metrics.inbound_received_bytes += len(frame) + 4
-        answer = await self._answer(frame)
+        answer = await self._handle_frame(conn, frame)
         if answer is not None:
             self.metrics.inbound_sent_bytes += sum(len(part) for part in answer) + 4
         return answer
 
-    async def _answer(self, frame: bytes) -> list[bytes | memoryview] | None:
+    async def _handle_frame(
+        self, conn: ServerConnection, frame: bytes
+    ) -> list[bytes | memoryview] | None:
         try:
             header, body = decode_request(frame)
         except UnsupportedVersionError as exc:
