@@ -164,6 +164,8 @@ def _cmd_node(args: argparse.Namespace) -> int:
             log=log,
             flush=args.flush,
             flush_interval_ms=args.flush_interval_ms,
+            metrics_port=args.metrics_port,
+            metrics_host=args.metrics_host,
         )
         if quorum.snapshots_enabled and args.state_machine == "none":
             raise ValueError(
@@ -188,11 +190,28 @@ def _cmd_describe_quorum(args: argparse.Namespace) -> int:
 
     from raftcore.client import describe_quorum, format_quorum
 
+    if args.watch:
+        return _watch_quorum(args)
     info = asyncio.run(
         describe_quorum(_bootstrap(args), topic=args.topic, timeout_s=args.timeout_ms / 1000)
     )
     print(format_quorum(info))
     return 0
+
+
+def _watch_quorum(args: argparse.Namespace) -> int:
+    from raftcore.quorum_watch import run_watch
+
+    if not args.interval > 0:
+        print("raftcore describe-quorum: --interval must be > 0", file=sys.stderr)
+        return 2
+    return run_watch(
+        _bootstrap(args),
+        sys.stdout,
+        topic=args.topic,
+        interval_s=args.interval,
+        timeout_s=args.timeout_ms / 1000,
+    )
 
 
 def _bootstrap(args: argparse.Namespace) -> list[str]:
@@ -386,6 +405,16 @@ def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
     p.add_argument(
         "--ready-file", default=None, help="write this file once the node listens (for scripts)"
     )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (docs/metrics.md; "
+        "default: not served)",
+    )
+    p.add_argument(
+        "--metrics-host", default=None, help="the metrics address (default: the listen host)"
+    )
     p.set_defaults(func=_cmd_node)
 
     def bootstrap(p: argparse.ArgumentParser) -> None:
@@ -397,6 +426,12 @@ def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
     )
     bootstrap(p)
     p.add_argument("--timeout-ms", type=int, default=10_000)
+    p.add_argument(
+        "--watch", action="store_true", help="ask again every --interval seconds until Ctrl-C"
+    )
+    p.add_argument(
+        "--interval", type=float, default=1.0, help="seconds between tables with --watch"
+    )
     p.set_defaults(func=_cmd_describe_quorum)
 
     p = sub.add_parser("produce", help="write records: lines of stdin, the arguments, or generated")

@@ -13,7 +13,13 @@ from raftcore.error_codes import Errors, error_name
 from raftcore.errors import RaftcoreError
 from raftcore.protocol.api import ApiKey, request_spec
 
-__all__ = ["QuorumInfo", "ReplicaInfo", "describe_quorum", "format_quorum"]
+__all__ = [
+    "QuorumInfo",
+    "ReplicaInfo",
+    "describe_quorum",
+    "describe_quorum_with",
+    "format_quorum",
+]
 
 DESCRIBE_QUORUM_VERSION = 2
 
@@ -49,23 +55,31 @@ async def describe_quorum(
 ) -> QuorumInfo:
     """Ask the leader (found through Metadata) to describe the quorum."""
     cluster = ClusterClient(bootstrap, topic=topic, request_timeout_ms=int(timeout_s * 1000))
-    deadline = time.monotonic() + timeout_s
-    attempt = 0
     try:
-        while True:
-            await cluster.refresh_metadata(max(0.1, deadline - time.monotonic()))
-            try:
-                info = await _describe_once(cluster, topic)
-            except (ConnectionClosed, OSError, asyncio.TimeoutError, _NotLeader):
-                info = None
-            if info is not None:
-                return info
-            attempt += 1
-            if time.monotonic() > deadline:
-                raise RaftcoreError("no leader answered DescribeQuorum in time")
-            await asyncio.sleep(cluster.backoff_s(attempt))
+        return await describe_quorum_with(cluster, topic=topic, timeout_s=timeout_s)
     finally:
         await cluster.close()
+
+
+async def describe_quorum_with(
+    cluster: ClusterClient, *, topic: str = "raftcore", timeout_s: float = 10.0
+) -> QuorumInfo:
+    """:func:`describe_quorum` on a client the caller keeps (``describe-quorum --watch``
+    asks again and again on the same connections)."""
+    deadline = time.monotonic() + timeout_s
+    attempt = 0
+    while True:
+        await cluster.refresh_metadata(max(0.1, deadline - time.monotonic()))
+        try:
+            info = await _describe_once(cluster, topic)
+        except (ConnectionClosed, OSError, asyncio.TimeoutError, _NotLeader):
+            info = None
+        if info is not None:
+            return info
+        attempt += 1
+        if time.monotonic() > deadline:
+            raise RaftcoreError("no leader answered DescribeQuorum in time")
+        await asyncio.sleep(cluster.backoff_s(attempt))
 
 
 class _NotLeader(Exception):

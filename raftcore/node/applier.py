@@ -38,6 +38,7 @@ import asyncio
 import heapq
 import itertools
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -132,6 +133,7 @@ class Applier:
         self.failure: BaseException | None = None
         self.applies = 0  # calls of state_machine.apply
         self.batches_applied = 0
+        self.on_restored: Callable[[float], None] | None = None  # seconds a restore took
 
     def start(self) -> None:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"apply{self.prefix}")
@@ -289,6 +291,7 @@ class Applier:
     async def _load(self, loop: asyncio.AbstractEventLoop, reader: SnapshotReader) -> bool:
         self._restore = None
         self._busy = True
+        started = time.perf_counter()
         try:
             await loop.run_in_executor(self._executor, self._restore_from, reader)
         except Exception as exc:
@@ -296,6 +299,8 @@ class Applier:
             self._fail(exc, f"restore snapshot {reader.end_offset}")
             return False
         self._busy = False
+        if self.on_restored is not None:
+            self.on_restored(time.perf_counter() - started)
         self._applied = reader.end_offset
         logger.info("%s restored a snapshot: applied offset %d", self.prefix, self._applied)
         self._notify()

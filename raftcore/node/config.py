@@ -58,6 +58,9 @@ class NodeConfig:
       as KRaft requires) or ``"interval"`` (fsync every ``flush_interval_ms``; acknowledges
       writes before they are durable -- a crash of a majority can lose committed records);
     - ``security``: the listener's TLS and SASL settings (:mod:`raftcore.security`);
+    - ``metrics_port`` / ``metrics_host``: serve Prometheus metrics at
+      ``http://metrics_host:metrics_port/metrics`` (default: not served; the host defaults to
+      the listen host; port 0 picks a free one). docs/metrics.md lists them;
     - ``max_frame_bytes``: requests above it close the connection (Kafka's
       ``socket.request.max.bytes``, 100 MiB).
     """
@@ -73,6 +76,8 @@ class NodeConfig:
     log: LogConfig = field(default_factory=LogConfig)
     flush: str = "always"
     flush_interval_ms: int = 1000
+    metrics_port: int | None = None
+    metrics_host: str | None = None
     max_frame_bytes: int = 100 * 1024 * 1024
     request_timeout_ms: int = 30_000
     security: ListenerSecurity = field(default_factory=ListenerSecurity)
@@ -89,6 +94,8 @@ class NodeConfig:
         if listen is None:
             raise ValueError(f"node {self.node_id} is not a voter: give it a listen address")
         object.__setattr__(self, "listen", listen)
+        if self.metrics_port is not None and not 0 <= self.metrics_port < 65536:
+            raise ValueError(f"metrics port must be 0..65535, got {self.metrics_port}")
         if self.advertised is None:
             object.__setattr__(self, "advertised", self.voters.get(self.node_id, listen))
         object.__setattr__(

@@ -60,9 +60,11 @@ async def handle(node: RaftNode, header: Any, body: Any) -> list[bytes | memoryv
         from raftcore.node.transport import CloseConnection
 
         raise CloseConnection(f"API {key} is not served here")
+    started = time.perf_counter()
     response = handler(node, body, version)
     if asyncio.iscoroutine(response):
         response = await response
+    node.metrics.kafka_request(key)(time.perf_counter() - started)
     if response is None:
         return None  # acks=0
     return encode_response(key, version, header.correlation_id, response)
@@ -182,6 +184,7 @@ async def produce(node: RaftNode, body: Any, version: int) -> Any:
             )
             resp.error_code = error
             if appended is not None:
+                node.metrics.produce_records += appended.last_offset - appended.first_offset + 1
                 resp.base_offset = appended.first_offset
                 resp.log_start_offset = node.log.log_start_offset if node.log else -1
                 if acks == -1:

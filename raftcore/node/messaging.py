@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from raftcore.error_codes import Errors
@@ -46,6 +47,7 @@ class Messaging:
     _foreign_peers: set[int]
     _connections: set[Any]
     _token: int
+    metrics: Any  # raftcore.node.metrics.NodeMetrics
 
     def _run(self, step: Any) -> None:
         raise NotImplementedError
@@ -65,7 +67,8 @@ class Messaging:
             for key in [k for k in requests if k[0] == message.destination]:
                 del requests[key]
             requests[(message.destination, message.correlation_id)] = (api_key, version)
-            peer.send([frame])
+            if peer.send([frame]):
+                self.metrics.peer_sent_bytes += len(frame) + 4
             return
         pending = self._inbound.pop(message.correlation_id, None)
         if pending is None:
@@ -76,6 +79,7 @@ class Messaging:
 
     def _response_handler(self, peer_id: int) -> Any:
         def on_response(correlation_id: int, frame: bytes) -> None:
+            self.metrics.peer_received_bytes += len(frame) + 4
             key = (peer_id, correlation_id)
             sent = self._peer_requests.pop(key, None)
             if sent is None or self.core is None or not self._started:
@@ -107,6 +111,7 @@ class Messaging:
             """Requests to ``peer_id`` not answered yet went with the old connection (or had
             none): fail them now, so the core sends again at once, not at the timeout (a
             snapshot download resumes from the bytes it holds)."""
+            self.metrics.peer_opened += 1
             lost = [cid for (peer, cid) in self._peer_requests if peer == peer_id]
             for cid in lost:
                 del self._peer_requests[(peer_id, cid)]
@@ -126,13 +131,24 @@ class Messaging:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = ServerConnection(
-            reader, writer, self._handle_frame, self.config.max_frame_bytes, self.prefix
+            reader, writer, self._counted_frame, self.config.max_frame_bytes, self.prefix
         )
         self._connections.add(conn)
+        self.metrics.inbound_opened += 1
         try:
             await conn.serve()
         finally:
             self._connections.discard(conn)
+
+    async def _counted_frame(
+        self, conn: ServerConnection, frame: bytes
+    ) -> list[bytes | memoryview] | None:
+        """``_handle_frame``, with the bytes in and out counted (raftcore.node.metrics)."""
+        self.metrics.inbound_received_bytes += len(frame) + 4
+        answer = await self._handle_frame(conn, frame)
+        if answer is not None:
+            self.metrics.inbound_sent_bytes += sum(len(part) for part in answer) + 4
+        return answer
 
     async def _handle_frame(
         self, conn: ServerConnection, frame: bytes
@@ -186,9 +202,11 @@ class Messaging:
         self._token += 1
         token = self._token
         self._inbound[token] = (fut, api_key, version)
+        started = time.perf_counter()
         self._run(lambda now: core.handle(source, token, message, now))
         try:
             response = await fut
         finally:
             self._inbound.pop(token, None)
+        self.metrics.raft_request(api_key)(time.perf_counter() - started)
         return encode_response(api_key, version, header.correlation_id, response)

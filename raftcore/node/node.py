@@ -35,6 +35,8 @@ from raftcore.node.applier import Applier, check_start_offset
 from raftcore.node.config import NodeConfig
 from raftcore.node.data_dir import LOG_DIR, UnsyncedView, check_meta_properties
 from raftcore.node.messaging import Messaging
+from raftcore.node.metrics import NodeMetrics
+from raftcore.node.metrics_http import MetricsServer, serve_metrics
 from raftcore.node.producer_ids import NODE_ID_BITS
 from raftcore.node.producer_state import ProducerStateManager
 from raftcore.node.producer_tracker import ProducerStateTracker
@@ -99,7 +101,9 @@ class _Listener:
                 f"{self.node.prefix} the listener must load snapshot {reader.snapshot_id} but "
                 "has no handle_load_snapshot"
             )
+        started = time.perf_counter()
         load(reader)
+        self.node.metrics.snapshot_loaded(time.perf_counter() - started)
 
     def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
         logger.info(
@@ -173,6 +177,9 @@ class RaftNode(Messaging):
         self._reads = reads.ReadWaiters()
         self.producer_id_counter = 0
         self._foreign_peers: set[int] = set()
+        self.metrics = NodeMetrics(self)  # docs/metrics.md
+        self._metrics_server: MetricsServer | None = None
+        self.metrics_address: tuple[str, int] | None = None  # where they are served
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -208,6 +215,7 @@ class RaftNode(Messaging):
                 on_failure=self._state_machine_failed,
                 prefix=self.prefix,
             )
+            self.applier.on_restored = self.metrics.snapshot_loaded
             self.applier.start()
         self.core = RaftCore(
             cfg.node_id,
@@ -228,6 +236,7 @@ class RaftNode(Messaging):
                 wait_applied=None if applier is None else applier.wait_applied,
                 prefix=self.prefix,
             )
+            self.snapshotter.on_taken = self.metrics.snapshot_taken
         for peer_id, endpoint in cfg.voters.items():
             if peer_id != cfg.node_id:
                 peer = PeerConnection(
@@ -242,6 +251,8 @@ class RaftNode(Messaging):
                 peer.start()
                 self._peers[peer_id] = peer
         self._server = await asyncio.start_server(self._accept, cfg.listen.host, cfg.listen.port)
+        if cfg.metrics_port is not None:  # a port in use closes all this and fails the start
+            self._metrics_server = await serve_metrics(self)
         self._flush_task = asyncio.ensure_future(self._flush_loop())
         if cfg.flush == "interval":
             self._interval_task = asyncio.ensure_future(self._interval_flush_loop())
@@ -278,6 +289,8 @@ class RaftNode(Messaging):
         await self._close()
 
     async def _close(self) -> None:
+        if self._metrics_server is not None:
+            await self._metrics_server.close()
         if self._poll_handle is not None:
             self._poll_handle.cancel()
         for task in (self._flush_task, self._interval_task):
@@ -305,6 +318,11 @@ class RaftNode(Messaging):
         if self.log is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.log.close)
         self._started = False
+
+    def metrics_text(self) -> bytes:
+        """The node's metrics in Prometheus' text format (docs/metrics.md), for an embedder
+        that serves them itself. Call it on the node's event loop."""
+        return self.metrics.text()
 
     # ---- state ---------------------------------------------------------------------------------
 
@@ -507,6 +525,8 @@ class RaftNode(Messaging):
     def _after_progress(self) -> None:
         core = self.core
         assert core is not None
+        if core.state is not self.metrics.seen_state:  # elections, for the metrics
+            self.metrics.state_seen(core.state)
         if self.applier is not None:
             self.applier.progress(core.listener_next_offset)
         if core.high_watermark is None:
@@ -525,7 +545,7 @@ class RaftNode(Messaging):
             await self._flush_wanted.wait()
             self._flush_wanted.clear()
             try:
-                await loop.run_in_executor(None, log.flush)
+                await loop.run_in_executor(None, self.metrics.timed_flush, log.flush)
             except Exception:
                 logger.exception("%s fsync failed; stopping", self.prefix)
                 await self._close()

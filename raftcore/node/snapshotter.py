@@ -121,6 +121,7 @@ class Snapshotter:
         self.taken = 0
         self.failed = 0
         self.last_error: BaseException | None = None
+        self.on_taken: Callable[[float], None] | None = None  # seconds a snapshot took
 
     @staticmethod
     def _now() -> int:
@@ -144,6 +145,7 @@ class Snapshotter:
             if self.closing:
                 return
             self._writing = True
+            started = time.perf_counter()
             snapshot_id = await self.loop.run_in_executor(self._executor, self._write, writer)
         except BaseException as exc:  # every failure (and a cancel) gives the snapshot up
             self._give_up(writer, exc)
@@ -152,6 +154,8 @@ class Snapshotter:
             self._task = None
             self._writing = False
         self.taken += 1
+        if self.on_taken is not None:
+            self.on_taken(time.perf_counter() - started)
         logger.info("%s took snapshot %r", self.prefix, snapshot_id)
         if not self.closing:
             self.run(lambda now: self.core.snapshot_frozen(snapshot_id, now))

@@ -1,0 +1,126 @@
+"""The node's Prometheus endpoint: ``GET /metrics`` over HTTP/1.x, served on the node's own
+event loop.
+
+Why not ``prometheus_client.start_http_server``: it serves from a thread of its own, and a
+scrape runs the collectors there -- but the metrics that mirror the node's state read the Raft
+core, which only the loop may touch (its dicts change under a reader on another thread). A
+small asyncio handler reads them on the loop, between two steps of the core, and stops with
+the node (``close``): no thread to join, no lock on the hot path. A scrape costs the loop the
+time to render the text (about a millisecond).
+
+One request per connection (``Connection: close``), as Prometheus is happy with. Anything but
+``GET /metrics`` (or ``/``, which names the path) is answered 404 or 405.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from raftcore.errors import RaftcoreError
+
+if TYPE_CHECKING:
+    from raftcore.node.node import RaftNode
+
+__all__ = ["MetricsServer", "serve_metrics"]
+
+logger = logging.getLogger(__name__)
+
+MAX_HEAD_BYTES = 16 * 1024
+READ_TIMEOUT_S = 10.0
+
+
+async def serve_metrics(node: RaftNode) -> MetricsServer:
+    """Serve the node's metrics where its config says (``metrics_host`` defaults to the listen
+    host). A port in use closes what the node's start opened and raises a one-line error."""
+    cfg = node.config
+    host = cfg.metrics_host or cfg.listen.host
+    server = MetricsServer(node.metrics.text, node.prefix)
+    try:
+        node.metrics_address = await server.start(host, cfg.metrics_port)
+    except OSError as exc:
+        await node._close()
+        raise RaftcoreError(
+            f"{node.prefix} cannot serve metrics on {host}:{cfg.metrics_port}: "
+            f"{os.strerror(exc.errno) if exc.errno else exc}"
+        ) from None
+    logger.info("%s metrics at http://%s:%d/metrics", node.prefix, *node.metrics_address)
+    return server
+
+
+class MetricsServer:
+    """Serves ``render()`` (the exposition text) at ``/metrics``."""
+
+    def __init__(self, render: Callable[[], bytes], prefix: str = "") -> None:
+        self.render = render
+        self.prefix = prefix
+        self._server: asyncio.Server | None = None
+        self._handlers: set[asyncio.Task[None]] = set()
+
+    async def start(self, host: str, port: int) -> tuple[str, int]:
+        """Listen; the address bound (port 0 picks a free one). OSError if it cannot."""
+        self._server = await asyncio.start_server(self._serve, host, port, limit=MAX_HEAD_BYTES)
+        bound = self._server.sockets[0].getsockname()
+        return bound[0], bound[1]
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for task in list(self._handlers):
+                task.cancel()
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+            self._server = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT_S)
+            status, body, content_type = self._answer(head)
+            writer.write(
+                f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode("latin-1")
+                + body
+            )
+            await writer.drain()
+        except (
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+            asyncio.TimeoutError,
+            ConnectionError,
+        ):
+            pass  # a client that went away or sent nonsense: nothing to answer
+        except asyncio.CancelledError:
+            pass  # the node stops
+        finally:
+            if task is not None:
+                self._handlers.discard(task)
+            writer.close()
+
+    def _answer(self, head: bytes) -> tuple[str, bytes, str]:
+        text = "text/plain; charset=utf-8"
+        request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+        parts = request_line.split()
+        if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+            return "400 Bad Request", b"bad request\n", text
+        method, target = parts[0], parts[1].split("?", 1)[0]
+        if target not in ("/metrics", "/"):
+            return "404 Not Found", b"not found: the metrics are at /metrics\n", text
+        if method not in ("GET", "HEAD"):
+            return "405 Method Not Allowed", b"GET /metrics\n", text
+        if target == "/":
+            return "200 OK", b"raftcore node: metrics at /metrics\n", text
+        try:
+            body = self.render()
+        except Exception:
+            logger.exception("%s rendering the metrics failed", self.prefix)
+            return "500 Internal Server Error", b"rendering the metrics failed\n", text
+        return "200 OK", b"" if method == "HEAD" else body, CONTENT_TYPE_LATEST

@@ -1,0 +1,66 @@
+"""``raftcore describe-quorum --watch``: the DescribeQuorum table, asked again every interval,
+until Ctrl-C.
+
+On a terminal the screen is redrawn in place (as ``watch(1)`` does); otherwise -- a pipe, a
+file, a test -- each table is printed after the previous one, with a blank line between, so a
+log of the quorum over time can be kept. A round that gets no answer (no leader right now,
+during an election) prints why and the next round tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any, TextIO
+
+from raftcore.client.admin import describe_quorum_with, format_quorum
+from raftcore.client.cluster import ClusterClient
+from raftcore.errors import RaftcoreError
+
+__all__ = ["run_watch", "watch_quorum"]
+
+CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear the screen
+
+
+async def watch_quorum(
+    bootstrap: list[str],
+    out: TextIO,
+    *,
+    topic: str = "raftcore",
+    interval_s: float = 1.0,
+    timeout_s: float = 10.0,
+    rounds: int | None = None,
+) -> None:
+    """Print the quorum's table every ``interval_s`` seconds (``rounds`` times, or until
+    cancelled). Each table starts with a line naming the time it was asked."""
+    tty = out.isatty()
+    cluster = ClusterClient(bootstrap, topic=topic, request_timeout_ms=int(timeout_s * 1000))
+    done = 0
+    try:
+        while rounds is None or done < rounds:
+            started = time.monotonic()
+            try:
+                info = await describe_quorum_with(cluster, topic=topic, timeout_s=timeout_s)
+                table = format_quorum(info)
+            except (RaftcoreError, OSError, asyncio.TimeoutError) as exc:
+                table = f"no answer: {exc}"
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
+            header = f"Every {interval_s:g}s: describe-quorum --bootstrap {','.join(bootstrap)}"
+            if tty:
+                out.write(f"{CLEAR}{header}    {stamp}\n\n{table}\n")
+            else:
+                out.write(f"{'' if done == 0 else chr(10)}{header}    {stamp}\n{table}\n")
+            out.flush()
+            done += 1
+            if rounds is None or done < rounds:
+                await asyncio.sleep(max(0.0, interval_s - (time.monotonic() - started)))
+    finally:
+        await cluster.close()
+
+
+def run_watch(bootstrap: list[str], out: TextIO, **options: Any) -> int:
+    """Watch until Ctrl-C, which ends it quietly (exit status 0)."""
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(watch_quorum(bootstrap, out, **options))
+    return 0

@@ -1,0 +1,508 @@
+"""Prometheus metrics (issue 12): every node serves its own, on an optional HTTP port; the
+leader's view of the replicas, the hot-path counters and histograms, elections; the process
+option ``--metrics-port``; docs/metrics.md lists exactly what a node exposes; and
+``describe-quorum --watch`` prints a table per interval until Ctrl-C."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import prometheus_client
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from test_node import FAST, Collector, leader_of
+
+import raftcore
+from raftcore.client import Producer
+from raftcore.errors import RaftcoreError
+from raftcore.node.config import Endpoint, NodeConfig
+from raftcore.node.local_cluster import LocalCluster, free_ports
+from raftcore.node.node import RaftNode
+from raftcore.statemachine import DictStateMachine
+
+pytestmark = pytest.mark.timeout(60)
+
+ROOT = Path(raftcore.__file__).parent.parent
+DOC = ROOT / "docs" / "metrics.md"
+CLUSTER_ID = "metrics-tests"
+
+
+def metric_samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """{(sample name, sorted labels): value} of an exposition text."""
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(samples: dict, name: str, **labels: str) -> float | None:
+    return samples.get((name, tuple(sorted(labels.items()))))
+
+
+def scrape(node: RaftNode) -> dict:
+    return metric_samples(node.metrics_text().decode())
+
+
+async def http_get(url: str, data: bytes | None = None) -> tuple[int, str]:
+    """GET ``url`` (POST with ``data``): the status and the body."""
+
+    def get() -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(url, data=data, timeout=5) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    return await asyncio.get_running_loop().run_in_executor(None, get)
+
+
+def url_of(node: RaftNode) -> str:
+    assert node.metrics_address is not None
+    host, port = node.metrics_address
+    return f"http://{host}:{port}/metrics"
+
+
+@contextlib.asynccontextmanager
+async def cluster(tmp_path: Path, size: int = 3):  # type: ignore[no-untyped-def]
+    ports = free_ports(size)
+    voters = {i + 1: Endpoint("127.0.0.1", p) for i, p in enumerate(ports)}
+    nodes = [
+        RaftNode(
+            NodeConfig(
+                node_id=i,
+                voters=voters,
+                data_dir=tmp_path / f"node-{i}",
+                cluster_id=CLUSTER_ID,
+                quorum=FAST,
+                metrics_port=0,  # a free port each
+            ),
+            listener=Collector(),
+        )
+        for i in voters
+    ]
+    try:
+        for n in nodes:
+            await n.start()
+        yield nodes
+    finally:
+        for n in nodes:
+            await n.stop(timeout_s=0.5)
+
+
+async def wait_until(check, timeout_s: float = 10.0, what: str = "condition"):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def run(coro):  # type: ignore[no-untyped-def]
+    return asyncio.run(asyncio.wait_for(coro, 45))
+
+
+# ---- an in-process cluster ------------------------------------------------------------------
+
+REQUESTS = 20
+PER_REQUEST = 10
+
+
+def test_leader_metrics_show_role_offsets_requests_bytes_fsyncs_connections_and_replica_lag(
+    tmp_path,
+):
+    async def main():
+        async with cluster(tmp_path) as nodes:
+            leader = await leader_of(nodes)
+            async with Producer([str(leader.config.listen)]) as producer:
+                for n in range(REQUESTS):
+                    last = (await producer.send([(b"k", b"v%d" % n)] * PER_REQUEST))[1]
+                status, text = await http_get(url_of(leader))  # the producer still connected
+            assert status == 200
+            m = metric_samples(text)
+            assert value(m, "raftcore_raft_role", role="leader") == 1
+            assert value(m, "raftcore_raft_role", role="follower") == 0
+            assert value(m, "raftcore_raft_leader_id") == leader.node_id
+            assert value(m, "raftcore_raft_high_watermark") == last + 1
+            assert value(m, "raftcore_log_end_offset") == last + 1
+            assert value(m, "raftcore_log_start_offset") == 0
+            produced = value(m, "raftcore_kafka_request_duration_seconds_count", request="Produce")
+            assert produced is not None and produced >= REQUESTS
+            in_buckets = value(
+                m, "raftcore_kafka_request_duration_seconds_bucket", request="Produce", le="+Inf"
+            )
+            assert in_buckets == produced
+            assert value(m, "raftcore_produce_records_total") == REQUESTS * PER_REQUEST
+            assert value(m, "raftcore_network_received_bytes_total", connection="inbound") > 0
+            assert value(m, "raftcore_network_sent_bytes_total", connection="inbound") > 0
+            assert value(m, "raftcore_log_fsync_duration_seconds_count") > 0
+            assert value(m, "raftcore_connections", connection="inbound") > 0
+            await wait_until(  # its connections to both other voters (they reconnect)
+                lambda: value(scrape(leader), "raftcore_connections", connection="peer") == 2,
+                what="two peer connections",
+            )
+            followers = sorted(n.node_id for n in nodes if n is not leader)
+            for f in followers:  # present for both, as the leader sees them
+                key = {"replica": str(f), "voter": "true"}
+                assert value(m, "raftcore_replica_lag_records", **key) is not None
+                assert value(m, "raftcore_replica_last_caught_up_timestamp_seconds", **key) > 0
+
+            def caught_up():  # type: ignore[no-untyped-def]
+                s = scrape(leader)
+                return (
+                    all(
+                        value(s, "raftcore_replica_lag_records", replica=str(f), voter="true") == 0
+                        and value(
+                            s, "raftcore_replica_log_end_offset", replica=str(f), voter="true"
+                        )
+                        == last + 1
+                        for f in followers
+                    )
+                    and s
+                )
+
+            s = await wait_until(caught_up, what="both followers at lag 0")
+            for f in followers:  # caught up within the last few seconds, by the wall clock
+                ts = value(
+                    s,
+                    "raftcore_replica_last_caught_up_timestamp_seconds",
+                    replica=str(f),
+                    voter="true",
+                )
+                assert abs(time.time() - ts) < 5
+
+    run(main())
+
+
+def test_a_follower_shows_its_role_and_the_leader_and_no_replica_view(tmp_path):
+    async def main():
+        async with cluster(tmp_path) as nodes:
+            leader = await leader_of(nodes)
+            follower = next(n for n in nodes if n is not leader)
+            status, text = await http_get(url_of(follower))
+            assert status == 200
+            m = metric_samples(text)
+            assert value(m, "raftcore_raft_role", role="follower") == 1
+            assert value(m, "raftcore_raft_role", role="leader") == 0
+            assert value(m, "raftcore_raft_leader_id") == leader.node_id
+            assert value(m, "raftcore_raft_epoch") == leader.leader_and_epoch.epoch
+            assert value(m, "raftcore_node_info", node_id=str(follower.node_id),
+                         cluster_id=CLUSTER_ID, topic="raftcore") == 1  # fmt: skip
+            assert not any(name.startswith("raftcore_replica_") for name, _ in m)
+            # each node has its own registry: nothing went to the process-wide default one
+            default = prometheus_client.generate_latest(prometheus_client.REGISTRY).decode()
+            assert "raftcore_" not in default
+
+    run(main())
+
+
+def test_a_survivor_counts_the_election_it_started_after_the_leader_stopped(tmp_path):
+    async def main():
+        async with cluster(tmp_path) as nodes:
+            leader = await leader_of(nodes)
+            survivors = [n for n in nodes if n is not leader]
+            before = {
+                n.node_id: value(scrape(n), "raftcore_raft_elections_started_total")
+                for n in survivors
+            }
+            await leader.stop(timeout_s=0.5)
+            new = await leader_of(survivors)
+            after = scrape(new)
+            assert after[("raftcore_raft_elections_started_total", ())] > before[new.node_id]
+            assert value(after, "raftcore_raft_elections_won_total") >= 1
+            assert value(after, "raftcore_raft_role", role="leader") == 1
+
+    run(main())
+
+
+def test_a_single_voter_counts_the_election_it_wins_in_one_step(tmp_path):
+    """A lone voter goes to candidate and leader within one step of the core: the node never
+    sees it as a candidate, and still counts one election started and one won."""
+
+    async def main():
+        async with cluster(tmp_path, size=1) as (node,):
+            await leader_of([node])
+            m = scrape(node)
+            assert value(m, "raftcore_raft_elections_started_total") == 1
+            assert value(m, "raftcore_raft_elections_won_total") == 1
+
+    run(main())
+
+
+def test_the_metrics_server_answers_only_metrics_and_stops_with_the_node(tmp_path):
+    async def main():
+        async with cluster(tmp_path, size=1) as (node,):
+            url = url_of(node)
+            status, _ = await http_get(url.replace("/metrics", "/nope"))
+            assert status == 404
+            status, _ = await http_get(url, data=b"x")
+            assert status == 405
+            status, text = await http_get(url)
+            assert status == 200 and "raftcore_raft_epoch" in text
+            await node.stop()
+            with pytest.raises(OSError):
+                await asyncio.wait_for(asyncio.open_connection(*node.metrics_address), 5)
+
+    run(main())
+
+
+def test_a_metrics_port_in_use_fails_the_start_naming_the_port_and_leaves_nothing_open(tmp_path):
+    async def main():
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            (listen,) = free_ports(1)
+            config = NodeConfig(
+                node_id=1,
+                voters={1: Endpoint("127.0.0.1", listen)},
+                data_dir=tmp_path / "node",
+                cluster_id=CLUSTER_ID,
+                metrics_port=port,
+            )
+            node = RaftNode(config)
+            with pytest.raises(RaftcoreError, match=f"cannot serve metrics on 127.0.0.1:{port}"):
+                await node.start()
+            assert node.log is not None and node.log.closed  # the log's directory lock is free
+            with socket.socket() as s:  # and the Kafka listener is closed again
+                s.bind(("127.0.0.1", listen))
+
+    run(main())
+
+
+# ---- docs/metrics.md ---------------------------------------------------------------------------
+
+
+def exposed_names(text: str) -> set[str]:
+    """The metric names a user queries: counters with ``_total``, histograms by their base
+    name; prometheus_client's ``_created`` series left out."""
+    names = set()
+    for family in text_string_to_metric_families(text):
+        if family.name.endswith("_created"):
+            continue
+        names.add(family.name + "_total" if family.type == "counter" else family.name)
+    return names
+
+
+def documented_names() -> set[str]:
+    """The names in the first column of docs/metrics.md's tables."""
+    return set(re.findall(r"^\| `(raftcore_[a-z_]+)`", DOC.read_text(), re.MULTILINE))
+
+
+def test_docs_list_exactly_the_metrics_a_node_exposes(tmp_path):
+    async def main():
+        async with cluster(tmp_path, size=1) as (node,):
+            await leader_of([node])
+            return node.metrics_text().decode()
+
+    exposed = exposed_names(run(main()))
+    documented = documented_names()
+    assert len(exposed) > 30
+    assert exposed - documented == set(), "exposed but not in docs/metrics.md"
+    assert documented - exposed == set(), "in docs/metrics.md but not exposed"
+
+
+# ---- processes ---------------------------------------------------------------------------------
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def _node_command(tmp_path: Path, metrics_port: int) -> list[str]:
+    (listen,) = free_ports(1)
+    return [
+        sys.executable,
+        "-m",
+        "raftcore",
+        "node",
+        "--id",
+        "1",
+        "--voters",
+        f"1@127.0.0.1:{listen}",
+        "--data-dir",
+        str(tmp_path / "node"),
+        "--cluster-id=metrics-process",
+        "--metrics-port",
+        str(metrics_port),
+        "--ready-file",
+        str(tmp_path / "ready"),
+    ]
+
+
+def test_node_process_serves_prometheus_text_at_metrics_port(tmp_path):
+    (port,) = free_ports(1)
+    proc = subprocess.Popen(
+        _node_command(tmp_path, port),
+        cwd=tmp_path,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "ready").exists():
+            assert proc.poll() is None, proc.stderr.read().decode()  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "the node did not start"
+            time.sleep(0.05)
+        while True:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                assert r.status == 200
+                assert r.headers["Content-Type"].startswith("text/plain")
+                text = r.read().decode()
+            lines = [ln for ln in text.splitlines() if not ln.startswith("#")]
+            assert lines and all(ln.startswith("raftcore_") for ln in lines)
+            if 'raftcore_raft_role{role="leader"} 1.0' in lines:
+                break
+            assert time.monotonic() < deadline, "the lone voter never led"
+            time.sleep(0.1)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        proc.stderr.close()  # type: ignore[union-attr]
+
+
+def test_node_process_with_its_metrics_port_in_use_exits_with_one_line(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        try:
+            done = subprocess.run(
+                _node_command(tmp_path, port),
+                check=False,
+                cwd=tmp_path,
+                env=_env(),
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+        except subprocess.TimeoutExpired:  # run() killed it
+            pytest.fail("the node kept running with its metrics port taken")
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    said = [ln for ln in done.stderr.splitlines() if "cannot serve metrics" in ln]
+    assert len(said) == 1, done.stderr
+    assert f"cannot serve metrics on 127.0.0.1:{port}" in said[0]
+    assert said[0].startswith("raftcore node:")
+    assert said[0].endswith("Address already in use")
+
+
+@pytest.mark.timeout(120)
+def test_describe_quorum_watch_prints_a_table_per_interval_and_exits_0_on_ctrl_c(tmp_path):
+    with LocalCluster(
+        tmp_path / "cluster",
+        3,
+        node_args=["--election-timeout-ms", "500", "--fetch-timeout-ms", "1000"],
+        env=_env(),
+    ) as lc:
+        lc.start()
+        out = tmp_path / "watch.out"
+        with open(out, "wb") as stdout:
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "raftcore",
+                    "describe-quorum",
+                    "--bootstrap",
+                    ",".join(lc.bootstrap),
+                    "--watch",
+                    "--interval",
+                    "0.5",
+                ],
+                cwd=tmp_path,
+                env=_env(),
+                stdout=stdout,
+                stderr=subprocess.PIPE,
+            )
+        try:
+            deadline = time.monotonic() + 40
+            while out.read_text().count("LeaderId:") < 2:
+                assert proc.poll() is None, proc.stderr.read().decode()  # type: ignore[union-attr]
+                assert time.monotonic() < deadline, out.read_text()
+                time.sleep(0.1)
+            os.kill(proc.pid, signal.SIGINT)
+            status = proc.wait(15)
+            stderr = proc.stderr.read().decode()  # type: ignore[union-attr]
+        finally:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+            proc.stderr.close()  # type: ignore[union-attr]
+    assert status == 0, stderr
+    assert "Traceback" not in stderr
+    text = out.read_text()
+    tables = text.split("\nEvery ")  # each starts with its header line; a blank line before
+    assert len(tables) >= 2
+    assert all(t.endswith("\n\n") for t in text.split("Every ")[1:-1])
+    assert "\x1b[" not in text  # not a terminal: no screen redraw
+    for table in tables:
+        assert "Lag" in table and "LastCaughtUpTimestamp" in table
+
+
+def test_snapshots_taken_and_loaded_are_counted_and_timed(tmp_path):
+    """A lone voter with a state machine takes snapshots (every 100 records); restarted with
+    an empty state machine, it loads the latest one."""
+
+    async def main():
+        (port,) = free_ports(1)
+        config = NodeConfig(
+            node_id=1,
+            voters={1: Endpoint("127.0.0.1", port)},
+            data_dir=tmp_path / "node",
+            cluster_id=CLUSTER_ID,
+            quorum=dataclasses.replace(FAST, snapshot_min_records=100),
+        )
+        node = RaftNode(config, state_machine=DictStateMachine())
+        await node.start()
+        try:
+            await leader_of([node])
+            for i in range(0, 1000, 50):
+                await node.append([(b"k%d" % j, b"v") for j in range(i, i + 50)], wait=True)
+            assert node.snapshotter is not None
+            await wait_until(lambda: node.snapshotter.taken >= 2, 20, "two snapshots")
+            m = scrape(node)
+            taken = node.snapshotter.taken
+            assert value(m, "raftcore_snapshots_taken_total") == taken
+            assert value(m, "raftcore_snapshot_duration_seconds_count", operation="take") == taken
+            assert value(m, "raftcore_snapshots") >= 1
+            assert node.log is not None
+            latest = node.log.latest_snapshot_id()
+            assert value(m, "raftcore_snapshot_latest_end_offset") == latest.offset
+        finally:
+            await node.stop()
+        again = RaftNode(config, state_machine=DictStateMachine())  # empty: loads the snapshot
+        await again.start()
+        try:
+            await wait_until(
+                lambda: (
+                    value(
+                        scrape(again), "raftcore_snapshot_duration_seconds_count", operation="load"
+                    )
+                    == 1
+                ),
+                10,
+                "the snapshot loaded",
+            )
+            assert value(scrape(again), "raftcore_statemachine_applied_offset") >= latest.offset
+        finally:
+            await again.stop()
+
+    run(main())
