@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from raftcore.cli_args import positive_int
 from raftcore.errors import CorruptRecordError, CorruptSnapshotError, RaftcoreError
 from raftcore.logtools import (
     NothingToCheck,
@@ -496,7 +497,10 @@ def add_snapshot_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
     p.add_argument("id", help="the snapshot: its file name or OFFSET-EPOCH")
     p.add_argument("--records", action="store_true", help="print every record too")
     p.add_argument(
-        "--max-bytes", type=int, default=64, help="show at most this much of a key or value"
+        "--max-bytes",
+        type=positive_int,
+        default=64,
+        help="show at most this much of a key or value",
     )
     p.set_defaults(func=_guarded(_cmd_dump))
 

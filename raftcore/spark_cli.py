@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from raftcore.cli_args import bootstrap_list
+
 __all__ = ["add_spark_commands", "local_session"]
 
 
@@ -162,7 +164,11 @@ def _count(text: str) -> int:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("data_dir", nargs="?", metavar="DATA_DIR", help="a node's data directory")
-    p.add_argument("--bootstrap", help="host:port[,host:port...] of a running cluster")
+    p.add_argument(
+        "--bootstrap",
+        type=bootstrap_list,
+        help="host:port[,host:port...] of a running cluster",
+    )
     p.add_argument("--topic", default="raftcore", help="the cluster's topic")
     p.add_argument(
         "--partition-records",
