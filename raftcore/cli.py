@@ -266,8 +266,10 @@ def _cmd_consume(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from raftcore.demo import run_demo
+    from raftcore.demo import KEY_WIDTH, run_demo
 
+    if args.size < KEY_WIDTH:
+        raise CommandLineError(f"--size {args.size}: a record value needs >= {KEY_WIDTH} bytes")
     result = run_demo(
         args.dir,
         records=args.records,
