@@ -401,3 +401,18 @@ def test_every_option_with_a_default_shows_it_in_its_help() -> None:
             assert action.help, f"{p.prog} {action.option_strings[0]} has no help"
             shown = f"(default: {default})" in text or "default" in action.help
             assert shown, f"{p.prog} {action.option_strings[0]}: no default in its help"
+
+
+def test_the_spark_jobs_name_a_refused_cluster_at_once() -> None:
+    """``raftcore spark export|snapshot --bootstrap`` plan through the same client."""
+    from raftcore.spark.job_source import JobSource
+    from raftcore.spark.options import SparkSourceError
+
+    (port,) = free_ports(1)
+    started = time.monotonic()
+    with pytest.raises(SparkSourceError) as raised:
+        JobSource.of(f"127.0.0.1:{port}", None).committed_range()
+    assert (
+        str(raised.value) == f"raftcore cluster: cannot reach 127.0.0.1:{port} (connection refused)"
+    )
+    assert time.monotonic() - started < 2.0
