@@ -416,3 +416,47 @@ def test_the_spark_jobs_name_a_refused_cluster_at_once() -> None:
         str(raised.value) == f"raftcore cluster: cannot reach 127.0.0.1:{port} (connection refused)"
     )
     assert time.monotonic() - started < 2.0
+
+
+def test_the_spark_jobs_wait_for_a_silent_cluster_only_their_timeout() -> None:
+    from raftcore.spark.job_source import JobSource
+    from raftcore.spark.options import SparkSourceError
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        started = time.monotonic()
+        with pytest.raises(SparkSourceError, match=f"127.0.0.1:{port} \\(timed out\\)"):
+            JobSource.of(f"127.0.0.1:{port}", None, request_timeout_ms=800).committed_range()
+        assert time.monotonic() - started < 2.5
+
+
+@pytest.mark.parametrize("command", ["export", "snapshot"])
+def test_the_spark_commands_pass_their_timeout_on(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib
+
+    import raftcore.spark_cli
+
+    export_module = importlib.import_module("raftcore.spark.export")  # raftcore.spark.export
+    snapshot_module = importlib.import_module("raftcore.spark.snapshot_job")  # is a function
+
+    seen: dict[str, object] = {}
+
+    class Done:
+        def line(self) -> str:
+            return "done"
+
+    def job(spark: object, **kw: object) -> Done:
+        seen.update(kw)
+        return Done()
+
+    monkeypatch.setattr(raftcore.spark_cli, "local_session", lambda master: (None, False))
+    monkeypatch.setattr(export_module, "export", job)
+    monkeypatch.setattr(snapshot_module, "build_snapshot", job)
+    where = ["--out", str(tmp_path / "x")] if command == "export" else ["--out-dir", str(tmp_path)]
+    argv = ["spark", command, "--bootstrap", "h:1", "--timeout-ms", "1234", *where]
+    assert main(argv) == 0
+    assert seen["request_timeout_ms"] == 1234 and seen["bootstrap"] == "h:1"
