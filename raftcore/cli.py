@@ -3,26 +3,45 @@
 from __future__ import annotations
 
 import argparse
-import io
-import logging
 import os
 import sys
-import tempfile
 import time
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
+from raftcore import cli_args as types
+from raftcore.cli_args import DefaultsHelpFormatter, every_parser
+from raftcore.cli_logging import add_logging_options, configure_logging, debugging
 from raftcore.errors import RaftcoreError
-from raftcore.logtools import Progress, dump_log, segment_files, verify_log
+from raftcore.logtools import (
+    NothingToCheck,
+    Progress,
+    dump_log,
+    find_log_directory,
+    segment_files,
+    verify_log,
+)
 from raftcore.snapshot import SnapshotId
-from raftcore.snapshot_cli import add_snapshot_commands, log_directory, verdict_line
+from raftcore.snapshot_cli import add_snapshot_commands, verdict_line
 from raftcore.spark_cli import add_spark_commands
+from raftcore.storage_demo import run_storage_demo
 
 __all__ = ["main"]
 
 
+class CommandLineError(RaftcoreError):
+    """A command's arguments do not fit together (found after parsing): one line, exit 2."""
+
+
 def _cmd_dump_log(args: argparse.Namespace) -> int:
-    directory = log_directory(args.directory)
+    directory = find_log_directory(args.directory)
+    bases = [base for base, _ in segment_files(directory)]
+    if args.segment is not None and args.segment not in bases:
+        raise NothingToCheck(
+            f"{directory}: no segment with base offset {args.segment} (its segments start at "
+            f"{', '.join(map(str, bases)) or 'nothing: it holds none'})"
+        )
     if directory != Path(args.directory):
         print(f"Log directory {directory}")
     dump_log(directory, records=args.records, segment=args.segment)
@@ -30,7 +49,7 @@ def _cmd_dump_log(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify_log(args: argparse.Namespace) -> int:
-    directory = log_directory(args.directory)
+    directory = find_log_directory(args.directory)
     report = verify_log(directory, progress=Progress("verifying"))
     for warning in report.warnings:
         print(f"warning: {warning}")
@@ -60,82 +79,13 @@ def _cmd_verify_log(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def _cmd_storage_demo(args: argparse.Namespace) -> int:
-    from raftcore import crc32c  # noqa: F401  (fails loudly without the native build)
-    from raftcore._native.crc32c import implementation
-    from raftcore.log import SegmentedLog
-    from raftcore.records import ControlRecordType, control_record_key
-
-    directory = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="raftcore-demo-"))
-    if directory.exists() and segment_files(directory) and not args.dir_reuse:
-        print(f"{directory} already holds a log; pass a new --dir (or --reuse)", file=sys.stderr)
-        return 2
-    batches = max(1, args.records // 1000)
-    print(f"raftcore storage demo in {directory} (CRC32C: {implementation()})")
-    progress = Progress("appending", sys.stdout)
-    started = time.perf_counter()
-    with SegmentedLog.open(directory, segment_bytes=1 << 20) as log:
-        for n in range(batches):
-            epoch = 1 + n * 3 // batches  # three leader epochs
-            if log.last_fetched_epoch != epoch:
-                log.initialize_leader_epoch(epoch)
-                log.append_as_leader(
-                    [(control_record_key(ControlRecordType.LEADER_CHANGE), b"")],
-                    epoch,
-                    control=True,
-                )
-            compression = ("none", "zstd", "gzip")[epoch - 1]
-            log.append_as_leader(
-                (
-                    (f"key-{n:06d}-{i:04d}".encode(), os.urandom(16).hex().encode() * 3)
-                    for i in range(1000)
-                ),
-                epoch,
-                compression=compression,
-            )
-            progress(n + 1, batches)
-        log.flush()
-        elapsed = time.perf_counter() - started
-        end = log.end_offset
-        print(
-            f"appended {batches * 1000} records in {batches} batches ({elapsed:.2f} s), "
-            f"end offset {end}, {log.segment_count} segments, {log.size_in_bytes} bytes"
-        )
-        print(f"leader epochs (epoch, start offset): {log.epoch_entries()}")
-
-    # A crash in the middle of a write leaves a torn batch: recovery cuts it off on open.
-    last = segment_files(directory)[-1][1]
-    with open(last, "ab") as f:
-        f.write(b"\x00\x00\x00\x00\x00\x00\x99\x99\x00\x00\x10\x00torn")
-    print(f"tore the tail of {last.name} (as a crash mid-write would); reopening...")
-    logging.basicConfig(level=logging.WARNING, format="  recovery: %(message)s")
-    with SegmentedLog.open(directory, segment_bytes=1 << 20) as log:
-        print(f"recovered: end offset {log.end_offset} (was {end})")
-        first = next(iter(log.batches()))
-        print(f"first batch: {first}")
-    report = verify_log(directory)
-    print(
-        f"verify-log: {'OK' if report.ok else 'CORRUPT: ' + str(report.problem)} "
-        f"({report.batches} batches, {report.records} records)"
-    )
-    print("\nThe first batches, as `raftcore dump-log` shows them:")
-    buf = io.StringIO()
-    dump_log(directory, buf, segment=segment_files(directory)[0][0])
-    for line in buf.getvalue().splitlines()[:6]:
-        print("  " + line)
-    print(
-        f"\nExplore it yourself:\n  raftcore dump-log {directory} --records | less\n"
-        f"  raftcore verify-log {directory}"
-    )
-    return 0 if report.ok else 1
-
-
 # ---- cluster commands ------------------------------------------------------------------------
 
 
 def _cmd_node(args: argparse.Namespace) -> int:
     from raftcore.log import LogConfig
     from raftcore.node.config import NodeConfig, parse_endpoint, parse_voters
+    from raftcore.node.preflight import check_data_dir
     from raftcore.node.runner import run_node
     from raftcore.raft.config import QuorumConfig
 
@@ -172,11 +122,9 @@ def _cmd_node(args: argparse.Namespace) -> int:
                 "snapshots need something to snapshot: add --state-machine lmdb (a node "
                 "without a state machine keeps its whole log)"
             )
+        check_data_dir(config.data_dir)  # before anything is written there
     except ValueError as exc:
-        print(f"raftcore node: {exc}", file=sys.stderr)
-        return 2
-    if not args.verbose:
-        logging.getLogger().setLevel(logging.INFO)
+        raise CommandLineError(str(exc)) from None
     return run_node(
         config,
         ready_file=args.ready_file,
@@ -218,6 +166,11 @@ def _bootstrap(args: argparse.Namespace) -> list[str]:
     return [b.strip() for b in args.bootstrap.split(",") if b.strip()]
 
 
+def _timeout_ms(args: argparse.Namespace) -> int:
+    """The client commands' ``--timeout-ms``: how long to wait for a silent node."""
+    return int(getattr(args, "timeout_ms", 10_000))
+
+
 def _cmd_produce(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -249,6 +202,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
             acks=args.acks,
             idempotent=args.acks == -1,
             compression=args.compression,
+            request_timeout_ms=_timeout_ms(args),
         ) as producer:
             pending: list = []
             batch: list = []
@@ -292,13 +246,17 @@ def _cmd_consume(args: argparse.Namespace) -> int:
 
     from raftcore.client import Consumer
 
-    start: str | int = args.start if args.start in ("earliest", "latest") else int(args.start)
+    start: str | int = args.start  # earliest, latest or an offset (types.start_position)
 
     async def run() -> int:
         seen = 0
         idle_since = time.monotonic()
         async with Consumer(
-            _bootstrap(args), topic=args.topic, start=start, max_wait_ms=200
+            _bootstrap(args),
+            topic=args.topic,
+            start=start,
+            max_wait_ms=200,
+            request_timeout_ms=_timeout_ms(args),
         ) as consumer:
             while args.max is None or seen < args.max:
                 records = await consumer.poll()
@@ -327,8 +285,10 @@ def _cmd_consume(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from raftcore.demo import run_demo
+    from raftcore.demo import KEY_WIDTH, run_demo
 
+    if args.size < KEY_WIDTH:
+        raise CommandLineError(f"--size {args.size}: a record value needs >= {KEY_WIDTH} bytes")
     result = run_demo(
         args.dir,
         records=args.records,
@@ -341,31 +301,63 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("node", help="run one node of a cluster (until SIGTERM/SIGINT)")
-    p.add_argument("--id", type=int, required=True, help="this node's id")
+    p.add_argument("--id", type=types.node_id, required=True, help="this node's id (>= 0)")
     p.add_argument(
         "--voters",
+        type=types.voter_list,
         required=True,
         help="every voter, as Kafka's controller.quorum.voters: 1@host:port,2@host:port,...",
     )
     p.add_argument(
-        "--listen", default=None, help="host:port to listen on (default: this node's voter entry)"
+        "--listen",
+        type=types.endpoint,
+        default=None,
+        help="host:port to listen on (default: this node's voter entry)",
     )
     p.add_argument(
-        "--advertised", default=None, help="host:port clients are told (default: listen)"
+        "--advertised",
+        type=types.endpoint,
+        default=None,
+        help="host:port clients are told (default: listen)",
     )
-    p.add_argument("--data-dir", required=True, help="the node's data directory")
+    p.add_argument(
+        "--data-dir",
+        required=True,
+        help="the node's data directory (created if missing; a file there is an error)",
+    )
     p.add_argument("--cluster-id", required=True, help="the cluster's id (the same on every node)")
     p.add_argument("--topic", default="raftcore", help="the topic Kafka clients see (partition 0)")
-    p.add_argument("--election-timeout-ms", type=int, default=1000)
-    p.add_argument("--fetch-timeout-ms", type=int, default=2000)
-    p.add_argument("--segment-bytes", type=int, default=1 << 30)
+    p.add_argument(
+        "--election-timeout-ms",
+        type=types.positive_int,
+        default=1000,
+        help="a follower that hears no leader for this long (randomised up to twice it) "
+        "starts an election",
+    )
+    p.add_argument(
+        "--fetch-timeout-ms",
+        type=types.positive_int,
+        default=2000,
+        help="a follower whose fetches go unanswered this long looks for a new leader",
+    )
+    p.add_argument(
+        "--segment-bytes",
+        type=types.positive_int,
+        default=1 << 30,
+        help="roll to a new log segment at this size",
+    )
     p.add_argument(
         "--flush",
         choices=("always", "interval"),
         default="always",
         help="fsync before acknowledging (always, the default) or every --flush-interval-ms",
     )
-    p.add_argument("--flush-interval-ms", type=int, default=1000)
+    p.add_argument(
+        "--flush-interval-ms",
+        type=types.positive_int,
+        default=1000,
+        help="with --flush interval: how often to fsync",
+    )
     p.add_argument(
         "--state-machine",
         choices=("none", "lmdb"),
@@ -374,30 +366,33 @@ def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
         "<data-dir>/state/ (default: none, the node only replicates the log)",
     )
     p.add_argument(
-        "--state-map-size", type=int, default=16 << 30, help="the LMDB map size in bytes"
+        "--state-map-size",
+        type=types.positive_int,
+        default=16 << 30,
+        help="the LMDB map size in bytes",
     )
     snap = p.add_argument_group("snapshots (KIP-630; off unless one trigger is set)")
     snap.add_argument(
         "--snapshot-min-records",
-        type=int,
+        type=types.non_negative_int,
         default=0,
         help="take a snapshot once this many records were applied since the last one",
     )
     snap.add_argument(
         "--snapshot-min-bytes",
-        type=int,
+        type=types.non_negative_int,
         default=0,
         help="... or this many bytes of record batches",
     )
     snap.add_argument(
         "--snapshot-interval-ms",
-        type=int,
+        type=types.non_negative_int,
         default=0,
         help="... or this long since the last one (with at least one record)",
     )
     snap.add_argument(
         "--max-replication-lag-ms",
-        type=int,
+        type=types.positive_int,
         default=30_000,
         help="the leader moves its log start to its latest snapshot once every replica has "
         "fetched past it, or once the snapshot is this old",
@@ -407,7 +402,7 @@ def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
     )
     p.add_argument(
         "--metrics-port",
-        type=int,
+        type=types.port,
         default=None,
         help="serve Prometheus metrics at http://HOST:PORT/metrics (docs/metrics.md; "
         "default: not served)",
@@ -415,22 +410,36 @@ def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
     p.add_argument(
         "--metrics-host", default=None, help="the metrics address (default: the listen host)"
     )
-    p.set_defaults(func=_cmd_node)
+    p.set_defaults(func=_cmd_node, default_log_level="info")
 
     def bootstrap(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--bootstrap", required=True, help="host:port[,host:port...] of any node(s)")
-        p.add_argument("--topic", default="raftcore")
+        p.add_argument(
+            "--bootstrap",
+            type=types.bootstrap_list,
+            required=True,
+            help="host:port[,host:port...] of any node(s)",
+        )
+        p.add_argument("--topic", default="raftcore", help="the cluster's topic")
+        p.add_argument(
+            "--timeout-ms",
+            type=types.positive_int,
+            default=10_000,
+            help="give up on a node that does not answer within this long (an address that "
+            "refuses, with no node ever answering, fails at once)",
+        )
 
     p = sub.add_parser(
         "describe-quorum", help="leader, epoch, high watermark and every replica's progress"
     )
     bootstrap(p)
-    p.add_argument("--timeout-ms", type=int, default=10_000)
     p.add_argument(
         "--watch", action="store_true", help="ask again every --interval seconds until Ctrl-C"
     )
     p.add_argument(
-        "--interval", type=float, default=1.0, help="seconds between tables with --watch"
+        "--interval",
+        type=types.positive_float,
+        default=1.0,
+        help="seconds between tables with --watch",
     )
     p.set_defaults(func=_cmd_describe_quorum)
 
@@ -438,21 +447,50 @@ def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
     bootstrap(p)
     p.add_argument("values", nargs="*", help="record values (default: one per line of stdin)")
     p.add_argument("--key-separator", default=None, help="split each line into key and value")
-    p.add_argument("--generate", type=int, default=0, metavar="N", help="write N generated records")
-    p.add_argument("--size", type=int, default=100, help="value size of generated records")
-    p.add_argument("--batch", type=int, default=1000, help="records per batch")
-    p.add_argument("--acks", type=int, choices=(-1, 0, 1), default=-1)
-    p.add_argument("--compression", choices=("none", "gzip", "zstd"), default="none")
+    p.add_argument(
+        "--generate",
+        type=types.non_negative_int,
+        default=0,
+        metavar="N",
+        help="write N generated records",
+    )
+    p.add_argument(
+        "--size", type=types.positive_int, default=100, help="value size of generated records"
+    )
+    p.add_argument("--batch", type=types.positive_int, default=1000, help="records per batch")
+    p.add_argument(
+        "--acks",
+        type=int,
+        choices=(-1, 0, 1),
+        default=-1,
+        help="-1: every voter (idempotent), 1: the leader, 0: no answer",
+    )
+    p.add_argument(
+        "--compression",
+        choices=("none", "gzip", "zstd"),
+        default="none",
+        help="compression of the record batches",
+    )
     p.set_defaults(func=_cmd_produce)
 
     p = sub.add_parser("consume", help="print committed records")
     bootstrap(p)
     p.add_argument(
-        "--from", dest="start", default="earliest", help="earliest (default), latest, or an offset"
+        "--from",
+        dest="start",
+        type=types.start_position,
+        default="earliest",
+        metavar="POSITION",
+        help="earliest, latest, or an offset >= 0",
     )
-    p.add_argument("--max", type=int, default=None, help="stop after this many records")
     p.add_argument(
-        "--idle-timeout-ms", type=int, default=None, help="stop when nothing arrives for this long"
+        "--max", type=types.positive_int, default=None, help="stop after this many records"
+    )
+    p.add_argument(
+        "--idle-timeout-ms",
+        type=types.positive_int,
+        default=None,
+        help="stop when nothing arrives for this long",
     )
     p.add_argument("--print-offsets", action="store_true", help="print offset, key and value")
     p.set_defaults(func=_cmd_consume)
@@ -463,10 +501,18 @@ def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
         "check every record on every node",
     )
     p.add_argument("--dir", default=None, help="where the nodes keep their data (default: temp)")
-    p.add_argument("--records", type=int, default=200_000)
-    p.add_argument("--batch", type=int, default=1000, help="records per producer batch")
-    p.add_argument("--size", type=int, default=100, help="bytes per record value")
-    p.add_argument("--keep", action="store_true", help="keep the data directory afterwards")
+    p.add_argument("--records", type=types.positive_int, default=200_000, help="records to write")
+    p.add_argument(
+        "--batch", type=types.positive_int, default=1000, help="records per producer batch"
+    )
+    p.add_argument(
+        "--size", type=types.positive_int, default=100, help="bytes per record value (>= 12)"
+    )
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the data directory afterwards (it is always kept when the demo fails)",
+    )
     p.set_defaults(func=_cmd_demo)
 
 
@@ -474,8 +520,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="raftcore",
         description="raftcore: an embeddable, Kafka-compatible Raft replicated log.",
+        formatter_class=DefaultsHelpFormatter,
     )
-    parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+    add_logging_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser(
@@ -485,7 +532,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--records", action="store_true", help="print every record too")
     p.add_argument(
         "--segment",
-        type=int,
+        type=types.non_negative_int,
         default=None,
         metavar="BASE_OFFSET",
         help="only the segment with this base offset",
@@ -495,7 +542,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "verify-log",
         help="check every batch and snapshot of a log directory (read-only); exit 1 at the "
-        "first bad batch or any bad snapshot",
+        "first bad batch or any bad snapshot, or when there is nothing to check",
     )
     p.add_argument("directory", help="the log directory, or a node's data directory")
     p.set_defaults(func=_cmd_verify_log)
@@ -508,34 +555,59 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="allow a --dir that already holds a log",
     )
-    p.add_argument("--records", type=int, default=30_000, help="records to write")
-    p.set_defaults(func=_cmd_storage_demo)
+    p.add_argument("--records", type=types.positive_int, default=30_000, help="records to write")
+    p.set_defaults(func=run_storage_demo)
 
     add_snapshot_commands(sub)
     add_spark_commands(sub)
     _add_cluster_commands(sub)
+    _finish(parser)
     return parser
+
+
+def _finish(parser: argparse.ArgumentParser) -> None:
+    """Every command, whoever added it: its defaults in its help, and the logging options
+    (accepted before or after the command's name)."""
+    for p in every_parser(parser):
+        p.formatter_class = DefaultsHelpFormatter
+        if p is not parser:
+            add_logging_options(p, top=False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(args, getattr(args, "default_log_level", "warning"))
+    where = f"raftcore {args.command}"
     try:
         return int(args.func(args))
     except BrokenPipeError:  # the reader went away (`| head`): end quietly
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush cannot fail
-        os.close(devnull)
+        _quiet_stdout()
         return 0
+    except CommandLineError as exc:
+        print(f"{where}: error: {exc}", file=sys.stderr)
+        return 2
     except (RaftcoreError, OSError) as exc:
-        print(f"raftcore {args.command}: {exc}", file=sys.stderr)
+        print(f"{where}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # a bug: one line, the traceback only when debugging
+        if debugging(args):
+            traceback.print_exc()
+        hint = "" if debugging(args) else " (-v shows the traceback)"
+        print(f"raftcore: error: {type(exc).__name__}: {exc}{hint}", file=sys.stderr)
+        return 1
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush of what is still buffered
+    cannot fail (and print "Exception ignored ... BrokenPipeError") on a closed pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
 
 
 if __name__ == "__main__":

@@ -206,6 +206,7 @@ def run_demo(
     result = DemoResult(records=records)
     print(f"raftcore demo: 3 nodes on loopback, data in {root}", file=stream, flush=True)
     cluster = LocalCluster(root, 3)
+    finished = False
     try:
         cluster.start()
         for i in cluster.node_ids:
@@ -233,14 +234,26 @@ def run_demo(
         cluster.stop_all()
         counts = _check_logs(cluster, result)
         print(f"records on disk per node: {counts}", file=stream)
+        finished = True
     finally:
         cluster.close()
+        if not finished:  # an exception is on its way: say where to look, delete nothing
+            print(f"\nthe demo failed; {_kept(cluster)}", file=stream, flush=True)
     _summary(result, stream)
     if temporary and not keep and result.ok:
         shutil.rmtree(root, ignore_errors=True)
     elif not result.ok or keep:
-        print(f"(data and node logs kept in {root})", file=stream)
+        print(f"({_kept(cluster)})", file=stream)
     return result
+
+
+def _kept(cluster: LocalCluster) -> str:
+    """Where a kept demo's data directories and node logs are."""
+    logs = ", ".join(cluster.log_file(i).name for i in cluster.node_ids)
+    return (
+        f"data and node logs kept in {cluster.directory} (each node's output: {logs}; "
+        f"its data: node-N/, readable with `raftcore dump-log {cluster.data_dir(1)}`)"
+    )
 
 
 def _summary(r: DemoResult, out: object) -> None:

@@ -18,16 +18,23 @@ from typing import TextIO
 
 from raftcore._native.records import iter_batches, scan_batches
 from raftcore._native.segment import MappedFile, check_index
-from raftcore.errors import CorruptRecordError, CorruptSnapshotError, UnsupportedCompressionError
+from raftcore.errors import (
+    CorruptRecordError,
+    CorruptSnapshotError,
+    RaftcoreError,
+    UnsupportedCompressionError,
+)
 from raftcore.log import INDEX_SUFFIX, LOG_SUFFIX, first_discontinuity
 from raftcore.records import ControlRecordType, RecordBatch
 from raftcore.snapshot import SnapshotFileKind, SnapshotPath, parse_snapshot_path
 from raftcore.snapshot import verify_snapshot_file as _verify_snapshot_file
 
 __all__ = [
+    "NothingToCheck",
     "SnapshotCheck",
     "VerifyReport",
     "dump_log",
+    "find_log_directory",
     "segment_files",
     "snapshot_files",
     "verify_log",
@@ -54,6 +61,41 @@ def snapshot_files(directory: str | os.PathLike[str]) -> list[SnapshotPath]:
     return sorted(
         (f for f in found if f is not None),
         key=lambda f: (f.snapshot_id.end_offset, f.snapshot_id.epoch, f.path.name),
+    )
+
+
+class NothingToCheck(RaftcoreError):
+    """The path given to a log tool holds no log: no such directory, a file, or a directory
+    without segments or snapshots. A tool must say so, never report "OK" for nothing."""
+
+
+DATA_LOG_DIR = "log"  # raftcore.node.data_dir.LOG_DIR: a node's log is <data-dir>/log/
+
+
+def find_log_directory(path: str | os.PathLike[str]) -> Path:
+    """The log directory a tool should read for ``path``: ``<path>/log`` when ``path`` is a
+    node's data directory, else ``path`` itself, which must then hold segments or snapshots.
+    NothingToCheck (one line, naming ``path`` and what was expected) otherwise."""
+    p = Path(path)
+    if not p.exists():
+        raise NothingToCheck(f"{p}: not a directory (no such file or directory)")
+    if not p.is_dir():
+        raise NothingToCheck(
+            f"{p}: not a directory (a file; give a node's data directory or a log directory)"
+        )
+    d = p / DATA_LOG_DIR if (p / DATA_LOG_DIR).is_dir() else p
+    if segment_files(d) or snapshot_files(d):
+        return d
+    nodes = sorted(c.name for c in p.iterdir() if c.is_dir() and (c / DATA_LOG_DIR).is_dir())
+    if nodes:
+        raise NothingToCheck(
+            f"{p}: holds the data directories of several nodes ({', '.join(nodes)}), not a "
+            "log: give one of them"
+        )
+    where = f"in {d}" if d != p else "here"
+    raise NothingToCheck(
+        f"{p}: no log segments and no snapshots {where}; expected a node's data directory, "
+        f"which holds {DATA_LOG_DIR}/, or a log directory"
     )
 
 

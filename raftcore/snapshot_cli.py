@@ -23,8 +23,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from raftcore.cli_args import positive_int
 from raftcore.errors import CorruptRecordError, CorruptSnapshotError, RaftcoreError
-from raftcore.logtools import Progress, segment_files, snapshot_files
+from raftcore.logtools import (
+    NothingToCheck,
+    Progress,
+    find_log_directory,
+    segment_files,
+    snapshot_files,
+)
 from raftcore.node.data_dir import LOG_DIR, STATE_DIR
 from raftcore.records import ControlRecordType, iter_batches, scan_batches
 from raftcore.snapshot import (
@@ -63,16 +70,10 @@ def log_directory(path: str | os.PathLike[str]) -> Path:
 def _snapshot_directory(path: str) -> Path:
     """The directory holding the snapshots; UsageError when it holds neither a log nor a
     snapshot (a wrong path must not read as "no snapshots, all OK")."""
-    p = Path(path)
-    if not p.is_dir():
-        raise UsageError(f"{p}: no such directory")
-    d = log_directory(p)
-    if not segment_files(d) and not snapshot_files(d):
-        raise UsageError(
-            f"{p}: no log and no snapshots here (expected a node's data directory, which "
-            f"holds {LOG_DIR}/, or a log directory)"
-        )
-    return d
+    try:
+        return find_log_directory(path)
+    except NothingToCheck as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _find(directory: Path, text: str) -> SnapshotPath:
@@ -496,7 +497,10 @@ def add_snapshot_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
     p.add_argument("id", help="the snapshot: its file name or OFFSET-EPOCH")
     p.add_argument("--records", action="store_true", help="print every record too")
     p.add_argument(
-        "--max-bytes", type=int, default=64, help="show at most this much of a key or value"
+        "--max-bytes",
+        type=positive_int,
+        default=64,
+        help="show at most this much of a key or value",
     )
     p.set_defaults(func=_guarded(_cmd_dump))
 

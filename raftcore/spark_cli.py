@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from raftcore.cli_args import bootstrap_list
+
 __all__ = ["add_spark_commands", "local_session"]
 
 
@@ -93,6 +95,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
             overwrite=args.overwrite,
             topic=args.topic,
             progress=_progress(args, "exporting"),
+            request_timeout_ms=args.timeout_ms,
             **source,
         )
     finally:
@@ -117,6 +120,7 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
             partition_records=args.partition_records,
             topic=args.topic,
             progress=_progress(args, "snapshot"),
+            request_timeout_ms=args.timeout_ms,
             **source,
         )
     finally:
@@ -162,8 +166,19 @@ def _count(text: str) -> int:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("data_dir", nargs="?", metavar="DATA_DIR", help="a node's data directory")
-    p.add_argument("--bootstrap", help="host:port[,host:port...] of a running cluster")
+    p.add_argument(
+        "--bootstrap",
+        type=bootstrap_list,
+        help="host:port[,host:port...] of a running cluster",
+    )
     p.add_argument("--topic", default="raftcore", help="the cluster's topic")
+    p.add_argument(
+        "--timeout-ms",
+        type=_count,
+        default=30_000,
+        help="with --bootstrap: give up on a node that does not answer within this long "
+        "(default 30000, the Spark source's requestTimeoutMs)",
+    )
     p.add_argument(
         "--partition-records",
         type=_count,

@@ -10,13 +10,14 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from raftcore import connect_errors
 from raftcore.client.connection import Connection, ConnectionClosed
 from raftcore.error_codes import Errors
 from raftcore.errors import RaftcoreError
 from raftcore.node.config import Endpoint, parse_endpoint
 from raftcore.protocol.api import ApiKey, request_spec
 
-__all__ = ["ClusterClient", "LeaderHint", "NoLeaderError"]
+__all__ = ["ClusterClient", "LeaderHint", "NoLeaderError", "UnreachableError"]
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +26,12 @@ METADATA_VERSION = 12
 
 class NoLeaderError(RaftcoreError):
     """No leader could be found before the deadline."""
+
+
+class UnreachableError(NoLeaderError):
+    """No node could be reached at all: every address refused (or named no host) for the
+    client's short grace period, or stayed silent until its timeout. The message names each
+    address and why: ``cannot reach 127.0.0.1:9092 (connection refused)``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +46,11 @@ class ClusterClient:
     KIP-951: ``learn_leader`` takes the CurrentLeader (and NodeEndpoints) of an error
     response; when its epoch is newer than what the client knew, the caller may retry at once.
     Retries to a leader the client already knew back off exponentially with jitter.
+
+    A client that no node has answered yet gives up after ``unreachable_grace_ms`` when
+    every address refuses at once (a dead or mistyped address fails in well under 2 s rather
+    than at the timeout); once a node has answered, refusals are retried until the deadline,
+    as during a leader change or a restart.
     """
 
     def __init__(
@@ -51,6 +63,7 @@ class ClusterClient:
         retry_backoff_ms: int = 100,
         retry_backoff_max_ms: int = 1_000,
         metadata_max_age_ms: int = 30_000,
+        unreachable_grace_ms: int = 500,
     ) -> None:
         if not bootstrap:
             raise ValueError("at least one bootstrap address is needed")
@@ -61,6 +74,8 @@ class ClusterClient:
         self.retry_backoff_ms = retry_backoff_ms
         self.retry_backoff_max_ms = retry_backoff_max_ms
         self.metadata_max_age_s = metadata_max_age_ms / 1000
+        self.unreachable_grace_s = unreachable_grace_ms / 1000
+        self.answered = False  # some node answered a request once
         self.nodes: dict[int, Endpoint] = {}
         self.leader: LeaderHint | None = None
         self.topic_id: bytes | None = None
@@ -74,7 +89,8 @@ class ClusterClient:
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
-    async def start(self, timeout_s: float = 30.0) -> None:
+    async def start(self, timeout_s: float | None = None) -> None:
+        """Find the leader (within ``timeout_s``, default the request timeout)."""
         await self.refresh_metadata(timeout_s)
         self._refresh_task = asyncio.ensure_future(self._refresh_loop())
 
@@ -105,11 +121,13 @@ class ClusterClient:
     async def request(self, endpoint: Endpoint, api_key: int, version: int, body: Any) -> Any:
         conn = await self.connection(endpoint)
         try:
-            return await conn.request(api_key, version, body, timeout_s=self.request_timeout_s)
+            response = await conn.request(api_key, version, body, timeout_s=self.request_timeout_s)
         except (ConnectionClosed, OSError, asyncio.TimeoutError):
             self._connections.pop(endpoint, None)
             await conn.close()
             raise
+        self.answered = True
+        return response
 
     # ---- metadata and leader hints --------------------------------------------------------------
 
@@ -136,23 +154,46 @@ class ClusterClient:
         self._refresh_wanted.set()
 
     async def refresh_metadata(self, timeout_s: float | None = None) -> None:
-        """Ask the nodes, known ones first, until one answers with a leader."""
+        """Ask the nodes, known ones first, until one answers with a leader. Each attempt is
+        bounded by what is left of ``timeout_s`` (default: the request timeout)."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + (timeout_s if timeout_s is not None else self.request_timeout_s)
+        started = loop.time()
+        budget = timeout_s if timeout_s is not None else self.request_timeout_s
+        deadline = started + budget
         attempt = 0
         while True:
             candidates = list(dict.fromkeys([*self.nodes.values(), *self.bootstrap]))
             random.shuffle(candidates)
+            failures: dict[Endpoint, BaseException] = {}
             for endpoint in candidates:
+                left = deadline - loop.time()
+                if left <= 0:
+                    failures[endpoint] = asyncio.TimeoutError()
+                    continue
                 try:
-                    if await self._metadata_from(endpoint):
+                    if await asyncio.wait_for(self._metadata_from(endpoint), left):
                         return
                 except (ConnectionClosed, OSError, asyncio.TimeoutError, RaftcoreError) as exc:
                     logger.debug("metadata from %s failed: %s", endpoint, exc)
+                    if isinstance(exc, (OSError, asyncio.TimeoutError)):
+                        failures[endpoint] = exc
             attempt += 1
-            if loop.time() >= deadline:
-                raise NoLeaderError(f"no node of {candidates} knows a leader for {self.topic}")
-            await asyncio.sleep(self.backoff_s(attempt))
+            now = loop.time()
+            unreached = len(failures) == len(candidates) and not self.answered
+            if (
+                unreached
+                and now - started >= self.unreachable_grace_s
+                and all(connect_errors.is_immediate(e) for e in failures.values())
+            ):
+                raise UnreachableError(_cannot_reach(failures))
+            if now >= deadline:
+                if unreached:
+                    raise UnreachableError(f"{_cannot_reach(failures)} within {budget:g} s")
+                raise NoLeaderError(
+                    f"no node of {', '.join(map(str, candidates))} knows a leader for "
+                    f"{self.topic} (waited {budget:g} s)"
+                )
+            await asyncio.sleep(min(self.backoff_s(attempt), max(0.0, deadline - now)))
 
     async def _metadata_from(self, endpoint: Endpoint) -> bool:
         cls = request_spec(ApiKey.METADATA).cls
@@ -196,3 +237,9 @@ class ClusterClient:
         """Exponential backoff with jitter (Kafka's retry.backoff.ms / retry.backoff.max.ms)."""
         base = min(self.retry_backoff_max_ms, self.retry_backoff_ms * (2 ** max(attempt - 1, 0)))
         return base * (0.8 + random.random() * 0.4) / 1000
+
+
+def _cannot_reach(failures: dict[Endpoint, BaseException]) -> str:
+    """``cannot reach 127.0.0.1:9092 (connection refused), ...``, addresses in order."""
+    parts = sorted((str(ep), connect_errors.describe(exc)) for ep, exc in failures.items())
+    return "cannot reach " + ", ".join(f"{ep} ({why})" for ep, why in parts)

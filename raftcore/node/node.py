@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import socket
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -37,6 +38,7 @@ from raftcore.node.data_dir import LOG_DIR, UnsyncedView, check_meta_properties
 from raftcore.node.messaging import Messaging
 from raftcore.node.metrics import NodeMetrics
 from raftcore.node.metrics_http import MetricsServer, serve_metrics
+from raftcore.node.peer_health import PeerReachability, call_both
 from raftcore.node.producer_ids import NODE_ID_BITS
 from raftcore.node.producer_state import ProducerStateManager
 from raftcore.node.producer_tracker import ProducerStateTracker
@@ -183,7 +185,9 @@ class RaftNode(Messaging):
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
-    async def start(self) -> None:
+    async def start(self, *, listen_socket: socket.socket | None = None) -> None:
+        """Open the data directory and the log, connect to the peers, listen. ``listen_socket``:
+        a socket already bound to the listen address (:mod:`raftcore.node.preflight`)."""
         cfg = self.config
         self._loop = asyncio.get_running_loop()
         cfg.data_dir.mkdir(parents=True, exist_ok=True)
@@ -239,18 +243,25 @@ class RaftNode(Messaging):
             self.snapshotter.on_taken = self.metrics.snapshot_taken
         for peer_id, endpoint in cfg.voters.items():
             if peer_id != cfg.node_id:
+                health = PeerReachability(self.prefix, f"voter {peer_id}", str(endpoint))
                 peer = PeerConnection(
                     f"{self.prefix}->{peer_id}",
                     endpoint.host,
                     endpoint.port,
                     self._response_handler(peer_id),
                     on_refused=self._refused_handler(peer_id),
-                    on_connected=self._connected_handler(peer_id),
+                    on_connected=call_both(health.connected, self._connected_handler(peer_id)),
+                    on_failed=health.failed,
                     max_frame_bytes=cfg.max_frame_bytes,
                 )
                 peer.start()
                 self._peers[peer_id] = peer
-        self._server = await asyncio.start_server(self._accept, cfg.listen.host, cfg.listen.port)
+        if listen_socket is not None:
+            self._server = await asyncio.start_server(self._accept, sock=listen_socket)
+        else:
+            self._server = await asyncio.start_server(
+                self._accept, cfg.listen.host, cfg.listen.port
+            )
         if cfg.metrics_port is not None:  # a port in use closes all this and fails the start
             self._metrics_server = await serve_metrics(self)
         self._flush_task = asyncio.ensure_future(self._flush_loop())

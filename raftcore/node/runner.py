@@ -8,12 +8,14 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import sys
 from typing import Any
 
 from raftcore.node.config import NodeConfig
 from raftcore.node.data_dir import STATE_DIR
 from raftcore.node.node import RaftNode
+from raftcore.node.preflight import bind_listener
 
 __all__ = ["run_node"]
 
@@ -34,18 +36,37 @@ def open_state_machine(config: NodeConfig, kind: str, map_size: int) -> Any:
 
 
 async def _serve(
-    config: NodeConfig, ready_file: str | None, state_machine: str, map_size: int
+    config: NodeConfig,
+    ready_file: str | None,
+    state_machine: str,
+    map_size: int,
+    listen_socket: socket.socket | None = None,
 ) -> None:
     machine = open_state_machine(config, state_machine, map_size)
     try:
-        await _serve_node(RaftNode(config, state_machine=machine), config, ready_file)
+        node = RaftNode(config, state_machine=machine)
+        await _serve_node(node, config, ready_file, listen_socket)
     finally:
         if machine is not None:
             machine.close()
 
 
-async def _serve_node(node: RaftNode, config: NodeConfig, ready_file: str | None) -> None:
-    await node.start()
+def _listening_line(config: NodeConfig) -> str:
+    return (
+        f"raftcore node {config.node_id} listening on {config.listen} "
+        f"(voters {','.join(f'{k}@{v}' for k, v in sorted(config.voters.items()))}, "
+        f"data {config.data_dir}, cluster {config.cluster_id})"
+    )
+
+
+async def _serve_node(
+    node: RaftNode,
+    config: NodeConfig,
+    ready_file: str | None,
+    listen_socket: socket.socket | None = None,
+) -> None:
+    await node.start(listen_socket=listen_socket)
+    print(_listening_line(config), file=sys.stderr, flush=True)  # bound and serving now
     if ready_file:
         # Written after the listener is bound: a supervisor may connect once it exists.
         tmp = f"{ready_file}.tmp"
@@ -71,14 +92,16 @@ def run_node(
     state_map_size: int = 16 << 30,
 ) -> int:
     """Serve until SIGTERM/SIGINT. Returns the process exit status. ``state_machine``:
-    ``none`` or ``lmdb`` (see :func:`open_state_machine`)."""
-    print(
-        f"raftcore node {config.node_id} listening on {config.listen} "
-        f"(voters {','.join(f'{k}@{v}' for k, v in sorted(config.voters.items()))}, "
-        f"data {config.data_dir}, cluster {config.cluster_id})",
-        file=sys.stderr,
-        flush=True,
-    )
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(config, ready_file, state_machine, state_map_size))
+    ``none`` or ``lmdb`` (see :func:`open_state_machine`).
+
+    The listen address is bound first, before anything is written into the data directory:
+    a port in use ends here with ListenError (``cannot listen on HOST:PORT: address already
+    in use``) and the directory as it was."""
+    assert config.listen is not None
+    sock = bind_listener(config.listen)
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_serve(config, ready_file, state_machine, state_map_size, sock))
+    finally:
+        sock.close()
     return 0

@@ -201,7 +201,8 @@ class PeerConnection:
     under way, with exponential backoff and jitter). Responses are handed to ``on_response``
     with the correlation id; what the connection loses, the sender's own request timeout
     handles. ``on_refused`` is told when a connection attempt is refused (nothing listens at
-    the peer's address: its process is gone); ``on_connected`` each time a connection is up.
+    the peer's address: its process is gone); ``on_connected`` each time a connection is up;
+    ``on_failed`` after every failed attempt (:mod:`raftcore.node.peer_health` logs them).
     """
 
     def __init__(
@@ -213,6 +214,7 @@ class PeerConnection:
         *,
         on_refused: Callable[[], None] | None = None,
         on_connected: Callable[[], None] | None = None,
+        on_failed: Callable[[BaseException], None] | None = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         backoff_ms: int = 50,
         backoff_max_ms: int = 1000,
@@ -224,6 +226,7 @@ class PeerConnection:
         self.on_response = on_response
         self.on_refused = on_refused
         self.on_connected = on_connected
+        self.on_failed = on_failed  # each failed connection attempt, with its exception
         self.max_frame_bytes = max_frame_bytes
         self.backoff_ms = backoff_ms
         self.backoff_max_ms = backoff_max_ms
@@ -262,6 +265,8 @@ class PeerConnection:
             except (OSError, asyncio.TimeoutError) as exc:
                 if isinstance(exc, ConnectionRefusedError) and self.on_refused is not None:
                     self.on_refused()
+                if self.on_failed is not None:
+                    self.on_failed(exc)
                 self._failures += 1
                 delay = min(self.backoff_max_ms, self.backoff_ms * (2 ** min(self._failures, 10)))
                 delay = delay * (0.5 + random.random() / 2)

@@ -54,12 +54,14 @@ def export(
     overwrite: bool = False,
     topic: str = "raftcore",
     progress: Callable[[int, int], None] | None = None,
+    request_timeout_ms: int | None = None,
 ) -> ExportSummary:
     """Write the committed records of a cluster (``bootstrap``) or of a node's data directory
     (``path``; ``end_offset``: the committed offset, see docs/spark.md) to Parquet under ``out``,
     partitioned by ``offset_range = offset // range_records * range_records``.
     ``progress(done, total)`` gets the Spark tasks finished and planned. ``out`` must not exist
-    unless ``overwrite``. The count of records comes from the written files' footers."""
+    unless ``overwrite``. The count of records comes from the written files' footers.
+    ``request_timeout_ms``: how long a cluster's silent node is waited for (default 30 s)."""
     from pyspark.sql import functions as F
 
     if range_records < 1:
@@ -67,7 +69,7 @@ def export(
     target = Path(out)
     if target.exists() and not overwrite:
         raise SparkSourceError(f"{out} exists: give another path, or overwrite")
-    source = JobSource.of(bootstrap, path, topic)
+    source = JobSource.of(bootstrap, path, topic, request_timeout_ms)
     if source.path is not None:  # the files' committed end, said here rather than in a task
         source.committed_range(end_offset)
     started = time.monotonic()

@@ -30,15 +30,25 @@ class JobSource:
     bootstrap: tuple[str, ...] = ()
     path: str | None = None
     topic: str = "raftcore"
+    request_timeout_ms: int | None = None  # a cluster's: the read option requestTimeoutMs
 
     @classmethod
     def of(
-        cls, bootstrap: str | Sequence[str] | None, path: str | None, topic: str = "raftcore"
+        cls,
+        bootstrap: str | Sequence[str] | None,
+        path: str | None,
+        topic: str = "raftcore",
+        request_timeout_ms: int | None = None,
     ) -> JobSource:
         """Exactly one of ``bootstrap`` ("host:port,..." or a list) and ``path``."""
         if isinstance(bootstrap, str):
             bootstrap = [b for b in bootstrap.split(",") if b.strip()]
-        source = cls(tuple(bootstrap or ()), None if path is None else str(path), topic)
+        source = cls(
+            tuple(bootstrap or ()),
+            None if path is None else str(path),
+            topic,
+            request_timeout_ms if bootstrap else None,
+        )
         source.options()  # checks them
         return source
 
@@ -52,6 +62,8 @@ class JobSource:
             given["bootstrap"] = ",".join(self.bootstrap)
         if self.path is not None:
             given["path"] = self.path
+        if self.request_timeout_ms is not None:
+            given["requestTimeoutMs"] = str(self.request_timeout_ms)
         given.update({k: str(v) for k, v in extra.items() if v is not None})
         return given
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from raftcore.client import Consumer
-from raftcore.client.cluster import NoLeaderError
+from raftcore.client.cluster import NoLeaderError, UnreachableError
 from raftcore.client.connection import ConnectionClosed
 from raftcore.client.consumer import EARLIEST, LATEST, ConsumeError
 from raftcore.error_codes import Errors
@@ -68,6 +68,8 @@ def committed_range(opts: ReadOptions) -> tuple[int, int]:
     heartbeats; timestamp filters are applied on the executors instead."""
     try:
         return asyncio.run(_committed_range(opts))
+    except UnreachableError as exc:  # every address refused: said at once, not at the timeout
+        raise SparkSourceError(f"raftcore cluster: {exc}") from exc
     except (NoLeaderError, ConnectionClosed, OSError, asyncio.TimeoutError) as exc:
         raise SparkSourceError(
             f"raftcore cluster at {','.join(opts.bootstrap_strings)}: no answer with the "

@@ -81,14 +81,16 @@ def build_snapshot(
     partition_records: int = DEFAULT_PARTITION_RECORDS,
     topic: str = "raftcore",
     progress: Callable[[int, int], None] | None = None,
+    request_timeout_ms: int | None = None,
 ) -> SnapshotJobResult:
     """Write ``<out_dir>/<N>-<epoch>.checkpoint``, the key/value state at committed offset
     ``offset`` (default: the committed end -- the high watermark of a cluster, the newest
     snapshot's end in a data directory) of a cluster (``bootstrap``) or a node's data directory
     (``path``). SparkSourceError when the offset cannot be a snapshot id or the state below
-    the log start is not at hand. See the module docstring."""
+    the log start is not at hand. ``request_timeout_ms``: how long a cluster's silent node is
+    waited for (default 30 s). See the module docstring."""
     started = time.monotonic()
-    source = JobSource.of(bootstrap, path, topic)
+    source = JobSource.of(bootstrap, path, topic, request_timeout_ms)
     out = Path(out_dir)
     if not out.is_dir():
         raise SparkSourceError(f"{out_dir}: no such directory (the snapshot's destination)")

@@ -1,0 +1,62 @@
+"""Why a connection attempt failed, in a user's words, and whether it failed at once.
+
+``describe`` turns the exceptions of ``asyncio.open_connection`` (and of a request on a new
+connection) into a short reason for messages such as
+``cannot reach 127.0.0.1:9092 (connection refused)``. ``is_immediate`` tells a refusal (nothing
+listens there, or no such host) from a silence (a timeout): a client whose every address
+refuses can give up quickly, one that waits on a silent address needs its timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import re
+import socket
+
+__all__ = ["describe", "is_immediate"]
+
+_IMMEDIATE = {
+    errno.ECONNREFUSED,
+    errno.EHOSTUNREACH,
+    errno.ENETUNREACH,
+    errno.EADDRNOTAVAIL,
+}
+_ERRNO_TEXT = re.compile(r"\[Errno (-?\d+)\]")
+
+
+def _errnos(exc: BaseException) -> list[int]:
+    """The errno of ``exc``, or those of each attempt when asyncio tried several addresses
+    (``OSError('Multiple exceptions: [Errno 111] ..., [Errno 111] ...')``, errno None)."""
+    code = getattr(exc, "errno", None)
+    if isinstance(code, int):
+        return [code]
+    return [int(m) for m in _ERRNO_TEXT.findall(str(exc))]
+
+
+def describe(exc: BaseException) -> str:
+    """A short reason: ``connection refused``, ``timed out``, ``unknown host``, ..."""
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+        return "timed out"
+    if isinstance(exc, socket.gaierror):
+        return f"unknown host: {exc.strerror.lower()}" if exc.strerror else "unknown host"
+    codes = _errnos(exc)
+    if codes and all(c == errno.ECONNREFUSED for c in codes):
+        return "connection refused"
+    if codes and all(c == codes[0] for c in codes) and codes[0] > 0:
+        return os.strerror(codes[0]).lower()
+    return str(exc) or type(exc).__name__
+
+
+def is_immediate(exc: BaseException) -> bool:
+    """True when the attempt failed at once and for a lasting reason: refused, no route, no
+    such host. False for a timeout or a connection that was lost after it opened."""
+    if isinstance(exc, socket.gaierror):
+        return True
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+        return False
+    if not isinstance(exc, OSError) or isinstance(exc, (ConnectionResetError, BrokenPipeError)):
+        return False
+    codes = _errnos(exc)
+    return bool(codes) and all(c in _IMMEDIATE for c in codes)

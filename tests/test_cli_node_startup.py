@@ -1,0 +1,259 @@
+"""``raftcore node`` starts cleanly or fails cleanly (issue 12): a node that cannot start says
+why in one line and leaves its data directory as it found it; "listening on" is printed once
+the port accepts connections; a peer that cannot be reached is named, without a line per
+retry; the demo keeps its data and node logs when it fails."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import raftcore
+from raftcore.cli import main
+from raftcore.node.config import Endpoint, NodeConfig
+from raftcore.node.local_cluster import free_ports, new_cluster_id
+from raftcore.node.node import RaftNode
+from raftcore.node.peer_health import PeerReachability
+from raftcore.raft.config import QuorumConfig
+
+SOURCE = str(Path(raftcore.__file__).parent.parent)
+
+
+def node_argv(data_dir: Path, port: int, *extra: str) -> list[str]:
+    return [
+        "node",
+        "--id=1",
+        f"--voters=1@127.0.0.1:{port}",
+        f"--data-dir={data_dir}",
+        "--cluster-id=c",
+        *extra,
+    ]
+
+
+def start_node(argv: list[str], cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "raftcore", *argv],
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": SOURCE},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(proc: subprocess.Popen[str], timeout_s: float = 20.0) -> tuple[int, str]:
+    try:
+        _, err = proc.communicate(timeout=timeout_s)
+        return proc.returncode, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def contents(path: Path) -> list[str] | None:
+    """What a data directory holds: None when it does not exist."""
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*")) if path.exists() else None
+
+
+# ---- failures leave the data directory as it was -----------------------------------------------
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["absent", "empty"])
+def test_a_port_in_use_fails_with_one_line_and_writes_nothing(
+    tmp_path: Path, existing: bool
+) -> None:
+    data = tmp_path / "data"
+    if existing:
+        data.mkdir()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        code, err = finish(start_node(node_argv(data, port), tmp_path))
+    assert code != 0
+    assert err.strip().splitlines() == [
+        f"raftcore node: cannot listen on 127.0.0.1:{port}: address already in use"
+    ], err
+    assert contents(data) == ([] if existing else None)
+
+
+def test_a_file_as_the_data_directory_is_one_line_not_errno_17(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    data.write_text("mine\n")
+    (port,) = free_ports(1)
+    assert main(node_argv(data, port)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"raftcore node: error: --data-dir {data}: not a directory (a file is in the way)"
+    ]
+    assert data.read_text() == "mine\n"
+
+
+def test_a_data_directory_below_a_file_cannot_be_created(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "file").write_text("")
+    data = tmp_path / "file" / "sub" / "data"
+    (port,) = free_ports(1)
+    assert main(node_argv(data, port)) == 2
+    assert "cannot be created" in capsys.readouterr().err
+    assert (tmp_path / "file").read_text() == ""
+
+
+def test_an_unwritable_data_directory_fails_before_anything_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As root, permissions do not stop writes: os.access stands in for an unwritable
+    directory (the check is what decides; the node never runs)."""
+    import raftcore.node.runner
+
+    data = tmp_path / "data"
+    data.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(
+        os, "access", lambda p, mode: False if Path(p) == data else real_access(p, mode)
+    )
+    ran = []
+    monkeypatch.setattr(raftcore.node.runner, "run_node", lambda *a, **kw: ran.append(a) or 0)
+    (port,) = free_ports(1)
+    assert main(node_argv(data, port)) == 2
+    assert (
+        capsys.readouterr().err.strip() == f"raftcore node: error: --data-dir {data}: not writable"
+    )
+    assert ran == [] and contents(data) == []
+
+
+# ---- "listening on" once it listens -------------------------------------------------------------
+
+
+def test_listening_is_printed_only_once_the_port_accepts_connections(tmp_path: Path) -> None:
+    (port,) = free_ports(1)
+    proc = start_node(node_argv(tmp_path / "data", port), tmp_path)
+    try:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 20
+        line = ""
+        while not line.startswith("raftcore node 1 listening on"):
+            assert time.monotonic() < deadline and proc.poll() is None, "no listening line"
+            line = proc.stderr.readline()
+        # At once, no retry: the line promises a bound port.
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            pass
+        assert f"raftcore node 1 listening on 127.0.0.1:{port}" in line
+    finally:
+        proc.terminate()
+        finish(proc)
+
+
+# ---- unreachable peers, named, rate-limited ----------------------------------------------------
+
+
+def test_an_unreachable_peer_is_logged_once_then_every_30_s_and_when_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    now = [0.0]
+    health = PeerReachability("[node 1]", "voter 2", "127.0.0.1:9092", clock=lambda: now[0])
+    refused = ConnectionRefusedError(111, "Connect call failed ('127.0.0.1', 9092)")
+    with caplog.at_level(logging.INFO, logger="raftcore.node.node"):
+        for _ in range(100):  # 100 s of retries, one a second
+            health.failed(refused)
+            now[0] += 1.0
+        health.connected()
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert lines[0] == (
+        "WARNING",
+        "[node 1] cannot reach voter 2 at 127.0.0.1:9092 (connection refused); retrying",
+    )
+    assert [level for level, _ in lines] == ["WARNING"] * 4 + ["INFO"]  # at 0, 30, 60, 90 s
+    assert "still cannot reach voter 2 at 127.0.0.1:9092 (connection refused)" in lines[1][1]
+    assert lines[-1] == (
+        "INFO",
+        "[node 1] reached voter 2 at 127.0.0.1:9092 again (after 100 failed attempts in 100 s)",
+    )
+
+
+def test_a_node_whose_peers_are_down_names_each_once_not_per_retry(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ports = free_ports(3)
+    voters = {i + 1: Endpoint("127.0.0.1", p) for i, p in enumerate(ports)}
+    config = NodeConfig(
+        node_id=1,
+        voters=voters,
+        data_dir=tmp_path / "node-1",
+        cluster_id=new_cluster_id(),
+        quorum=QuorumConfig(election_timeout_ms=300, fetch_timeout_ms=600),
+    )
+
+    async def run() -> tuple[int, bool]:
+        node = RaftNode(config)
+        await node.start()
+        try:
+            await asyncio.sleep(2.0)
+            retries = node._peers[2]._failures
+            server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", ports[1])
+            try:
+                deadline = time.monotonic() + 5
+                while not node._peers[2].connected.is_set() and time.monotonic() < deadline:
+                    await asyncio.sleep(0.05)
+                return retries, node._peers[2].connected.is_set()
+            finally:
+                server.close()
+        finally:
+            await node.stop(timeout_s=0.5)
+
+    with caplog.at_level(logging.INFO, logger="raftcore.node.node"):
+        retries, reconnected = asyncio.run(asyncio.wait_for(run(), 30))
+    messages = [r.getMessage() for r in caplog.records if r.name == "raftcore.node.node"]
+    assert retries >= 4 and reconnected
+    for peer in (2, 3):
+        line = (
+            f"[node 1] cannot reach voter {peer} at 127.0.0.1:{ports[peer - 1]} "
+            "(connection refused); retrying"
+        )
+        assert messages.count(line) == 1, messages
+    assert not any("still cannot reach" in m for m in messages)
+    back = [m for m in messages if "reached voter 2" in m]
+    assert len(back) == 1 and f"at 127.0.0.1:{ports[1]} again" in back[0]
+
+
+# ---- the demo keeps what it needs to be debugged -------------------------------------------------
+
+
+def test_a_failed_demo_keeps_its_data_and_node_logs_and_says_where(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+    import tempfile
+
+    import raftcore.demo
+    from raftcore.errors import RaftcoreError
+
+    async def failing_write(cluster, result, **kw):  # type: ignore[no-untyped-def]
+        raise RaftcoreError("a write failed: planted")
+
+    monkeypatch.setattr(raftcore.demo, "_write", failing_write)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    out = io.StringIO()
+    with pytest.raises(RaftcoreError, match="planted"):
+        raftcore.demo.run_demo(records=100, batch=10, out=out)
+    (root,) = tmp_path.glob("raftcore-demo-*")
+    assert sorted(p.name for p in root.glob("node-?.log")) == [
+        "node-1.log",
+        "node-2.log",
+        "node-3.log",
+    ]
+    assert (root / "node-1" / "meta.properties").exists()
+    assert f"the demo failed; data and node logs kept in {root}" in out.getvalue()
