@@ -78,6 +78,8 @@ BAD_ARGUMENTS = [
     (["produce", "--bootstrap", "h:1", "--generate", "many"], "--generate", "'many'"),
     (["produce", "--bootstrap", "h:1", "--timeout-ms", "0"], "--timeout-ms", ">= 1"),
     (["describe-quorum", "--bootstrap", "h:1", "--timeout-ms", "1s"], "--timeout-ms", "'1s'"),
+    (["describe-quorum", "--bootstrap", "h:1", "--interval", "0"], "--interval", "> 0"),
+    (node("--metrics-port=70000"), "--metrics-port", "1 to 65535"),
     (node(node_id="-1"), "--id", "-1"),
     (node(node_id="x"), "--id", "'x'"),
     (node(voters="1@h"), "--voters", "no port"),
