@@ -51,6 +51,7 @@ from raftcore.raft import (
     Output,
     RaftCore,
 )
+from raftcore.security.sasl import SaslAuthenticator
 from raftcore.statemachine.api import StateMachine
 from raftcore.statemachine.store_snapshots import StoreSnapshotReader
 
@@ -173,6 +174,8 @@ class RaftNode(Messaging):
         self._reads = reads.ReadWaiters()
         self.producer_id_counter = 0
         self._foreign_peers: set[int] = set()
+        # SASL logins on the listener (None without SASL): reads the users file now
+        self.sasl = SaslAuthenticator.for_node(config, self.prefix)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -238,6 +241,7 @@ class RaftNode(Messaging):
                     on_refused=self._refused_handler(peer_id),
                     on_connected=self._connected_handler(peer_id),
                     max_frame_bytes=cfg.max_frame_bytes,
+                    authenticate=None if self.sasl is None else self.sasl.peer_login,
                 )
                 peer.start()
                 self._peers[peer_id] = peer

@@ -153,12 +153,19 @@ class ServerConnection:
             if result is CLOSE:
                 self.close()
                 return
+            last = getattr(result, "reason", None)  # AnswerThenClose (raftcore.security.sasl)
+            if last is not None:
+                result = result.parts
             if result is not None and not self.closed:
                 write_frame(self.writer, result)
                 _, high = self.writer.transport.get_write_buffer_limits()
                 if self.writer.transport.get_write_buffer_size() > high:
                     self._write_blocked = True
                     self._spawn(self._wait_writable())
+            if last is not None:
+                logger.info("%s closing connection from %s: %s", self.name, self.peer, last)
+                self.close()  # the transport still sends what was written
+                return
 
     async def _wait_writable(self) -> None:
         try:
@@ -217,6 +224,7 @@ class PeerConnection:
         backoff_ms: int = 50,
         backoff_max_ms: int = 1000,
         connect_timeout_s: float = 5.0,
+        authenticate: Callable[[Any, Any], Awaitable[None]] | None = None,
     ) -> None:
         self.name = name
         self.host = host
@@ -228,6 +236,7 @@ class PeerConnection:
         self.backoff_ms = backoff_ms
         self.backoff_max_ms = backoff_max_ms
         self.connect_timeout_s = connect_timeout_s
+        self.authenticate = authenticate  # a SASL login on each new connection (or None)
         self._writer: asyncio.StreamWriter | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
@@ -275,6 +284,8 @@ class PeerConnection:
                 )
                 await asyncio.sleep(delay / 1000)
                 continue
+            if self.authenticate is not None and not await self._log_in(reader, writer):
+                continue
             self._failures = 0
             self._writer = writer
             self.connected.set()
@@ -305,3 +316,18 @@ class PeerConnection:
                 writer.close()
             if not self._stopped:
                 await asyncio.sleep(self.backoff_ms / 1000)
+
+    async def _log_in(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """Run ``authenticate`` on a new connection; on failure close it, back off, say False."""
+        assert self.authenticate is not None
+        try:
+            await asyncio.wait_for(self.authenticate(reader, writer), self.connect_timeout_s)
+            return True
+        except Exception as exc:  # refused, lost, timed out: try again later
+            log = logger.warning if self._failures == 0 else logger.debug
+            log("%s cannot log in to %s:%d: %s", self.name, self.host, self.port, exc)
+            writer.close()
+            self._failures += 1
+            delay = min(self.backoff_max_ms, self.backoff_ms * (2 ** min(self._failures, 10)))
+            await asyncio.sleep(delay * (0.5 + random.random() / 2) / 1000)
+            return False
