@@ -15,6 +15,8 @@ from raftcore.error_codes import Errors
 from raftcore.errors import RaftcoreError
 from raftcore.node.config import Endpoint, parse_endpoint
 from raftcore.protocol.api import ApiKey, request_spec
+from raftcore.security.config import ClientSecurity
+from raftcore.security.sasl_client import SaslAuthenticationError
 
 __all__ = ["ClusterClient", "LeaderHint", "NoLeaderError"]
 
@@ -51,6 +53,7 @@ class ClusterClient:
         retry_backoff_ms: int = 100,
         retry_backoff_max_ms: int = 1_000,
         metadata_max_age_ms: int = 30_000,
+        security: ClientSecurity | None = None,
     ) -> None:
         if not bootstrap:
             raise ValueError("at least one bootstrap address is needed")
@@ -61,6 +64,7 @@ class ClusterClient:
         self.retry_backoff_ms = retry_backoff_ms
         self.retry_backoff_max_ms = retry_backoff_max_ms
         self.metadata_max_age_s = metadata_max_age_ms / 1000
+        self.security = security  # TLS / SASL settings for every connection
         self.nodes: dict[int, Endpoint] = {}
         self.leader: LeaderHint | None = None
         self.topic_id: bytes | None = None
@@ -92,7 +96,9 @@ class ClusterClient:
     async def connection(self, endpoint: Endpoint) -> Connection:
         conn = self._connections.get(endpoint)
         if conn is None or conn.closed:
-            conn = await Connection.open(endpoint.host, endpoint.port, client_id=self.client_id)
+            conn = await Connection.open(
+                endpoint.host, endpoint.port, client_id=self.client_id, security=self.security
+            )
             self._connections[endpoint] = conn
         return conn
 
@@ -147,6 +153,8 @@ class ClusterClient:
                 try:
                     if await self._metadata_from(endpoint):
                         return
+                except SaslAuthenticationError:
+                    raise  # wrong credentials stay wrong: no retry
                 except (ConnectionClosed, OSError, asyncio.TimeoutError, RaftcoreError) as exc:
                     logger.debug("metadata from %s failed: %s", endpoint, exc)
             attempt += 1
