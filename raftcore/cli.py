@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import logging
 import os
@@ -17,6 +18,7 @@ from raftcore.logtools import Progress, dump_log, segment_files, verify_log
 from raftcore.snapshot import SnapshotId
 from raftcore.snapshot_cli import add_snapshot_commands, log_directory, verdict_line
 from raftcore.spark_cli import add_spark_commands
+from raftcore.users_cli import add_sasl_node_options, add_users_commands
 
 __all__ = ["main"]
 
@@ -138,6 +140,7 @@ def _cmd_node(args: argparse.Namespace) -> int:
     from raftcore.node.config import NodeConfig, parse_endpoint, parse_voters
     from raftcore.node.runner import run_node
     from raftcore.raft.config import QuorumConfig
+    from raftcore.users_cli import sasl_listener_security
 
     try:
         voters = parse_voters(args.voters)
@@ -165,6 +168,7 @@ def _cmd_node(args: argparse.Namespace) -> int:
             flush=args.flush,
             flush_interval_ms=args.flush_interval_ms,
         )
+        config = dataclasses.replace(config, security=sasl_listener_security(args, config.security))
         if quorum.snapshots_enabled and args.state_machine == "none":
             raise ValueError(
                 "snapshots need something to snapshot: add --state-machine lmdb (a node "
@@ -189,7 +193,12 @@ def _cmd_describe_quorum(args: argparse.Namespace) -> int:
     from raftcore.client import describe_quorum, format_quorum
 
     info = asyncio.run(
-        describe_quorum(_bootstrap(args), topic=args.topic, timeout_s=args.timeout_ms / 1000)
+        describe_quorum(
+            _bootstrap(args),
+            topic=args.topic,
+            timeout_s=args.timeout_ms / 1000,
+            security=_security(args),
+        )
     )
     print(format_quorum(info))
     return 0
@@ -197,6 +206,19 @@ def _cmd_describe_quorum(args: argparse.Namespace) -> int:
 
 def _bootstrap(args: argparse.Namespace) -> list[str]:
     return [b.strip() for b in args.bootstrap.split(",") if b.strip()]
+
+
+def _security(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """The client's ClientSecurity from ``--command-config`` (None without it)."""
+    from raftcore.errors import RaftcoreError
+    from raftcore.security.client_config import read_client_config
+
+    if not args.command_config:
+        return None
+    try:
+        return read_client_config(args.command_config)
+    except ValueError as exc:
+        raise RaftcoreError(str(exc)) from None
 
 
 def _cmd_produce(args: argparse.Namespace) -> int:
@@ -230,6 +252,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
             acks=args.acks,
             idempotent=args.acks == -1,
             compression=args.compression,
+            security=_security(args),
         ) as producer:
             pending: list = []
             batch: list = []
@@ -279,7 +302,11 @@ def _cmd_consume(args: argparse.Namespace) -> int:
         seen = 0
         idle_since = time.monotonic()
         async with Consumer(
-            _bootstrap(args), topic=args.topic, start=start, max_wait_ms=200
+            _bootstrap(args),
+            topic=args.topic,
+            start=start,
+            max_wait_ms=200,
+            security=_security(args),
         ) as consumer:
             while args.max is None or seen < args.max:
                 records = await consumer.poll()
@@ -386,11 +413,19 @@ def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
     p.add_argument(
         "--ready-file", default=None, help="write this file once the node listens (for scripts)"
     )
+    add_sasl_node_options(p)
     p.set_defaults(func=_cmd_node)
 
     def bootstrap(p: argparse.ArgumentParser) -> None:
         p.add_argument("--bootstrap", required=True, help="host:port[,host:port...] of any node(s)")
         p.add_argument("--topic", default="raftcore")
+        p.add_argument(
+            "--command-config",
+            default=None,
+            metavar="FILE",
+            help="client security settings, librdkafka style (security.protocol, sasl.mechanism, "
+            "sasl.username, sasl.password)",
+        )
 
     p = sub.add_parser(
         "describe-quorum", help="leader, epoch, high watermark and every replica's progress"
@@ -478,6 +513,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_snapshot_commands(sub)
     add_spark_commands(sub)
+    add_users_commands(sub)
     _add_cluster_commands(sub)
     return parser
 
