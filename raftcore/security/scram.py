@@ -264,8 +264,11 @@ class ScramServer:
             raise ScramError("the client-final message must start c=...,r=...")
         if _b64(attrs[0][1], "channel binding") != first.gs2_header.encode():
             raise ScramError("the channel binding does not repeat the gs2 header")
-        if attrs[1][1] != first.nonce + self._server_nonce:
-            raise ScramError("the nonce is not the one the server sent")
+        # Kafka checks that the nonce ENDS with the one it sent (ScramSaslServer), and kcat's
+        # librdkafka sends its own nonce again in front of it: accepted, as Kafka does. The
+        # fresh server nonce is still there, and the proof covers the message as sent.
+        if not attrs[1][1].endswith(first.nonce + self._server_nonce):
+            raise ScramError("the nonce does not end with the one the server sent")
         proof = _b64(proof_text, "proof")
         auth_message = f"{first.bare},{self._server_first},{without_proof}".encode()
         if not credential.stored_key or len(proof) != len(credential.stored_key):
