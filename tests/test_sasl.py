@@ -327,6 +327,26 @@ def test_after_login_requests_are_served_and_sasl_requests_get_illegal_sasl_stat
     run(main())
 
 
+def test_frames_above_512_kib_close_the_connection_until_the_login(tmp_path):
+    """Kafka's sasl.server.max.receive.size: an unauthenticated client cannot make the node
+    hold a 100 MiB frame."""
+
+    async def main():
+        async with cluster(tmp_path, security(tmp_path)) as nodes:
+            big = struct.pack(">i", 600 * 1024) + b"\x00" * 1024  # the start of a big frame
+            raw = await Raw.open(nodes[0])
+            raw.writer.write(big)
+            assert await raw.closed()
+            raw = await Raw.open(nodes[0])
+            assert (await raw.login_plain("alice", USERS["alice"])).error_code == Errors.NONE
+            raw.writer.write(big)
+            with pytest.raises(asyncio.TimeoutError):  # waiting for the rest of the frame
+                await asyncio.wait_for(raw.reader.read(1), 0.5)
+            raw.close()
+
+    run(main())
+
+
 def test_a_user_sending_raft_rpcs_gets_cluster_authorization_failed(tmp_path):
     """Raft RPCs are only for the nodes: a logged-in user's Vote changes nothing."""
 

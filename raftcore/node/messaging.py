@@ -130,6 +130,7 @@ class Messaging:
         conn = ServerConnection(
             reader, writer, self._handle_frame, self.config.max_frame_bytes, self.prefix
         )
+        sasl.on_accept(self, conn)
         self._connections.add(conn)
         try:
             await conn.serve()

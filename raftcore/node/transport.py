@@ -30,10 +30,14 @@ class FrameTooLarge(ConnectionError):
     pass
 
 
-async def read_frame(reader: asyncio.StreamReader, max_bytes: int) -> bytes:
-    """One frame's bytes (without the size). IncompleteReadError at end of stream."""
+async def read_frame(reader: asyncio.StreamReader, max_bytes: int | Callable[[], int]) -> bytes:
+    """One frame's bytes (without the size). IncompleteReadError at end of stream.
+    ``max_bytes`` may be a function, asked once the size is read (a limit a SASL login
+    raises, :mod:`raftcore.security.sasl`)."""
     head = await reader.readexactly(4)
     (size,) = _SIZE.unpack(head)
+    if callable(max_bytes):
+        max_bytes = max_bytes()
     if size < 0 or size > max_bytes:
         raise FrameTooLarge(f"frame of {size} bytes (limit {max_bytes})")
     return await reader.readexactly(size)
@@ -101,7 +105,7 @@ class ServerConnection:
     async def serve(self) -> None:
         try:
             while True:
-                frame = await read_frame(self.reader, self.max_frame_bytes)
+                frame = await read_frame(self.reader, self._frame_limit)
                 slot: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
                 self._order.append((slot, len(frame)))
                 self._order_bytes += len(frame)
@@ -121,6 +125,9 @@ class ServerConnection:
             raise
         finally:
             self.close()
+
+    def _frame_limit(self) -> int:
+        return self.max_frame_bytes
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)

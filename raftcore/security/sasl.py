@@ -63,6 +63,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 SASL_APIS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+# Kafka's sasl.server.max.receive.size: the largest frame before the login completes
+MAX_RECEIVE_BEFORE_LOGIN = 512 * 1024
 PASS: Any = object()  # the request goes on to be served
 
 PLAIN_FAILED = "Authentication failed: Invalid username or password"  # Kafka's PlainSaslServer
@@ -181,13 +183,16 @@ class SaslAuthenticator:
         self._sessions: weakref.WeakKeyDictionary[Any, _Session] = weakref.WeakKeyDictionary()
         self.logins = 0
         self.failures = 0
+        self.max_frame_bytes = 100 * 1024 * 1024  # the node's, once logged in (for_node)
 
     @classmethod
     def for_node(cls, config: Any, prefix: str = "") -> SaslAuthenticator | None:
         security = config.security
         if not security.uses_sasl:
             return None
-        return cls(security, config.node_id, config.voters, prefix=prefix)
+        auth = cls(security, config.node_id, config.voters, prefix=prefix)
+        auth.max_frame_bytes = config.max_frame_bytes
+        return auth
 
     # ---- the inter-node login (client side, for PeerConnection) ----------------------------------
 
@@ -282,6 +287,7 @@ class SaslAuthenticator:
             )
         if session.state == COMPLETE:
             conn.principal = self.principal(session.username)
+            conn.max_frame_bytes = self.max_frame_bytes
             self.logins += 1
             logger.info(
                 "%s %s logged in from %s (%s)",
@@ -354,6 +360,13 @@ def _illegal_state(header: Any, message: str) -> list[bytes | memoryview]:
     return encode_response(key, version, header.correlation_id, body)
 
 
+def on_accept(node: Any, conn: Any) -> None:
+    """A new connection on a SASL listener may send small frames only until it logged in
+    (Kafka's ``sasl.server.max.receive.size``, 512 KiB)."""
+    if node.sasl is not None and conn.principal.kind != "node":
+        conn.max_frame_bytes = min(conn.max_frame_bytes, MAX_RECEIVE_BEFORE_LOGIN)
+
+
 def gate(node: Any, conn: Any, header: Any, body: Any) -> Any:
     """What becomes of a decoded request on ``conn`` before it is served: PASS, an answer (a
     list of frame parts), or an :class:`AnswerThenClose`. Raises CloseConnection to close
@@ -376,6 +389,7 @@ def gate(node: Any, conn: Any, header: Any, body: Any) -> Any:
     if key == ApiKey.SASL_AUTHENTICATE and session.state == AUTHENTICATE:
         return auth.authenticate(conn, session, header, body)
     if conn.principal.kind == "node":  # a node by its TLS certificate: no login needed
+        conn.max_frame_bytes = auth.max_frame_bytes
         return PASS
     if key == ApiKey.API_VERSIONS and session.state == INITIAL:
         session.state = HANDSHAKE
