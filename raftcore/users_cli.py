@@ -22,6 +22,7 @@ from typing import Any
 from raftcore.security.scram import MIN_ITERATIONS
 from raftcore.security.users import (
     MECHANISMS,
+    BadUserError,
     UsersFileError,
     make_user,
     read_users,
@@ -42,14 +43,14 @@ def _password(args: argparse.Namespace) -> str:
         line = sys.stdin.readline()
         return line[:-1] if line.endswith("\n") else line
     if not sys.stdin.isatty():
-        raise UsersFileError("no terminal to ask for the password: pass --password-stdin")
+        raise _Usage("no terminal to ask for the password: pass --password-stdin")
     first = getpass.getpass(f"Password for {args.name}: ")
     if getpass.getpass("Again: ") != first:
         raise _Usage("the passwords differ")
     return first
 
 
-class _Usage(UsersFileError):
+class _Usage(BadUserError):
     pass
 
 
@@ -88,12 +89,9 @@ def _run(func: Any) -> Any:
     def run(args: argparse.Namespace) -> int:
         try:
             return int(func(args))
-        except _Usage as exc:
-            print(f"raftcore users: {exc}", file=sys.stderr)
-            return 2
         except UsersFileError as exc:
             print(f"raftcore users: {exc}", file=sys.stderr)
-            return 2 if "kept for the nodes" in str(exc) or "bad username" in str(exc) else 1
+            return 2 if isinstance(exc, BadUserError) else 1
 
     return run
 

@@ -1,6 +1,6 @@
-"""SASL on a node's listener (issue 12, item 5): a three-node cluster whose listeners require a
-login (KIP-43/152), spoken to by raftcore.client, by raw frames, and (in the slow tests, node
-processes) by confluent-kafka and kcat.
+"""SASL on a node's listener (issue 12, item 5): a three-node cluster in one process whose
+listeners require a login (KIP-43/152), spoken to by raftcore.client and by raw frames
+(confluent-kafka, kcat and the CLI: test_sasl_clients.py).
 
 The in-process tests are parametrised by listener protocol; SASL_SSL joins SASL_PLAINTEXT once
 the TLS work is merged (the login is the same over TLS)."""
@@ -9,23 +9,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
 import struct
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sasl_helpers import CLUSTER_ID, NODE_PASSWORD, USERS, client, run, users_file
 
 from raftcore.client import Consumer, Producer
 from raftcore.error_codes import Errors
 from raftcore.node.config import Endpoint, NodeConfig
-from raftcore.node.local_cluster import LocalCluster, free_ports
+from raftcore.node.local_cluster import free_ports
 from raftcore.node.node import RaftNode
 from raftcore.protocol.api import ApiKey, decode_response, encode_request, request_spec
 from raftcore.raft import QuorumConfig
-from raftcore.security.config import ClientSecurity, ListenerSecurity
+from raftcore.security.config import ListenerSecurity
 from raftcore.security.sasl import SaslConfigError
 from raftcore.security.sasl_client import SaslAuthenticationError
 from raftcore.security.scram import ScramClient
@@ -34,16 +33,7 @@ from raftcore.security.users import make_user, write_users
 pytestmark = pytest.mark.timeout(120)
 
 FAST = QuorumConfig(election_timeout_ms=300, fetch_timeout_ms=600, request_timeout_ms=500)
-CLUSTER_ID = "sasl-tests-cluster"
-NODE_PASSWORD = "inter-node-secret"
 PROTOCOLS = ["SASL_PLAINTEXT"]  # + "SASL_SSL" once TLS is merged
-USERS = {"alice": "alice-secret", "bob": "bob-secret"}
-
-
-def users_file(directory: Path) -> Path:
-    path = directory / "users.json"
-    write_users(path, {name: make_user(name, pw) for name, pw in USERS.items()})
-    return path
 
 
 def security(directory: Path, protocol: str = "SASL_PLAINTEXT", **kw: Any) -> ListenerSecurity:
@@ -86,19 +76,6 @@ async def leader_of(nodes: list[RaftNode], timeout_s: float = 15.0) -> RaftNode:
             return leaders[0]
         await asyncio.sleep(0.02)
     raise AssertionError("no leader known to every node (did the nodes log in to each other?)")
-
-
-def run(coro):  # type: ignore[no-untyped-def]
-    return asyncio.run(asyncio.wait_for(coro, 60))
-
-
-def client(mechanism: str, user: str = "alice", password: str | None = None) -> ClientSecurity:
-    return ClientSecurity(
-        protocol="SASL_PLAINTEXT",
-        sasl_mechanism=mechanism,
-        sasl_username=user,
-        sasl_password=USERS.get(user, "") if password is None else password,
-    )
 
 
 def bootstrap(nodes: list[RaftNode]) -> list[str]:
@@ -438,203 +415,3 @@ def test_a_sasl_listener_that_would_leave_raft_rpcs_unauthenticated_is_refused(t
                 security=ListenerSecurity(protocol="SASL_PLAINTEXT", sasl_node_password="x"),
             )
         )
-
-
-# ---- node processes: raftcore node --sasl-users, the CLI, confluent-kafka, kcat ------------------
-
-
-@pytest.fixture(scope="module")
-def sasl_processes(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("sasl-cluster")
-    users = users_file(directory)
-    password_file = directory / "node-password"
-    password_file.write_text(NODE_PASSWORD + "\n")
-    password_file.chmod(0o600)
-    args = [
-        "--election-timeout-ms",
-        "500",
-        "--fetch-timeout-ms",
-        "1000",
-        "--sasl-users",
-        str(users),
-        "--sasl-node-password-file",
-        str(password_file),
-    ]
-    c = LocalCluster(directory / "cluster", 3, node_args=args)
-    try:
-        c.start()
-        run(_wait_for_leader(c))
-        yield c
-    finally:
-        c.close()
-
-
-async def _wait_for_leader(c: LocalCluster) -> None:
-    from raftcore.client import describe_quorum
-
-    info = await describe_quorum(c.bootstrap, timeout_s=30, security=client("SCRAM-SHA-256"))
-    assert info.leader_id in (1, 2, 3)
-
-
-def _ck_config(c: LocalCluster, mechanism: str, password: str) -> dict[str, Any]:
-    return {
-        "bootstrap.servers": ",".join(c.bootstrap),
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanism": mechanism,
-        "sasl.username": "alice",
-        "sasl.password": password,
-    }
-
-
-def test_confluent_kafka_produces_and_consumes_with_scram_sha_512(sasl_processes):
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-
-    conf = _ck_config(sasl_processes, "SCRAM-SHA-512", USERS["alice"])
-    errors: list[Any] = []
-    producer = Producer({**conf, "acks": "all", "linger.ms": 5})
-    values = [b"ck-sasl-%03d" % n for n in range(50)]
-    for v in values:
-        producer.produce(
-            "raftcore",
-            value=v,
-            partition=0,
-            on_delivery=lambda err, msg: errors.append(err) if err else None,
-        )
-    assert producer.flush(30) == 0 and not errors
-    consumer = Consumer({**conf, "group.id": "sasl-test", "enable.auto.commit": False})
-    try:
-        consumer.assign([TopicPartition("raftcore", 0, OFFSET_BEGINNING)])
-        got: list[bytes] = []
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not set(values) <= set(got):
-            msg = consumer.poll(0.5)
-            if msg is not None and not msg.error():
-                got.append(msg.value())
-        assert [v for v in got if v.startswith(b"ck-sasl-")] == values
-    finally:
-        consumer.close()
-
-
-def test_confluent_kafka_with_a_wrong_password_sees_sasl_authentication_failed(sasl_processes):
-    from confluent_kafka import KafkaError, Producer
-
-    seen: list[Any] = []
-    conf = _ck_config(sasl_processes, "SCRAM-SHA-512", "wrong")
-    producer = Producer({**conf, "error_cb": seen.append})
-    try:
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and not seen:
-            producer.poll(0.2)
-        assert seen, "no error reported within 15 s"
-        err = seen[0]
-        assert err.code() == KafkaError._AUTHENTICATION, err
-        assert "invalid credentials with SASL mechanism SCRAM-SHA-512" in err.str(), err.str()
-    finally:
-        producer.flush(0)
-
-
-@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
-def test_kcat_produces_and_consumes_with_scram_sha_256(sasl_processes):
-    kcat = shutil.which("kcat")
-    assert kcat is not None
-    common = [
-        "-b",
-        ",".join(sasl_processes.bootstrap),
-        "-t",
-        "raftcore",
-        "-p",
-        "0",
-        "-X",
-        "security.protocol=SASL_PLAINTEXT",
-        "-X",
-        "sasl.mechanisms=SCRAM-SHA-256",
-        "-X",
-        "sasl.username=bob",
-        "-X",
-        f"sasl.password={USERS['bob']}",
-    ]
-    lines = [f"kcat-sasl-{n}" for n in range(20)]
-    out = subprocess.run(
-        [kcat, *common, "-P"],
-        input="\n".join(lines) + "\n",
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.returncode == 0, out.stderr
-    out = subprocess.run(
-        [kcat, *common, "-C", "-o", "beginning", "-e", "-q"],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.returncode == 0, out.stderr
-    assert [line for line in out.stdout.splitlines() if line.startswith("kcat-sasl-")] == lines
-
-
-def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    import os
-    import sys
-
-    import raftcore
-
-    env = dict(os.environ, PYTHONPATH=str(Path(raftcore.__file__).parent.parent))
-    return subprocess.run(
-        [sys.executable, "-m", "raftcore", *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=env,
-        timeout=60,
-    )
-
-
-def test_cli_client_commands_log_in_from_command_config_and_a_refusal_is_one_line(
-    sasl_processes, tmp_path
-):
-    config = tmp_path / "client.properties"
-    config.write_text(
-        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
-        f"sasl.username=alice\nsasl.password={USERS['alice']}\n"
-    )
-    bootstrap = ",".join(sasl_processes.bootstrap)
-    out = _cli(tmp_path, "produce", "--bootstrap", bootstrap, "--command-config", str(config), "x")
-    assert out.returncode == 0, out.stderr
-    out = _cli(
-        tmp_path, "describe-quorum", "--bootstrap", bootstrap, "--command-config", str(config)
-    )
-    assert out.returncode == 0 and "leader" in out.stdout.lower(), out.stderr
-
-    config.write_text(config.read_text().replace(USERS["alice"], "wrong"))
-    out = _cli(tmp_path, "produce", "--bootstrap", bootstrap, "--command-config", str(config), "x")
-    assert out.returncode == 1
-    assert out.stderr.splitlines() == [
-        "raftcore produce: authentication failed for user alice: Authentication failed during "
-        "authentication due to invalid credentials with SASL mechanism SCRAM-SHA-256"
-    ]
-    out = _cli(tmp_path, "describe-quorum", "--bootstrap", bootstrap, "--timeout-ms", "1500")
-    assert out.returncode == 1, "a client without credentials is not served"
-
-
-def test_raftcore_node_refuses_sasl_without_the_inter_node_password(tmp_path):
-    users = users_file(tmp_path)
-    port = free_ports(1)[0]
-    out = _cli(
-        tmp_path,
-        "node",
-        "--id",
-        "1",
-        "--voters",
-        f"1@127.0.0.1:{port}",
-        "--data-dir",
-        str(tmp_path / "d"),
-        "--cluster-id",
-        CLUSTER_ID,
-        "--sasl-users",
-        str(users),
-    )
-    assert out.returncode == 2
-    assert "--sasl-node-password-file" in out.stderr and "raft" in out.stderr

@@ -221,10 +221,6 @@ class SaslAuthenticator:
             s = self._sessions[conn] = _Session()
         return s
 
-    def authenticated(self, conn: Any) -> bool:
-        s = self._sessions.get(conn)
-        return (s is not None and s.state == COMPLETE) or conn.principal.kind == "node"
-
     def handshake(self, conn: Any, session: _Session, header: Any, body: Any) -> Any:
         cls = response_spec(ApiKey.SASL_HANDSHAKE).cls
         version = header.request_api_version

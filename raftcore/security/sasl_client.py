@@ -19,8 +19,8 @@ from typing import Any
 from raftcore.error_codes import Errors, error_name
 from raftcore.errors import RaftcoreError
 from raftcore.protocol.api import ApiKey, decode_response, encode_request, request_spec
-from raftcore.security.scram import MECHANISMS as SCRAM_MECHANISMS
 from raftcore.security.scram import ScramClient, ScramError
+from raftcore.security.users import MECHANISMS
 
 __all__ = ["SaslAuthenticationError", "login", "raw_login"]
 
@@ -45,7 +45,7 @@ async def login(request: Request, mechanism: str, username: str, password: str) 
         raise failed(
             "no SASL mechanism given (sasl.mechanism: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"
         )
-    if mechanism != "PLAIN" and mechanism not in SCRAM_MECHANISMS:
+    if mechanism not in MECHANISMS:
         raise failed(f"unknown SASL mechanism {mechanism!r} (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)")
     if not username or password is None:
         raise failed("a username and a password are needed (sasl.username, sasl.password)")

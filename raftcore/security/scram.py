@@ -23,6 +23,7 @@ import binascii
 import hashlib
 import hmac
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = [
@@ -35,7 +36,8 @@ __all__ = [
     "make_credential",
 ]
 
-# mechanism name -> hashlib name
+# mechanism name -> hashlib name. SCRAM-SHA-1 only checks the generic code against RFC 5802's
+# example: no listener offers it (raftcore.security.users.MECHANISMS).
 MECHANISMS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512", "SCRAM-SHA-1": "sha1"}
 MIN_ITERATIONS = 4096  # KIP-84 (and RFC 7677's recommendation)
 MAX_ITERATIONS = 1_000_000  # a client will not spend longer than this for a server
@@ -206,7 +208,7 @@ class ScramServer:
     def __init__(
         self,
         mechanism: str,
-        lookup: object,
+        lookup: Callable[[str], ScramCredential | None],
         *,
         nonce: str | None = None,
         fake_salt_key: bytes | None = None,
@@ -235,7 +237,7 @@ class ScramServer:
             raise ScramError("an authorization id different from the username")
         if first.extensions.get("tokenauth", "false").lower() == "true":
             raise ScramError("delegation tokens (tokenauth) are not supported")
-        credential = self._lookup(first.username)  # type: ignore[operator]
+        credential = self._lookup(first.username)
         if credential is None:
             salt = _hmac("SCRAM-SHA-256", self._fake_key, first.username.encode())
             credential = ScramCredential(salt, MIN_ITERATIONS, b"", b"")

@@ -49,6 +49,7 @@ __all__ = [
     "PlainHash",
     "User",
     "UserStore",
+    "BadUserError",
     "UsersFileError",
     "make_user",
     "read_users",
@@ -64,6 +65,11 @@ FORMAT_VERSION = 1
 
 class UsersFileError(RaftcoreError):
     """A users file that cannot be read, parsed or written; the message names the file."""
+
+
+class BadUserError(UsersFileError):
+    """A user that cannot be added: a bad or reserved name, an empty password, too few
+    iterations, an unknown mechanism."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,9 +104,9 @@ class User:
 
 def check_name(name: str) -> None:
     if not name or any(c in name for c in "\x00\r\n") or len(name) > 255:
-        raise UsersFileError(f"bad username {name!r} (1-255 characters, no NUL or newline)")
+        raise BadUserError(f"bad username {name!r} (1-255 characters, no NUL or newline)")
     if NODE_USER.fullmatch(name):
-        raise UsersFileError(
+        raise BadUserError(
             f"{name!r} is kept for the nodes (they log in with the inter-node password)"
         )
 
@@ -115,12 +121,12 @@ def make_user(
     """A user's credentials for ``password``, for each of ``mechanisms``."""
     check_name(name)
     if not password:
-        raise UsersFileError("an empty password")
+        raise BadUserError("an empty password")
     if iterations < MIN_ITERATIONS:
-        raise UsersFileError(f"{iterations} iterations is below the minimum {MIN_ITERATIONS}")
+        raise BadUserError(f"{iterations} iterations is below the minimum {MIN_ITERATIONS}")
     unknown = set(mechanisms) - set(MECHANISMS)
     if unknown:
-        raise UsersFileError(f"unknown mechanisms {sorted(unknown)} (known: {MECHANISMS})")
+        raise BadUserError(f"unknown mechanisms {sorted(unknown)} (known: {MECHANISMS})")
     plain = PlainHash.of(password, iterations) if "PLAIN" in mechanisms else None
     scram = {
         m: make_credential(m, password, iterations=iterations)
