@@ -245,9 +245,9 @@ class ScramServer:
             raise ScramError(f"{first.username}'s credential has too few iterations")
         self._first = first
         self._credential = credential
-        salt = base64.b64encode(credential.salt).decode()
+        salt_text = base64.b64encode(credential.salt).decode()
         self._server_first = (
-            f"r={first.nonce}{self._server_nonce},s={salt},i={credential.iterations}"
+            f"r={first.nonce}{self._server_nonce},s={salt_text},i={credential.iterations}"
         )
         return self._server_first.encode()
 
