@@ -188,4 +188,9 @@ def sasl_listener_security(args: argparse.Namespace, base: Any) -> Any:
     elif base.uses_sasl:
         raise ValueError(f"a {base.protocol} listener needs --sasl-users FILE")
     check_listener(security)
+    if security.sasl_users_file is not None:
+        try:
+            read_users(security.sasl_users_file)  # said now, in one line, not at start
+        except UsersFileError as exc:
+            raise ValueError(str(exc)) from None
     return security

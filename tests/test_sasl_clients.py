@@ -212,3 +212,26 @@ def test_raftcore_node_refuses_sasl_without_the_inter_node_password(tmp_path):
     )
     assert out.returncode == 2
     assert "--sasl-node-password-file" in out.stderr and "raft" in out.stderr
+    password = tmp_path / "pw"
+    password.write_text("secret\n")
+    missing = tmp_path / "missing.json"
+    out = _cli(
+        tmp_path,
+        "node",
+        "--id",
+        "1",
+        "--voters",
+        f"1@127.0.0.1:{port}",
+        "--data-dir",
+        str(tmp_path / "d"),
+        "--cluster-id",
+        CLUSTER_ID,
+        "--sasl-users",
+        str(missing),
+        "--sasl-node-password-file",
+        str(password),
+    )
+    assert out.returncode == 2
+    assert out.stderr.splitlines() == [
+        f"raftcore node: cannot read the users file {missing}: No such file or directory"
+    ]
