@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -26,6 +27,7 @@ from raftcore.snapshot import SnapshotId
 from raftcore.snapshot_cli import add_snapshot_commands, verdict_line
 from raftcore.spark_cli import add_spark_commands
 from raftcore.storage_demo import run_storage_demo
+from raftcore.users_cli import add_sasl_node_options, add_users_commands
 
 __all__ = ["main"]
 
@@ -88,6 +90,7 @@ def _cmd_node(args: argparse.Namespace) -> int:
     from raftcore.node.preflight import check_data_dir
     from raftcore.node.runner import run_node
     from raftcore.raft.config import QuorumConfig
+    from raftcore.users_cli import sasl_listener_security
 
     try:
         voters = parse_voters(args.voters)
@@ -117,6 +120,7 @@ def _cmd_node(args: argparse.Namespace) -> int:
             metrics_port=args.metrics_port,
             metrics_host=args.metrics_host,
         )
+        config = dataclasses.replace(config, security=sasl_listener_security(args, config.security))
         if quorum.snapshots_enabled and args.state_machine == "none":
             raise ValueError(
                 "snapshots need something to snapshot: add --state-machine lmdb (a node "
@@ -141,7 +145,12 @@ def _cmd_describe_quorum(args: argparse.Namespace) -> int:
     if args.watch:
         return _watch_quorum(args)
     info = asyncio.run(
-        describe_quorum(_bootstrap(args), topic=args.topic, timeout_s=args.timeout_ms / 1000)
+        describe_quorum(
+            _bootstrap(args),
+            topic=args.topic,
+            timeout_s=args.timeout_ms / 1000,
+            security=_security(args),
+        )
     )
     print(format_quorum(info))
     return 0
@@ -159,6 +168,7 @@ def _watch_quorum(args: argparse.Namespace) -> int:
         topic=args.topic,
         interval_s=args.interval,
         timeout_s=args.timeout_ms / 1000,
+        security=_security(args),
     )
 
 
@@ -169,6 +179,19 @@ def _bootstrap(args: argparse.Namespace) -> list[str]:
 def _timeout_ms(args: argparse.Namespace) -> int:
     """The client commands' ``--timeout-ms``: how long to wait for a silent node."""
     return int(getattr(args, "timeout_ms", 10_000))
+
+
+def _security(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """The client's ClientSecurity from ``--command-config`` (None without it)."""
+    from raftcore.errors import RaftcoreError
+    from raftcore.security.client_config import read_client_config
+
+    if not args.command_config:
+        return None
+    try:
+        return read_client_config(args.command_config)
+    except ValueError as exc:
+        raise RaftcoreError(str(exc)) from None
 
 
 def _cmd_produce(args: argparse.Namespace) -> int:
@@ -203,6 +226,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
             idempotent=args.acks == -1,
             compression=args.compression,
             request_timeout_ms=_timeout_ms(args),
+            security=_security(args),
         ) as producer:
             pending: list = []
             batch: list = []
@@ -257,6 +281,7 @@ def _cmd_consume(args: argparse.Namespace) -> int:
             start=start,
             max_wait_ms=200,
             request_timeout_ms=_timeout_ms(args),
+            security=_security(args),
         ) as consumer:
             while args.max is None or seen < args.max:
                 records = await consumer.poll()
@@ -410,6 +435,7 @@ def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
     p.add_argument(
         "--metrics-host", default=None, help="the metrics address (default: the listen host)"
     )
+    add_sasl_node_options(p)
     p.set_defaults(func=_cmd_node, default_log_level="info")
 
     def bootstrap(p: argparse.ArgumentParser) -> None:
@@ -426,6 +452,13 @@ def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
             default=10_000,
             help="give up on a node that does not answer within this long (an address that "
             "refuses, with no node ever answering, fails at once)",
+        )
+        p.add_argument(
+            "--command-config",
+            default=None,
+            metavar="FILE",
+            help="client security settings, librdkafka style (security.protocol, sasl.mechanism, "
+            "sasl.username, sasl.password)",
         )
 
     p = sub.add_parser(
@@ -560,6 +593,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_snapshot_commands(sub)
     add_spark_commands(sub)
+    add_users_commands(sub)
     _add_cluster_commands(sub)
     _finish(parser)
     return parser

@@ -31,11 +31,14 @@ async def watch_quorum(
     interval_s: float = 1.0,
     timeout_s: float = 10.0,
     rounds: int | None = None,
+    security: Any = None,
 ) -> None:
     """Print the quorum's table every ``interval_s`` seconds (``rounds`` times, or until
     cancelled). Each table starts with a line naming the time it was asked."""
     tty = out.isatty()
-    cluster = ClusterClient(bootstrap, topic=topic, request_timeout_ms=int(timeout_s * 1000))
+    cluster = ClusterClient(
+        bootstrap, topic=topic, request_timeout_ms=int(timeout_s * 1000), security=security
+    )
     done = 0
     try:
         while rounds is None or done < rounds:

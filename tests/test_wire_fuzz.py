@@ -299,6 +299,10 @@ def build_body(key: ApiKey, version: int, cluster_id: str, rng: random.Random, *
         return cls(
             topics=[cls.TopicRequest(name=TOPIC, partition_indexes=rng.choice(([0], [0, 1], [])))]
         )
+    if key == ApiKey.SASL_HANDSHAKE:  # the fuzzed listeners have no SASL: ILLEGAL_SASL_STATE
+        return cls(mechanism=rng.choice(("PLAIN", "SCRAM-SHA-256", "GSSAPI", "")))
+    if key == ApiKey.SASL_AUTHENTICATE:
+        return cls(auth_bytes=rng.choice((b"\x00alice\x00pw", b"n,,n=user,r=abc", b"")))
     raise AssertionError(f"no template for {key!r}")
 
 
@@ -351,6 +355,13 @@ def answer_check(t: Template) -> Any:
     """What the answer to an unmutated template must say (None: whatever it says)."""
     if not served(t):
         return None
+    if t.key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
+
+        def no_sasl_here(body: Any) -> str | None:
+            ok = body.error_code == Errors.ILLEGAL_SASL_STATE
+            return None if ok else f"error code {body.error_code}, not ILLEGAL_SASL_STATE"
+
+        return no_sasl_here
     if t.key in RAFT_KEYS or "replica" in t.variant:
         if "wrong-cluster" in t.variant:
             allowed = {Errors.INCONSISTENT_CLUSTER_ID}

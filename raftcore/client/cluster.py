@@ -16,6 +16,8 @@ from raftcore.error_codes import Errors
 from raftcore.errors import RaftcoreError
 from raftcore.node.config import Endpoint, parse_endpoint
 from raftcore.protocol.api import ApiKey, request_spec
+from raftcore.security.config import ClientSecurity
+from raftcore.security.sasl_client import SaslAuthenticationError
 
 __all__ = ["ClusterClient", "LeaderHint", "NoLeaderError", "UnreachableError"]
 
@@ -64,6 +66,7 @@ class ClusterClient:
         retry_backoff_max_ms: int = 1_000,
         metadata_max_age_ms: int = 30_000,
         unreachable_grace_ms: int = 500,
+        security: ClientSecurity | None = None,
     ) -> None:
         if not bootstrap:
             raise ValueError("at least one bootstrap address is needed")
@@ -76,6 +79,7 @@ class ClusterClient:
         self.metadata_max_age_s = metadata_max_age_ms / 1000
         self.unreachable_grace_s = unreachable_grace_ms / 1000
         self.answered = False  # some node answered a request once
+        self.security = security  # TLS / SASL settings for every connection
         self.nodes: dict[int, Endpoint] = {}
         self.leader: LeaderHint | None = None
         self.topic_id: bytes | None = None
@@ -108,7 +112,9 @@ class ClusterClient:
     async def connection(self, endpoint: Endpoint) -> Connection:
         conn = self._connections.get(endpoint)
         if conn is None or conn.closed:
-            conn = await Connection.open(endpoint.host, endpoint.port, client_id=self.client_id)
+            conn = await Connection.open(
+                endpoint.host, endpoint.port, client_id=self.client_id, security=self.security
+            )
             self._connections[endpoint] = conn
         return conn
 
@@ -173,6 +179,8 @@ class ClusterClient:
                 try:
                     if await asyncio.wait_for(self._metadata_from(endpoint), left):
                         return
+                except SaslAuthenticationError:
+                    raise  # wrong credentials stay wrong: no retry
                 except (ConnectionClosed, OSError, asyncio.TimeoutError, RaftcoreError) as exc:
                     logger.debug("metadata from %s failed: %s", endpoint, exc)
                     if isinstance(exc, (OSError, asyncio.TimeoutError)):

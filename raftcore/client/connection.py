@@ -11,6 +11,7 @@ from typing import Any
 
 from raftcore.errors import RaftcoreError
 from raftcore.protocol.api import decode_response, encode_request
+from raftcore.security.config import ClientSecurity
 
 __all__ = ["Connection", "ConnectionClosed"]
 
@@ -44,13 +45,42 @@ class Connection:
         self.closed = False
 
     @classmethod
-    async def open(cls, host: str, port: int, *, timeout_s: float = 5.0, **kw: Any) -> Connection:
+    async def open(
+        cls,
+        host: str,
+        port: int,
+        *,
+        timeout_s: float = 5.0,
+        security: ClientSecurity | None = None,
+        **kw: Any,
+    ) -> Connection:
+        """A connection, logged in when ``security`` asks for SASL (SaslAuthenticationError,
+        a RaftcoreError, when refused)."""
         conn = cls(host, port, **kw)
         conn._reader, conn._writer = await asyncio.wait_for(
             asyncio.open_connection(host, port), timeout_s
         )
         conn._task = asyncio.ensure_future(conn._read_loop())
+        if security is not None and security.uses_sasl:
+            await conn._log_in(security, timeout_s)
         return conn
+
+    async def _log_in(self, security: ClientSecurity, timeout_s: float) -> None:
+        from raftcore.security.sasl_client import login
+
+        try:
+            await asyncio.wait_for(
+                login(
+                    self.request,
+                    security.sasl_mechanism or "",
+                    security.sasl_username or "",
+                    security.sasl_password or "",
+                ),
+                max(timeout_s, 10.0),
+            )
+        except BaseException:
+            await self.close()
+            raise
 
     async def request(
         self,

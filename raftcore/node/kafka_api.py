@@ -47,7 +47,7 @@ def unsupported_version(node: RaftNode, header: Any) -> list[bytes | memoryview]
         raise CloseConnection(
             f"API {header.request_api_key} version {header.request_api_version} is not supported"
         )
-    body = _api_versions_body(0)
+    body = _api_versions_body(0, node.config.security.uses_sasl)
     body.error_code = Errors.UNSUPPORTED_VERSION
     return encode_response(ApiKey.API_VERSIONS, 0, header.correlation_id, body)
 
@@ -73,17 +73,22 @@ async def handle(node: RaftNode, header: Any, body: Any) -> list[bytes | memoryv
 # ---- ApiVersions ---------------------------------------------------------------------------------
 
 
-def _api_versions_body(version: int) -> Any:
+_SASL_APIS = (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
+
+
+def _api_versions_body(version: int, sasl: bool = False) -> Any:
+    """Every API we serve; SaslHandshake and SaslAuthenticate only on a SASL listener."""
     cls = response_spec(ApiKey.API_VERSIONS).cls
     keys = [
         cls.ApiVersion(api_key=int(k), min_version=lo, max_version=hi)
         for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())
+        if sasl or k not in _SASL_APIS
     ]
     return cls(error_code=Errors.NONE, api_keys=keys, throttle_time_ms=0)
 
 
 def api_versions(node: RaftNode, body: Any, version: int) -> Any:
-    return _api_versions_body(version)
+    return _api_versions_body(version, node.config.security.uses_sasl)
 
 
 # ---- Metadata ------------------------------------------------------------------------------------

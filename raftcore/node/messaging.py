@@ -23,6 +23,7 @@ from raftcore.protocol.api import (
     encode_response,
 )
 from raftcore.raft import Outbound
+from raftcore.security import sasl
 
 __all__ = ["RAFT_APIS", "Messaging"]
 
@@ -48,6 +49,7 @@ class Messaging:
     _connections: set[Any]
     _token: int
     metrics: Any  # raftcore.node.metrics.NodeMetrics
+    sasl: Any  # raftcore.security.sasl.SaslAuthenticator, on a SASL listener
 
     def _run(self, step: Any) -> None:
         raise NotImplementedError
@@ -133,6 +135,7 @@ class Messaging:
         conn = ServerConnection(
             reader, writer, self._counted_frame, self.config.max_frame_bytes, self.prefix
         )
+        sasl.on_accept(self, conn)
         self._connections.add(conn)
         self.metrics.inbound_opened += 1
         try:
@@ -161,8 +164,14 @@ class Messaging:
             raise CloseConnection(f"unknown API key {exc.header.request_api_key}") from None
         except RaftcoreError as exc:
             raise CloseConnection(f"unparseable request: {exc}") from None
+        gated = sasl.gate(self, conn, header, body)  # SASL login first, on a SASL listener
+        if gated is not sasl.PASS:
+            return gated
         api_key = header.request_api_key
         if api_key in RAFT_APIS or (api_key == ApiKey.FETCH and raft_wire.is_replica_fetch(body)):
+            refused = sasl.refuse_raft(self, conn, header)
+            if refused is not None:
+                return refused
             return await self._handle_raft_request(header, body)
         return await kafka_api.handle(self, header, body)
 

@@ -55,6 +55,7 @@ from raftcore.raft import (
     Output,
     RaftCore,
 )
+from raftcore.security.sasl import SaslAuthenticator
 from raftcore.statemachine.api import StateMachine
 from raftcore.statemachine.store_snapshots import StoreSnapshotReader
 
@@ -182,6 +183,8 @@ class RaftNode(Messaging):
         self.metrics = NodeMetrics(self)  # docs/metrics.md
         self._metrics_server: MetricsServer | None = None
         self.metrics_address: tuple[str, int] | None = None  # where they are served
+        # SASL logins on the listener (None without SASL): reads the users file now
+        self.sasl = SaslAuthenticator.for_node(config, self.prefix)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -253,6 +256,7 @@ class RaftNode(Messaging):
                     on_connected=call_both(health.connected, self._connected_handler(peer_id)),
                     on_failed=health.failed,
                     max_frame_bytes=cfg.max_frame_bytes,
+                    authenticate=None if self.sasl is None else self.sasl.peer_login,
                 )
                 peer.start()
                 self._peers[peer_id] = peer

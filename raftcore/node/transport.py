@@ -30,10 +30,14 @@ class FrameTooLarge(ConnectionError):
     pass
 
 
-async def read_frame(reader: asyncio.StreamReader, max_bytes: int) -> bytes:
-    """One frame's bytes (without the size). IncompleteReadError at end of stream."""
+async def read_frame(reader: asyncio.StreamReader, max_bytes: int | Callable[[], int]) -> bytes:
+    """One frame's bytes (without the size). IncompleteReadError at end of stream.
+    ``max_bytes`` may be a function, asked once the size is read (a limit a SASL login
+    raises, :mod:`raftcore.security.sasl`)."""
     head = await reader.readexactly(4)
     (size,) = _SIZE.unpack(head)
+    if callable(max_bytes):
+        max_bytes = max_bytes()
     if size < 0 or size > max_bytes:
         raise FrameTooLarge(f"frame of {size} bytes (limit {max_bytes})")
     return await reader.readexactly(size)
@@ -101,7 +105,7 @@ class ServerConnection:
     async def serve(self) -> None:
         try:
             while True:
-                frame = await read_frame(self.reader, self.max_frame_bytes)
+                frame = await read_frame(self.reader, self._frame_limit)
                 slot: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
                 self._order.append((slot, len(frame)))
                 self._order_bytes += len(frame)
@@ -121,6 +125,9 @@ class ServerConnection:
             raise
         finally:
             self.close()
+
+    def _frame_limit(self) -> int:
+        return self.max_frame_bytes
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)
@@ -153,12 +160,19 @@ class ServerConnection:
             if result is CLOSE:
                 self.close()
                 return
+            last = getattr(result, "reason", None)  # AnswerThenClose (raftcore.security.sasl)
+            if last is not None:
+                result = result.parts
             if result is not None and not self.closed:
                 write_frame(self.writer, result)
                 _, high = self.writer.transport.get_write_buffer_limits()
                 if self.writer.transport.get_write_buffer_size() > high:
                     self._write_blocked = True
                     self._spawn(self._wait_writable())
+            if last is not None:
+                logger.info("%s closing connection from %s: %s", self.name, self.peer, last)
+                self.close()  # the transport still sends what was written
+                return
 
     async def _wait_writable(self) -> None:
         try:
@@ -219,6 +233,7 @@ class PeerConnection:
         backoff_ms: int = 50,
         backoff_max_ms: int = 1000,
         connect_timeout_s: float = 5.0,
+        authenticate: Callable[[Any, Any], Awaitable[None]] | None = None,
     ) -> None:
         self.name = name
         self.host = host
@@ -231,6 +246,7 @@ class PeerConnection:
         self.backoff_ms = backoff_ms
         self.backoff_max_ms = backoff_max_ms
         self.connect_timeout_s = connect_timeout_s
+        self.authenticate = authenticate  # a SASL login on each new connection (or None)
         self._writer: asyncio.StreamWriter | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
@@ -280,6 +296,8 @@ class PeerConnection:
                 )
                 await asyncio.sleep(delay / 1000)
                 continue
+            if self.authenticate is not None and not await self._log_in(reader, writer):
+                continue
             self._failures = 0
             self._writer = writer
             self.connected.set()
@@ -310,3 +328,18 @@ class PeerConnection:
                 writer.close()
             if not self._stopped:
                 await asyncio.sleep(self.backoff_ms / 1000)
+
+    async def _log_in(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """Run ``authenticate`` on a new connection; on failure close it, back off, say False."""
+        assert self.authenticate is not None
+        try:
+            await asyncio.wait_for(self.authenticate(reader, writer), self.connect_timeout_s)
+            return True
+        except Exception as exc:  # refused, lost, timed out: try again later
+            log = logger.warning if self._failures == 0 else logger.debug
+            log("%s cannot log in to %s:%d: %s", self.name, self.host, self.port, exc)
+            writer.close()
+            self._failures += 1
+            delay = min(self.backoff_max_ms, self.backoff_ms * (2 ** min(self._failures, 10)))
+            await asyncio.sleep(delay * (0.5 + random.random() / 2) / 1000)
+            return False

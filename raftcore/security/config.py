@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["ANONYMOUS", "SECURITY_PROTOCOLS", "ClientSecurity", "ListenerSecurity", "Principal"]
@@ -40,7 +40,9 @@ class ListenerSecurity:
     - ``ssl_cafile``: the cluster's CA (PEM): peers' and clients' certificates must chain to it;
     - ``ssl_client_auth``: ``required``, ``requested`` or ``none`` (Kafka's default);
     - ``sasl_mechanisms``: the mechanisms offered to clients on a SASL_* listener;
-    - ``sasl_users_file``: the users and their credentials (see :mod:`raftcore.security.users`).
+    - ``sasl_users_file``: the users and their credentials (see :mod:`raftcore.security.users`);
+    - ``sasl_node_password``: the inter-node password, the same on every node: a node logs in to
+      its peers' SASL listeners as ``node-<id>`` with it (:mod:`raftcore.security.sasl`).
     """
 
     protocol: str = "PLAINTEXT"
@@ -50,6 +52,7 @@ class ListenerSecurity:
     ssl_client_auth: str = "none"
     sasl_mechanisms: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
     sasl_users_file: Path | None = None
+    sasl_node_password: str | None = field(default=None, repr=False)
 
     @property
     def uses_tls(self) -> bool:
