@@ -233,5 +233,5 @@ def test_raftcore_node_refuses_sasl_without_the_inter_node_password(tmp_path):
     )
     assert out.returncode == 2
     assert out.stderr.splitlines() == [
-        f"raftcore node: cannot read the users file {missing}: No such file or directory"
+        f"raftcore node: error: cannot read the users file {missing}: No such file or directory"
     ]

@@ -150,7 +150,8 @@ class Messaging:
         self.metrics.inbound_received_bytes += len(frame) + 4
         answer = await self._handle_frame(conn, frame)
         if answer is not None:
-            self.metrics.inbound_sent_bytes += sum(len(part) for part in answer) + 4
+            parts = getattr(answer, "parts", answer)  # an AnswerThenClose (SASL) holds its parts
+            self.metrics.inbound_sent_bytes += sum(len(part) for part in parts) + 4
         return answer
 
     async def _handle_frame(
