@@ -22,6 +22,8 @@ from raftcore.protocol.api import (
     encode_response,
 )
 from raftcore.raft import Outbound
+from raftcore.security import authorization, tls
+from raftcore.security.config import ANONYMOUS
 
 __all__ = ["RAFT_APIS", "Messaging"]
 
@@ -46,6 +48,7 @@ class Messaging:
     _foreign_peers: set[int]
     _connections: set[Any]
     _token: int
+    _tls_context: Any  # the listener's ssl.SSLContext, or None (PLAINTEXT)
 
     def _run(self, step: Any) -> None:
         raise NotImplementedError
@@ -125,9 +128,15 @@ class Messaging:
     # ---- inbound connections ---------------------------------------------------------------------
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        principal = ANONYMOUS
+        if self._tls_context is not None:  # TLS first: who the connection is (raftcore.security)
+            principal = await tls.accept(writer, self._tls_context, self.prefix)
+            if principal is None:
+                return
         conn = ServerConnection(
             reader, writer, self._handle_frame, self.config.max_frame_bytes, self.prefix
         )
+        conn.principal = principal
         self._connections.add(conn)
         try:
             await conn.serve()
@@ -147,10 +156,12 @@ class Messaging:
             raise CloseConnection(f"unparseable request: {exc}") from None
         api_key = header.request_api_key
         if api_key in RAFT_APIS or (api_key == ApiKey.FETCH and raft_wire.is_replica_fetch(body)):
-            return await self._handle_raft_request(header, body)
+            return await self._handle_raft_request(header, body, conn)
         return await kafka_api.handle(self, header, body)
 
-    async def _handle_raft_request(self, header: Any, body: Any) -> list[bytes | memoryview] | None:
+    async def _handle_raft_request(
+        self, header: Any, body: Any, conn: ServerConnection | None = None
+    ) -> list[bytes | memoryview] | None:
         core = self.core
         if core is None or not self._started:
             raise CloseConnection("node not running")
@@ -180,6 +191,15 @@ class Messaging:
                 version,
                 header.correlation_id,
                 raft_wire.error_response(self, api_key, version, code),
+            )
+        if conn is not None and not authorization.may_send_raft(self, conn, api_key, source):
+            return encode_response(
+                api_key,
+                version,
+                header.correlation_id,
+                raft_wire.error_response(
+                    self, api_key, version, Errors.CLUSTER_AUTHORIZATION_FAILED
+                ),
             )
         assert self._loop is not None
         fut: asyncio.Future[Any] = self._loop.create_future()

@@ -51,6 +51,7 @@ from raftcore.raft import (
     Output,
     RaftCore,
 )
+from raftcore.security import tls
 from raftcore.statemachine.api import StateMachine
 from raftcore.statemachine.store_snapshots import StoreSnapshotReader
 
@@ -173,11 +174,16 @@ class RaftNode(Messaging):
         self._reads = reads.ReadWaiters()
         self.producer_id_counter = 0
         self._foreign_peers: set[int] = set()
+        self._tls_context: Any = None  # the listener's, on SSL / SASL_SSL (raftcore.security.tls)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
         cfg = self.config
+        peer_tls = None
+        if cfg.security.uses_tls:  # before anything is opened: a ValueError naming the file
+            self._tls_context = tls.server_context(cfg.security)
+            peer_tls = tls.peer_context(cfg.security)
         self._loop = asyncio.get_running_loop()
         cfg.data_dir.mkdir(parents=True, exist_ok=True)
         check_meta_properties(cfg)
@@ -238,6 +244,7 @@ class RaftNode(Messaging):
                     on_refused=self._refused_handler(peer_id),
                     on_connected=self._connected_handler(peer_id),
                     max_frame_bytes=cfg.max_frame_bytes,
+                    tls=None if peer_tls is None else tls.PeerTls(peer_tls, peer_id, self.prefix),
                 )
                 peer.start()
                 self._peers[peer_id] = peer

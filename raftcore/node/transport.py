@@ -14,9 +14,12 @@ import random
 import struct
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raftcore.security.config import ANONYMOUS, Principal
+
+if TYPE_CHECKING:
+    from raftcore.security.tls import PeerTls
 
 __all__ = ["FrameTooLarge", "PeerConnection", "ServerConnection", "read_frame", "write_frame"]
 
@@ -217,6 +220,7 @@ class PeerConnection:
         backoff_ms: int = 50,
         backoff_max_ms: int = 1000,
         connect_timeout_s: float = 5.0,
+        tls: PeerTls | None = None,
     ) -> None:
         self.name = name
         self.host = host
@@ -228,6 +232,7 @@ class PeerConnection:
         self.backoff_ms = backoff_ms
         self.backoff_max_ms = backoff_max_ms
         self.connect_timeout_s = connect_timeout_s
+        self.tls = tls  # TLS to the peer, which must prove it is the node we expect
         self._writer: asyncio.StreamWriter | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
@@ -257,7 +262,10 @@ class PeerConnection:
         while not self._stopped:
             try:
                 reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.port), self.connect_timeout_s
+                    (self.tls.open_connection if self.tls else asyncio.open_connection)(
+                        self.host, self.port
+                    ),
+                    self.connect_timeout_s,
                 )
             except (OSError, asyncio.TimeoutError) as exc:
                 if isinstance(exc, ConnectionRefusedError) and self.on_refused is not None:
