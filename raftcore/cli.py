@@ -12,8 +12,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from raftcore.certs_cli import add_certs_command
 from raftcore.errors import RaftcoreError
 from raftcore.logtools import Progress, dump_log, segment_files, verify_log
+from raftcore.security.client_config import add_command_config_option, load_client_security
+from raftcore.security.node_options import add_node_security_options
 from raftcore.snapshot import SnapshotId
 from raftcore.snapshot_cli import add_snapshot_commands, log_directory, verdict_line
 from raftcore.spark_cli import add_spark_commands
@@ -138,10 +141,13 @@ def _cmd_node(args: argparse.Namespace) -> int:
     from raftcore.node.config import NodeConfig, parse_endpoint, parse_voters
     from raftcore.node.runner import run_node
     from raftcore.raft.config import QuorumConfig
+    from raftcore.security.node_options import node_listener
 
     try:
         voters = parse_voters(args.voters)
         listen = parse_endpoint(args.listen) if args.listen else None
+        tls_listen, security = node_listener(args, len(voters))  # --listeners, --ssl-*, --config
+        listen = parse_endpoint(tls_listen) if tls_listen else listen
         advertised = parse_endpoint(args.advertised) if args.advertised else None
         quorum = QuorumConfig(
             election_timeout_ms=args.election_timeout_ms,
@@ -164,6 +170,7 @@ def _cmd_node(args: argparse.Namespace) -> int:
             log=log,
             flush=args.flush,
             flush_interval_ms=args.flush_interval_ms,
+            security=security,
         )
         if quorum.snapshots_enabled and args.state_machine == "none":
             raise ValueError(
@@ -189,7 +196,12 @@ def _cmd_describe_quorum(args: argparse.Namespace) -> int:
     from raftcore.client import describe_quorum, format_quorum
 
     info = asyncio.run(
-        describe_quorum(_bootstrap(args), topic=args.topic, timeout_s=args.timeout_ms / 1000)
+        describe_quorum(
+            _bootstrap(args),
+            topic=args.topic,
+            timeout_s=args.timeout_ms / 1000,
+            security=load_client_security(args.command_config),
+        )
     )
     print(format_quorum(info))
     return 0
@@ -230,6 +242,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
             acks=args.acks,
             idempotent=args.acks == -1,
             compression=args.compression,
+            security=load_client_security(args.command_config),
         ) as producer:
             pending: list = []
             batch: list = []
@@ -279,7 +292,11 @@ def _cmd_consume(args: argparse.Namespace) -> int:
         seen = 0
         idle_since = time.monotonic()
         async with Consumer(
-            _bootstrap(args), topic=args.topic, start=start, max_wait_ms=200
+            _bootstrap(args),
+            topic=args.topic,
+            start=start,
+            max_wait_ms=200,
+            security=load_client_security(args.command_config),
         ) as consumer:
             while args.max is None or seen < args.max:
                 records = await consumer.poll()
@@ -334,6 +351,7 @@ def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
     p.add_argument(
         "--advertised", default=None, help="host:port clients are told (default: listen)"
     )
+    add_node_security_options(p)
     p.add_argument("--data-dir", required=True, help="the node's data directory")
     p.add_argument("--cluster-id", required=True, help="the cluster's id (the same on every node)")
     p.add_argument("--topic", default="raftcore", help="the topic Kafka clients see (partition 0)")
@@ -391,6 +409,7 @@ def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
     def bootstrap(p: argparse.ArgumentParser) -> None:
         p.add_argument("--bootstrap", required=True, help="host:port[,host:port...] of any node(s)")
         p.add_argument("--topic", default="raftcore")
+        add_command_config_option(p)
 
     p = sub.add_parser(
         "describe-quorum", help="leader, epoch, high watermark and every replica's progress"
@@ -478,6 +497,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_snapshot_commands(sub)
     add_spark_commands(sub)
+    add_certs_command(sub)
     _add_cluster_commands(sub)
     return parser
 

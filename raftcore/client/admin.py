@@ -12,6 +12,7 @@ from raftcore.client.connection import ConnectionClosed
 from raftcore.error_codes import Errors, error_name
 from raftcore.errors import RaftcoreError
 from raftcore.protocol.api import ApiKey, request_spec
+from raftcore.security.config import ClientSecurity
 
 __all__ = ["QuorumInfo", "ReplicaInfo", "describe_quorum", "format_quorum"]
 
@@ -45,10 +46,16 @@ class QuorumInfo:
 
 
 async def describe_quorum(
-    bootstrap: list[str], *, topic: str = "raftcore", timeout_s: float = 10.0
+    bootstrap: list[str],
+    *,
+    topic: str = "raftcore",
+    timeout_s: float = 10.0,
+    security: ClientSecurity | None = None,
 ) -> QuorumInfo:
     """Ask the leader (found through Metadata) to describe the quorum."""
-    cluster = ClusterClient(bootstrap, topic=topic, request_timeout_ms=int(timeout_s * 1000))
+    cluster = ClusterClient(
+        bootstrap, topic=topic, request_timeout_ms=int(timeout_s * 1000), security=security
+    )
     deadline = time.monotonic() + timeout_s
     attempt = 0
     try:

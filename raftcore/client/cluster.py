@@ -15,6 +15,8 @@ from raftcore.error_codes import Errors
 from raftcore.errors import RaftcoreError
 from raftcore.node.config import Endpoint, parse_endpoint
 from raftcore.protocol.api import ApiKey, request_spec
+from raftcore.security.config import ClientSecurity
+from raftcore.security.tls import client_context
 
 __all__ = ["ClusterClient", "LeaderHint", "NoLeaderError"]
 
@@ -51,9 +53,13 @@ class ClusterClient:
         retry_backoff_ms: int = 100,
         retry_backoff_max_ms: int = 1_000,
         metadata_max_age_ms: int = 30_000,
+        security: ClientSecurity | None = None,
     ) -> None:
         if not bootstrap:
             raise ValueError("at least one bootstrap address is needed")
+        self.security = security or ClientSecurity()
+        # TLS to every node (raftcore.security.tls); built now: a bad file fails here
+        self.ssl = client_context(self.security) if self.security.uses_tls else None
         self.bootstrap = [parse_endpoint(b) if isinstance(b, str) else b for b in bootstrap]
         self.topic = topic
         self.client_id = client_id
@@ -92,7 +98,9 @@ class ClusterClient:
     async def connection(self, endpoint: Endpoint) -> Connection:
         conn = self._connections.get(endpoint)
         if conn is None or conn.closed:
-            conn = await Connection.open(endpoint.host, endpoint.port, client_id=self.client_id)
+            conn = await Connection.open(
+                endpoint.host, endpoint.port, client_id=self.client_id, ssl=self.ssl
+            )
             self._connections[endpoint] = conn
         return conn
 

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import ssl as ssl_module
 import struct
 from typing import Any
 
@@ -31,8 +32,10 @@ class Connection:
         *,
         client_id: str = "raftcore-client",
         max_frame_bytes: int = 100 * 1024 * 1024,
+        ssl: ssl_module.SSLContext | None = None,
     ) -> None:
         self.host = host
+        self.ssl = ssl  # TLS (raftcore.security.tls.client_context), or None for PLAINTEXT
         self.port = port
         self.client_id = client_id
         self.max_frame_bytes = max_frame_bytes
@@ -46,9 +49,14 @@ class Connection:
     @classmethod
     async def open(cls, host: str, port: int, *, timeout_s: float = 5.0, **kw: Any) -> Connection:
         conn = cls(host, port, **kw)
-        conn._reader, conn._writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port), timeout_s
-        )
+        try:
+            conn._reader, conn._writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port, ssl=conn.ssl), timeout_s
+            )
+        except ssl_module.SSLError as exc:  # the node's certificate, or not a TLS port
+            raise ConnectionClosed(
+                f"cannot reach {host}:{port} (TLS handshake failed: {exc.reason or exc})"
+            ) from None
         conn._task = asyncio.ensure_future(conn._read_loop())
         return conn
 

@@ -25,6 +25,7 @@ from raftcore.error_codes import Errors, error_name
 from raftcore.errors import RaftcoreError
 from raftcore.protocol.api import ApiKey, request_spec
 from raftcore.records import Record, iter_batches, scan_batches
+from raftcore.security.config import ClientSecurity
 
 __all__ = ["ConsumeError", "Consumer"]
 
@@ -64,6 +65,7 @@ class Consumer:
         retry_backoff_ms: int = 100,
         retry_backoff_max_ms: int = 1_000,
         client_id: str = "raftcore-consumer",
+        security: ClientSecurity | None = None,
     ) -> None:
         if isinstance(start, str) and start not in ("earliest", "latest"):
             raise ValueError(f"start must be 'earliest', 'latest' or an offset, got {start!r}")
@@ -76,6 +78,7 @@ class Consumer:
             request_timeout_ms=request_timeout_ms,
             retry_backoff_ms=retry_backoff_ms,
             retry_backoff_max_ms=retry_backoff_max_ms,
+            security=security,
         )
         self.topic = topic
         self.start_at = start

@@ -33,6 +33,7 @@ from raftcore.error_codes import Errors, error_name
 from raftcore.errors import RaftcoreError
 from raftcore.protocol.api import ApiKey, request_spec
 from raftcore.records import encode_batch
+from raftcore.security.config import ClientSecurity
 
 __all__ = ["ProduceError", "Producer"]
 
@@ -86,6 +87,7 @@ class Producer:
         retry_backoff_ms: int = 100,
         retry_backoff_max_ms: int = 1_000,
         client_id: str = "raftcore-producer",
+        security: ClientSecurity | None = None,
         identity: tuple[int, int, int] | None = None,
     ) -> None:
         if acks not in (-1, 0, 1):
@@ -106,6 +108,7 @@ class Producer:
             request_timeout_ms=request_timeout_ms,
             retry_backoff_ms=retry_backoff_ms,
             retry_backoff_max_ms=retry_backoff_max_ms,
+            security=security,
         )
         self.topic = topic
         self.acks = acks
