@@ -53,9 +53,13 @@ class Connection:
             conn._reader, conn._writer = await asyncio.wait_for(
                 asyncio.open_connection(host, port, ssl=conn.ssl), timeout_s
             )
-        except ssl_module.SSLError as exc:  # the node's certificate, or not a TLS port
+        except (ssl_module.SSLError, ConnectionResetError) as exc:
+            if conn.ssl is None:
+                raise
+            # the node's certificate, or a listener that does not speak TLS
+            reason = getattr(exc, "reason", None) or "connection reset (is the listener SSL?)"
             raise ConnectionClosed(
-                f"cannot reach {host}:{port} (TLS handshake failed: {exc.reason or exc})"
+                f"cannot reach {host}:{port} (TLS handshake failed: {reason})"
             ) from None
         conn._task = asyncio.ensure_future(conn._read_loop())
         return conn

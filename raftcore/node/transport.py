@@ -38,8 +38,14 @@ async def read_frame(reader: asyncio.StreamReader, max_bytes: int) -> bytes:
     head = await reader.readexactly(4)
     (size,) = _SIZE.unpack(head)
     if size < 0 or size > max_bytes:
-        raise FrameTooLarge(f"frame of {size} bytes (limit {max_bytes})")
+        hint = " (a TLS handshake: an SSL client on a PLAINTEXT listener?)" if _is_tls(head) else ""
+        raise FrameTooLarge(f"frame of {size} bytes (limit {max_bytes}){hint}")
     return await reader.readexactly(size)
+
+
+def _is_tls(head: bytes) -> bool:
+    """The first bytes of a TLS record: a handshake (22), version 3.x."""
+    return head[0] == 0x16 and head[1] == 0x03
 
 
 def write_frame(writer: asyncio.StreamWriter, parts: list[bytes | memoryview]) -> None:
