@@ -333,6 +333,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         batch=args.batch,
         size=args.size,
         keep=args.keep,
+        tls=args.tls,
     )
     return 0 if result.ok else 1
 
@@ -451,6 +452,9 @@ def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
     p.add_argument("--batch", type=int, default=1000, help="records per producer batch")
     p.add_argument("--size", type=int, default=100, help="bytes per record value")
     p.add_argument("--keep", action="store_true", help="keep the data directory afterwards")
+    p.add_argument(
+        "--tls", action="store_true", help="mutual TLS everywhere (certificates in DIR/tls)"
+    )
     p.set_defaults(func=_cmd_demo)
 
 

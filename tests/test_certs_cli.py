@@ -290,3 +290,16 @@ def test_confluent_kafka_without_a_client_certificate_is_refused_when_one_is_req
     assert "TLS handshake failed from 127.0.0.1:" in log
     assert "PEER_DID_NOT_RETURN_A_CERTIFICATE" in log
     assert "Traceback" not in log
+
+
+def test_demo_with_tls_runs_the_whole_demo_over_mutual_tls(tmp_path):
+    import io
+
+    from raftcore.demo import run_demo
+
+    out = io.StringIO()
+    result = run_demo(str(tmp_path / "demo"), records=2000, batch=100, tls=True, out=out)
+    assert result.ok, (result.problems, out.getvalue())
+    assert "mutual TLS on every connection" in out.getvalue()
+    node_log = (tmp_path / "demo" / "node-1.log").read_text()
+    assert "listening on SSL://127.0.0.1:" in node_log

@@ -255,8 +255,9 @@ class RaftNode(Messaging):
         self._started = True
         self._drive(self.core.start(self._now()))
         logger.info(
-            "%s listening on %s, voters %s, log %s",
+            "%s listening on %s://%s, voters %s, log %s",
             self.prefix,
+            cfg.security.protocol,
             cfg.listen,
             ",".join(f"{k}@{v}" for k, v in sorted(cfg.voters.items())),
             self.log,
