@@ -130,9 +130,10 @@ class Messaging:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         principal = ANONYMOUS
         if self._tls_context is not None:  # TLS first: who the connection is (raftcore.security)
-            principal = await tls.accept(writer, self._tls_context, self.prefix)
-            if principal is None:
+            proved = await tls.accept(writer, self._tls_context, self.prefix)
+            if proved is None:
                 return
+            principal = proved
         conn = ServerConnection(
             reader, writer, self._handle_frame, self.config.max_frame_bytes, self.prefix
         )

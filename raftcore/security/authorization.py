@@ -20,7 +20,7 @@ __all__ = ["may_send_raft"]
 
 logger = logging.getLogger(__name__)
 
-_CLAIMS = {
+_CLAIMS: dict[int, str] = {
     ApiKey.VOTE: "a Vote for candidate",
     ApiKey.BEGIN_QUORUM_EPOCH: "a BeginQuorumEpoch from leader",
     ApiKey.END_QUORUM_EPOCH: "an EndQuorumEpoch from leader",
