@@ -349,3 +349,53 @@ def _api_versions():  # type: ignore[no-untyped-def]
     from raftcore.protocol.api import ApiKey, request_spec
 
     return request_spec(ApiKey.API_VERSIONS).cls()
+
+
+# ---- the Spark jobs' and the exactly-once writer's connections ---------------------------------
+
+
+def _props(certs: Path) -> dict[str, str]:
+    return {
+        "security.protocol": "SSL",
+        "ssl.ca.location": str(certs / "ca.pem"),
+        "ssl.certificate.location": str(certs / "client-alice.pem"),
+        "ssl.key.location": str(certs / "client-alice.key"),
+    }
+
+
+def test_spark_options_take_the_client_security_in_librdkafkas_names(certs):
+    from raftcore.spark.options import ReadOptions, SparkSourceError, WriteOptions
+
+    opts = ReadOptions.parse({"bootstrap": "127.0.0.1:1", **_props(certs)})
+    assert opts.security == client_tls(certs)
+    assert WriteOptions.parse({"bootstrap": "127.0.0.1:1", **_props(certs)}).security.uses_tls
+    assert ReadOptions.parse({"bootstrap": "127.0.0.1:1"}).security.protocol == "PLAINTEXT"
+    with pytest.raises(SparkSourceError, match=r"ssl\.ca\.location: no such file"):
+        ReadOptions.parse({"bootstrap": "127.0.0.1:1", "ssl.ca.location": "/nonexistent.pem"})
+
+
+def test_the_job_source_and_the_exactly_once_writer_reach_a_mutual_tls_cluster(tmp_path, certs):
+    from raftcore.client.resumable import write_exactly_once
+    from raftcore.spark.job_source import JobSource
+
+    security = {i: node_tls(certs, i) for i in (1, 2, 3)}
+
+    async def main():
+        async with cluster(tmp_path, security) as nodes:
+            await leader_among(nodes)
+            result = await write_exactly_once(
+                bootstrap(nodes),
+                "tls-writer",
+                [[(b"k", b"v")] * 3],
+                security=client_tls(certs),
+                request_timeout_ms=5000,
+            )
+            assert result.rows == 3
+            source = JobSource.of(",".join(bootstrap(nodes)), None, security=_props(certs))
+            loop = asyncio.get_running_loop()
+            start, end = await loop.run_in_executor(None, source.committed_range)
+            assert (start, end) == (0, result.last_offset + 1)
+            batch = await loop.run_in_executor(None, source.batch_at, result.last_offset)
+            assert batch.last_offset == result.last_offset
+
+    run(main())

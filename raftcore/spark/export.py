@@ -12,7 +12,7 @@ batch_base_offset) and ``offset_range``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,6 +54,7 @@ def export(
     overwrite: bool = False,
     topic: str = "raftcore",
     progress: Callable[[int, int], None] | None = None,
+    security: Mapping[str, str] | None = None,
 ) -> ExportSummary:
     """Write the committed records of a cluster (``bootstrap``) or of a node's data directory
     (``path``; ``end_offset``: the committed offset, see docs/spark.md) to Parquet under ``out``,
@@ -67,7 +68,7 @@ def export(
     target = Path(out)
     if target.exists() and not overwrite:
         raise SparkSourceError(f"{out} exists: give another path, or overwrite")
-    source = JobSource.of(bootstrap, path, topic)
+    source = JobSource.of(bootstrap, path, topic, security)
     if source.path is not None:  # the files' committed end, said here rather than in a task
         source.committed_range(end_offset)
     started = time.monotonic()

@@ -4,7 +4,7 @@ need beyond the source: the committed range and the batch that holds an offset."
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,15 +30,27 @@ class JobSource:
     bootstrap: tuple[str, ...] = ()
     path: str | None = None
     topic: str = "raftcore"
+    security: tuple[tuple[str, str], ...] = ()  # librdkafka's properties: security.protocol...
 
     @classmethod
     def of(
-        cls, bootstrap: str | Sequence[str] | None, path: str | None, topic: str = "raftcore"
+        cls,
+        bootstrap: str | Sequence[str] | None,
+        path: str | None,
+        topic: str = "raftcore",
+        security: Mapping[str, str] | None = None,
     ) -> JobSource:
-        """Exactly one of ``bootstrap`` ("host:port,..." or a list) and ``path``."""
+        """Exactly one of ``bootstrap`` ("host:port,..." or a list) and ``path``; ``security``:
+        the client's TLS settings for a cluster (``security.protocol``, ``ssl.ca.location``...,
+        docs/security.md)."""
         if isinstance(bootstrap, str):
             bootstrap = [b for b in bootstrap.split(",") if b.strip()]
-        source = cls(tuple(bootstrap or ()), None if path is None else str(path), topic)
+        source = cls(
+            tuple(bootstrap or ()),
+            None if path is None else str(path),
+            topic,
+            tuple(sorted((security or {}).items())),
+        )
         source.options()  # checks them
         return source
 
@@ -52,6 +64,7 @@ class JobSource:
             given["bootstrap"] = ",".join(self.bootstrap)
         if self.path is not None:
             given["path"] = self.path
+        given.update(self.security)
         given.update({k: str(v) for k, v in extra.items() if v is not None})
         return given
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,6 +81,7 @@ def build_snapshot(
     partition_records: int = DEFAULT_PARTITION_RECORDS,
     topic: str = "raftcore",
     progress: Callable[[int, int], None] | None = None,
+    security: Mapping[str, str] | None = None,
 ) -> SnapshotJobResult:
     """Write ``<out_dir>/<N>-<epoch>.checkpoint``, the key/value state at committed offset
     ``offset`` (default: the committed end -- the high watermark of a cluster, the newest
@@ -88,7 +89,7 @@ def build_snapshot(
     (``path``). SparkSourceError when the offset cannot be a snapshot id or the state below
     the log start is not at hand. See the module docstring."""
     started = time.monotonic()
-    source = JobSource.of(bootstrap, path, topic)
+    source = JobSource.of(bootstrap, path, topic, security)
     out = Path(out_dir)
     if not out.is_dir():
         raise SparkSourceError(f"{out_dir}: no such directory (the snapshot's destination)")
