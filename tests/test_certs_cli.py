@@ -303,3 +303,55 @@ def test_demo_with_tls_runs_the_whole_demo_over_mutual_tls(tmp_path):
     assert "mutual TLS on every connection" in out.getvalue()
     node_log = (tmp_path / "demo" / "node-1.log").read_text()
     assert "listening on SSL://127.0.0.1:" in node_log
+
+
+# ---- property files ----------------------------------------------------------------------------
+
+
+def test_a_node_config_file_gives_the_listener_and_the_command_line_wins(tmp_path, certs):
+    import argparse
+
+    from raftcore.security.node_options import node_listener
+
+    config = tmp_path / "server.properties"
+    config.write_text(
+        "# Kafka-style\n"
+        "listeners=SSL://127.0.0.1:9093\n"
+        "ssl.keystore.type=PEM\n"
+        f"ssl.keystore.location={certs / 'node-1.pem'}\n"
+        f"ssl.key.location={certs / 'node-1.key'}\n"
+        f"ssl.truststore.location={certs / 'ca.pem'}\n"
+        "ssl.client.auth=requested\n"
+    )
+    args = argparse.Namespace(
+        config=str(config),
+        listen=None,
+        listeners=None,
+        ssl_certfile=None,
+        ssl_keyfile=None,
+        ssl_cafile=None,
+        ssl_client_auth=None,
+    )
+    listen, security = node_listener(args, 3)
+    assert listen == "127.0.0.1:9093"
+    assert (security.protocol, security.ssl_client_auth) == ("SSL", "requested")
+    assert security.ssl_cafile == certs / "ca.pem"
+    args.ssl_client_auth = "required"
+    assert node_listener(args, 3)[1].ssl_client_auth == "required"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("security.protocol\n", "2: expected key=value"),
+        ("security.protocol=SSL\nsecurity.protocol=SSL\n", "3: security.protocol is set twice"),
+        ("security.protocol=TLS\n", "security.protocol must be one of"),
+    ],
+)
+def test_a_bad_client_properties_file_names_the_line_or_the_property(tmp_path, text, message):
+    from raftcore.security.client_config import ClientConfigError, load_client_security
+
+    path = tmp_path / "client.properties"
+    path.write_text("# a comment\n" + text)
+    with pytest.raises(ClientConfigError, match=message):
+        load_client_security(path)
