@@ -94,6 +94,8 @@ def _load_ca(ctx: ssl.SSLContext, cafile: Path | None, what: str) -> None:
 def server_context(sec: ListenerSecurity) -> ssl.SSLContext:
     """The listener's context; ValueError (one line, naming the file) when a file is missing
     or the key does not match the certificate."""
+    if not hasattr(asyncio.StreamWriter, "start_tls"):  # the handshake runs in accept()
+        raise ValueError("an SSL listener needs Python 3.11 or newer (StreamWriter.start_tls)")
     if sec.ssl_certfile is None:
         raise ValueError("an SSL listener needs a certificate (--ssl-certfile)")
     if sec.ssl_client_auth not in _CLIENT_AUTH:
