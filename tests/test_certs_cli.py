@@ -338,6 +338,13 @@ def test_a_node_config_file_gives_the_listener_and_the_command_line_wins(tmp_pat
     assert security.ssl_cafile == certs / "ca.pem"
     args.ssl_client_auth = "required"
     assert node_listener(args, 3)[1].ssl_client_auth == "required"
+    # without ssl.client.auth: required on SSL; requested on SASL_SSL (clients log in with SASL)
+    lines = [line for line in config.read_text().splitlines() if "client.auth" not in line]
+    config.write_text("\n".join(lines) + "\n")
+    args.ssl_client_auth = None
+    assert node_listener(args, 3)[1].ssl_client_auth == "required"
+    args.listeners = "SASL_SSL://127.0.0.1:9093"
+    assert node_listener(args, 3)[1].ssl_client_auth == "requested"
 
 
 @pytest.mark.parametrize(

@@ -51,8 +51,8 @@ def add_node_security_options(p: argparse.ArgumentParser) -> None:
         "--ssl-client-auth",
         choices=("required", "requested", "none"),
         default=None,
-        help="client certificates: required (default on SSL listeners), requested or none "
-        "(none only for a single voter: the voters prove who they are with theirs)",
+        help="client certificates: required (the default on SSL), requested (the default on "
+        "SASL_SSL) or none (only for a single voter: the voters prove who they are with theirs)",
     )
     g.add_argument(
         "--config",
@@ -114,7 +114,9 @@ def node_listener(args: argparse.Namespace, voters: int) -> tuple[str | None, Li
             m.strip().upper() for m in fields["sasl_mechanisms"].split(",") if m.strip()
         )
     if protocol in ("SSL", "SASL_SSL") and "ssl_client_auth" not in fields:
-        fields["ssl_client_auth"] = "required"  # mutual TLS between the voters
+        # The voters always present their certificates; on SASL_SSL clients log in with SASL
+        # instead, so a certificate is asked for there, not required.
+        fields["ssl_client_auth"] = "required" if protocol == "SSL" else "requested"
     security = replace(ListenerSecurity(protocol=protocol), **fields)
     check_listener_security(security, voters)
     return listen, security
