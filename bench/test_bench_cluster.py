@@ -23,6 +23,8 @@ import pytest
 
 from raftcore.client import Producer
 from raftcore.node.local_cluster import LocalCluster, free_ports
+from raftcore.security import ClientSecurity
+from raftcore.security.certs import make_certs
 
 RECORD_BYTES = 100
 BATCH = 1000
@@ -55,10 +57,12 @@ def _record_stats(benchmark, records: int, runs: list[tuple[float, list[float]]]
 # ---- raftcore --------------------------------------------------------------------------------
 
 
-async def _raftcore_run(bootstrap: list[str], records: int, first: int) -> tuple[float, list]:
+async def _raftcore_run(
+    bootstrap: list[str], records: int, first: int, security: ClientSecurity | None = None
+) -> tuple[float, list]:
     payload = [(None, bytes([n % 251]) * RECORD_BYTES) for n in range(BATCH)]
     latencies: list[float] = []
-    async with Producer(bootstrap, max_in_flight=IN_FLIGHT) as producer:
+    async with Producer(bootstrap, max_in_flight=IN_FLIGHT, security=security) as producer:
         in_flight: set[asyncio.Future] = set()
         started = time.perf_counter()
         sent = 0
@@ -79,15 +83,25 @@ async def _raftcore_run(bootstrap: list[str], records: int, first: int) -> tuple
 
 
 @pytest.mark.benchmark(group="3-node cluster: commit 100-byte records in batches of 1000")
-def test_raftcore_cluster_commits(benchmark, tmp_path, scale):
+@pytest.mark.parametrize("transport", ["plaintext", "tls"])
+def test_raftcore_cluster_commits(benchmark, tmp_path, scale, transport):
+    """``tls``: every connection (client to leader, leader to followers) is mutual TLS with
+    EC P-256 certificates from raftcore certs (docs/security.md); the cost of TLS is the ratio
+    of the two."""
     records = max(BATCH, int(1_000_000 * scale))
     runs: list[tuple[float, list[float]]] = []
-    with LocalCluster(tmp_path / "raftcore", 3) as cluster:
+    tls_dir = None
+    if transport == "tls":
+        tls_dir = tmp_path / "tls"
+        make_certs(tls_dir, [1, 2, 3], clients=["bench"])
+    with LocalCluster(tmp_path / "raftcore", 3, tls_dir=tls_dir) as cluster:
         cluster.start()
-        asyncio.run(_raftcore_run(cluster.bootstrap, BATCH, 0))  # warm up: leader, producer id
+        security = cluster.client_security("bench" if tls_dir else None)
+        # warm up: leader, producer id
+        asyncio.run(_raftcore_run(cluster.bootstrap, BATCH, 0, security))
 
         def once():
-            runs.append(asyncio.run(_raftcore_run(cluster.bootstrap, records, 0)))
+            runs.append(asyncio.run(_raftcore_run(cluster.bootstrap, records, 0, security)))
 
         benchmark.pedantic(once, rounds=3 if not benchmark.disabled else 1, iterations=1)
         cluster.stop_all()

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from raftcore import cli_args as types
+from raftcore.certs_cli import add_certs_command
 from raftcore.cli_args import DefaultsHelpFormatter, every_parser
 from raftcore.cli_logging import add_logging_options, configure_logging, debugging
 from raftcore.errors import RaftcoreError
@@ -23,6 +24,8 @@ from raftcore.logtools import (
     segment_files,
     verify_log,
 )
+from raftcore.security.client_config import add_command_config_option, load_client_security
+from raftcore.security.node_options import add_node_security_options
 from raftcore.snapshot import SnapshotId
 from raftcore.snapshot_cli import add_snapshot_commands, verdict_line
 from raftcore.spark_cli import add_spark_commands
@@ -90,11 +93,14 @@ def _cmd_node(args: argparse.Namespace) -> int:
     from raftcore.node.preflight import check_data_dir
     from raftcore.node.runner import run_node
     from raftcore.raft.config import QuorumConfig
+    from raftcore.security.node_options import node_listener
     from raftcore.users_cli import sasl_listener_security
 
     try:
         voters = parse_voters(args.voters)
         listen = parse_endpoint(args.listen) if args.listen else None
+        tls_listen, security = node_listener(args, len(voters))  # --listeners, --ssl-*, --config
+        listen = parse_endpoint(tls_listen) if tls_listen else listen
         advertised = parse_endpoint(args.advertised) if args.advertised else None
         quorum = QuorumConfig(
             election_timeout_ms=args.election_timeout_ms,
@@ -119,6 +125,7 @@ def _cmd_node(args: argparse.Namespace) -> int:
             flush_interval_ms=args.flush_interval_ms,
             metrics_port=args.metrics_port,
             metrics_host=args.metrics_host,
+            security=security,
         )
         config = dataclasses.replace(config, security=sasl_listener_security(args, config.security))
         if quorum.snapshots_enabled and args.state_machine == "none":
@@ -149,7 +156,7 @@ def _cmd_describe_quorum(args: argparse.Namespace) -> int:
             _bootstrap(args),
             topic=args.topic,
             timeout_s=args.timeout_ms / 1000,
-            security=_security(args),
+            security=load_client_security(args.command_config),
         )
     )
     print(format_quorum(info))
@@ -168,7 +175,7 @@ def _watch_quorum(args: argparse.Namespace) -> int:
         topic=args.topic,
         interval_s=args.interval,
         timeout_s=args.timeout_ms / 1000,
-        security=_security(args),
+        security=load_client_security(args.command_config),
     )
 
 
@@ -179,19 +186,6 @@ def _bootstrap(args: argparse.Namespace) -> list[str]:
 def _timeout_ms(args: argparse.Namespace) -> int:
     """The client commands' ``--timeout-ms``: how long to wait for a silent node."""
     return int(getattr(args, "timeout_ms", 10_000))
-
-
-def _security(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    """The client's ClientSecurity from ``--command-config`` (None without it)."""
-    from raftcore.errors import RaftcoreError
-    from raftcore.security.client_config import read_client_config
-
-    if not args.command_config:
-        return None
-    try:
-        return read_client_config(args.command_config)
-    except ValueError as exc:
-        raise RaftcoreError(str(exc)) from None
 
 
 def _cmd_produce(args: argparse.Namespace) -> int:
@@ -226,7 +220,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
             idempotent=args.acks == -1,
             compression=args.compression,
             request_timeout_ms=_timeout_ms(args),
-            security=_security(args),
+            security=load_client_security(args.command_config),
         ) as producer:
             pending: list = []
             batch: list = []
@@ -281,7 +275,7 @@ def _cmd_consume(args: argparse.Namespace) -> int:
             start=start,
             max_wait_ms=200,
             request_timeout_ms=_timeout_ms(args),
-            security=_security(args),
+            security=load_client_security(args.command_config),
         ) as consumer:
             while args.max is None or seen < args.max:
                 records = await consumer.poll()
@@ -320,6 +314,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         batch=args.batch,
         size=args.size,
         keep=args.keep,
+        tls=args.tls,
     )
     return 0 if result.ok else 1
 
@@ -350,6 +345,7 @@ def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
         required=True,
         help="the node's data directory (created if missing; a file there is an error)",
     )
+    add_node_security_options(p)
     p.add_argument("--cluster-id", required=True, help="the cluster's id (the same on every node)")
     p.add_argument("--topic", default="raftcore", help="the topic Kafka clients see (partition 0)")
     p.add_argument(
@@ -453,13 +449,7 @@ def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
             help="give up on a node that does not answer within this long (an address that "
             "refuses, with no node ever answering, fails at once)",
         )
-        p.add_argument(
-            "--command-config",
-            default=None,
-            metavar="FILE",
-            help="client security settings, librdkafka style (security.protocol, sasl.mechanism, "
-            "sasl.username, sasl.password)",
-        )
+        add_command_config_option(p)
 
     p = sub.add_parser(
         "describe-quorum", help="leader, epoch, high watermark and every replica's progress"
@@ -546,6 +536,9 @@ def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
         action="store_true",
         help="keep the data directory afterwards (it is always kept when the demo fails)",
     )
+    p.add_argument(
+        "--tls", action="store_true", help="mutual TLS everywhere (certificates in DIR/tls)"
+    )
     p.set_defaults(func=_cmd_demo)
 
 
@@ -594,6 +587,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_snapshot_commands(sub)
     add_spark_commands(sub)
     add_users_commands(sub)
+    add_certs_command(sub)
     _add_cluster_commands(sub)
     _finish(parser)
     return parser

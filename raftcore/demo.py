@@ -29,6 +29,7 @@ from raftcore.node.local_cluster import LocalCluster
 __all__ = ["DemoResult", "run_demo"]
 
 KEY_WIDTH = 12  # record keys are the record's number, zero-padded
+DEMO_CLIENT = "demo"  # the client certificate of --tls
 
 
 @dataclass
@@ -70,7 +71,8 @@ async def _write(
     progress: Progress,
     out: object,
 ) -> None:
-    producer = Producer(cluster.bootstrap, acks=-1, max_in_flight=5)
+    security = cluster.client_security(DEMO_CLIENT)  # PLAINTEXT unless --tls
+    producer = Producer(cluster.bootstrap, acks=-1, max_in_flight=5, security=security)
     await producer.start()
     start_epoch = producer.cluster.leader.epoch if producer.cluster.leader else 0
     leader0 = producer.cluster.leader.leader_id if producer.cluster.leader else -1
@@ -144,7 +146,9 @@ async def _wait_caught_up(cluster: LocalCluster, timeout_s: float) -> int:
     """Until every voter's log end offset has reached the high watermark. Returns it."""
     deadline = time.monotonic() + timeout_s
     while True:
-        info = await describe_quorum(cluster.bootstrap, timeout_s=10)
+        info = await describe_quorum(
+            cluster.bootstrap, timeout_s=10, security=cluster.client_security(DEMO_CLIENT)
+        )
         if all(v.log_end_offset >= info.high_watermark for v in info.voters):
             return info.high_watermark
         if time.monotonic() > deadline:
@@ -195,7 +199,10 @@ def run_demo(
     restart_at: float = 0.75,
     keep: bool = False,
     out: object = None,
+    tls: bool = False,
 ) -> DemoResult:
+    """``tls``: make a CA and certificates in ``<directory>/tls`` (raftcore certs) and run
+    everything over mutual TLS: the nodes with each other, the producer with its certificate."""
     if records < 1 or batch < 1 or size < KEY_WIDTH:
         raise ValueError(f"need records >= 1, batch >= 1 and size >= {KEY_WIDTH}")
     stream = sys.stdout if out is None else out
@@ -205,7 +212,13 @@ def run_demo(
         raise RaftcoreError(f"{root} is not empty; give a new or empty directory")
     result = DemoResult(records=records)
     print(f"raftcore demo: 3 nodes on loopback, data in {root}", file=stream, flush=True)
-    cluster = LocalCluster(root, 3)
+    tls_dir = None
+    if tls:
+        from raftcore.security.certs import make_certs
+
+        tls_dir = make_certs(root / "tls", [1, 2, 3], clients=[DEMO_CLIENT]).directory
+        print(f"  TLS: certificates in {tls_dir}, mutual TLS on every connection", file=stream)
+    cluster = LocalCluster(root, 3, tls_dir=tls_dir)
     finished = False
     try:
         cluster.start()

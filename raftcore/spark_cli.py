@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from raftcore.cli_args import bootstrap_list
+from raftcore.security.client_config import add_command_config_option
 
 __all__ = ["add_spark_commands", "local_session"]
 
@@ -66,7 +67,19 @@ def _source(args: argparse.Namespace) -> dict[str, Any]:
         )
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         raise _Usage(f"{args.data_dir}: no such directory")
-    return {"bootstrap": args.bootstrap, "path": args.data_dir}
+    security = None
+    if args.command_config is not None:  # TLS to the cluster: librdkafka's properties
+        if not args.bootstrap:
+            raise _Usage("--command-config is for a running cluster (--bootstrap)")
+        from raftcore.security.client_config import load_client_security
+        from raftcore.security.properties import read_properties
+
+        try:
+            load_client_security(args.command_config)  # checked now: one line
+        except ValueError as exc:
+            raise _Usage(str(exc)) from None
+        security = read_properties(args.command_config)
+    return {"bootstrap": args.bootstrap, "path": args.data_dir, "security": security}
 
 
 def _progress(args: argparse.Namespace, label: str) -> Any:
@@ -172,6 +185,7 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="host:port[,host:port...] of a running cluster",
     )
     p.add_argument("--topic", default="raftcore", help="the cluster's topic")
+    add_command_config_option(p)
     p.add_argument(
         "--timeout-ms",
         type=_count,

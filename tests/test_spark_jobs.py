@@ -247,6 +247,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         (["export", "DIR", "--bootstrap", "h:1", "--out", "x"], "not both"),
         (["snapshot", "nowhere", "--out-dir", "."], "nowhere: no such directory"),
         (["export", "DIR", "--out", "x", "--start", "5", "--end", "2"], "below --start"),
+        (["export", "DIR", "--out", "x", "--command-config", "c"], "is for a running cluster"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(args: list[str], message: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -295,3 +296,31 @@ def test_a_node_with_the_snapshot_in_its_log_directory_installs_it(
     assert LogFiles.open(str(data)).log_start() == written.hw
     with LmdbStateMachine(data / "state", map_size=MAP) as node:
         assert (node.applied_offset, node.items()) == (written.hw, expected)
+
+
+def test_export_reads_a_mutual_tls_cluster_with_the_command_config(spark, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """issue 12: --command-config (security.protocol=SSL, a client certificate) reaches the
+    source's options on the driver and on the executors."""
+    from raftcore.cli import main
+    from raftcore.security.certs import make_certs
+
+    tls = make_certs(tmp_path / "tls", [1], clients=["spark"])
+    config = tmp_path / "client.properties"
+    cert, key = tls.clients["spark"]
+    config.write_text(
+        f"security.protocol=SSL\nssl.ca.location={tls.ca}\n"
+        f"ssl.certificate.location={cert}\nssl.key.location={key}\n"
+    )
+    with LocalCluster(tmp_path / "cluster", 1, node_args=FAST, tls_dir=tls.directory) as c:
+        c.start()
+
+        async def produce() -> None:
+            async with Producer(c.bootstrap, security=c.client_security("spark")) as p:
+                await p.send([(b"k%d" % i, b"v") for i in range(10)])
+
+        run(produce())
+        out = tmp_path / "tls-parquet"
+        boot = ",".join(c.bootstrap)
+        argv = ["spark", "export", "--bootstrap", boot, "--out", str(out)]
+        assert main([*argv, "--command-config", str(config)]) == 0
+        assert capsys.readouterr().out.startswith(f"exported 10 records to {out}")

@@ -18,6 +18,7 @@ from raftcore.node.config import Endpoint, parse_endpoint
 from raftcore.protocol.api import ApiKey, request_spec
 from raftcore.security.config import ClientSecurity
 from raftcore.security.sasl_client import SaslAuthenticationError
+from raftcore.security.tls import client_context
 
 __all__ = ["ClusterClient", "LeaderHint", "NoLeaderError", "UnreachableError"]
 
@@ -70,6 +71,9 @@ class ClusterClient:
     ) -> None:
         if not bootstrap:
             raise ValueError("at least one bootstrap address is needed")
+        self.security = security or ClientSecurity()
+        # TLS to every node (raftcore.security.tls); built now: a bad file fails here
+        self.ssl = client_context(self.security) if self.security.uses_tls else None
         self.bootstrap = [parse_endpoint(b) if isinstance(b, str) else b for b in bootstrap]
         self.topic = topic
         self.client_id = client_id
@@ -79,7 +83,6 @@ class ClusterClient:
         self.metadata_max_age_s = metadata_max_age_ms / 1000
         self.unreachable_grace_s = unreachable_grace_ms / 1000
         self.answered = False  # some node answered a request once
-        self.security = security  # TLS / SASL settings for every connection
         self.nodes: dict[int, Endpoint] = {}
         self.leader: LeaderHint | None = None
         self.topic_id: bytes | None = None
@@ -113,7 +116,11 @@ class ClusterClient:
         conn = self._connections.get(endpoint)
         if conn is None or conn.closed:
             conn = await Connection.open(
-                endpoint.host, endpoint.port, client_id=self.client_id, security=self.security
+                endpoint.host,
+                endpoint.port,
+                client_id=self.client_id,
+                ssl=self.ssl,
+                security=self.security,
             )
             self._connections[endpoint] = conn
         return conn

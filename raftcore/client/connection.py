@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import ssl as ssl_module
 import struct
 from typing import Any
 
@@ -32,8 +33,10 @@ class Connection:
         *,
         client_id: str = "raftcore-client",
         max_frame_bytes: int = 100 * 1024 * 1024,
+        ssl: ssl_module.SSLContext | None = None,
     ) -> None:
         self.host = host
+        self.ssl = ssl  # TLS (raftcore.security.tls.client_context), or None for PLAINTEXT
         self.port = port
         self.client_id = client_id
         self.max_frame_bytes = max_frame_bytes
@@ -57,9 +60,18 @@ class Connection:
         """A connection, logged in when ``security`` asks for SASL (SaslAuthenticationError,
         a RaftcoreError, when refused)."""
         conn = cls(host, port, **kw)
-        conn._reader, conn._writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port), timeout_s
-        )
+        try:
+            conn._reader, conn._writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port, ssl=conn.ssl), timeout_s
+            )
+        except (ssl_module.SSLError, ConnectionResetError) as exc:
+            if conn.ssl is None:
+                raise
+            # the node's certificate, or a listener that does not speak TLS
+            reason = getattr(exc, "reason", None) or "connection reset (is the listener SSL?)"
+            raise ConnectionClosed(
+                f"cannot reach {host}:{port} (TLS handshake failed: {reason})"
+            ) from None
         conn._task = asyncio.ensure_future(conn._read_loop())
         if security is not None and security.uses_sasl:
             await conn._log_in(security, timeout_s)

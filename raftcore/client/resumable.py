@@ -45,6 +45,7 @@ from raftcore.error_codes import Errors, error_name
 from raftcore.errors import RaftcoreError
 from raftcore.node.producer_ids import derived_producer_id
 from raftcore.protocol.api import ApiKey, request_spec
+from raftcore.security.config import ClientSecurity
 
 __all__ = ["ExactlyOnceError", "WriteResult", "last_sequence", "write_exactly_once"]
 
@@ -126,6 +127,7 @@ async def write_exactly_once(
     request_timeout_ms: int = 30_000,
     delivery_timeout_ms: int = 120_000,
     max_resyncs: int = 20,
+    security: ClientSecurity | None = None,
 ) -> WriteResult:
     """Write ``batches`` (each a sequence of (key, value[, headers]) records) under ``name``,
     each record once in the log however many attempts write them; returns once every batch is
@@ -135,6 +137,7 @@ async def write_exactly_once(
     writer.request_timeout_ms = request_timeout_ms
     writer.delivery_timeout_ms = delivery_timeout_ms
     writer.max_resyncs = max_resyncs
+    writer.security = security
     return await writer.run(iter(batches))
 
 
@@ -156,6 +159,7 @@ class _Writer:
         self.request_timeout_ms = 30_000
         self.delivery_timeout_ms = 120_000
         self.max_resyncs = 20
+        self.security: ClientSecurity | None = None  # TLS (SASL) to the cluster
         self.result = WriteResult(derived_producer_id(name))
         self.pending: deque[_Batch] = deque()  # in sequence order: to send, or unanswered
         self.written = 0  # rows of this producer in the leader's log (its last sequence + 1)
@@ -164,7 +168,10 @@ class _Writer:
 
     async def run(self, batches: Iterable[Sequence[Any]]) -> WriteResult:
         cluster = ClusterClient(
-            self.bootstrap, topic=self.topic, request_timeout_ms=self.request_timeout_ms
+            self.bootstrap,
+            topic=self.topic,
+            request_timeout_ms=self.request_timeout_ms,
+            security=self.security,
         )
         await cluster.start()
         try:
@@ -269,6 +276,7 @@ class _Writer:
                 delivery_timeout_ms=self.delivery_timeout_ms,
                 identity=(self.result.producer_id, 0, unsent[0].first),
                 client_id="raftcore-exactly-once",
+                security=self.security,
             )
             await self.producer.start()
         for b in unsent:

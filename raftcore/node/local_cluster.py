@@ -53,7 +53,11 @@ class LocalCluster:
         ports: list[int] | None = None,
         node_args: list[str] | None = None,
         env: dict[str, str] | None = None,
+        tls_dir: str | os.PathLike[str] | None = None,
     ) -> None:
+        """``tls_dir``: a directory made by ``raftcore certs`` (:mod:`raftcore.security.certs`)
+        with ``ca.pem`` and ``node-<id>.pem/.key`` for every node: the nodes then listen on SSL
+        with mutual TLS (``ssl.client.auth=required``); see :meth:`client_security`."""
         if size < 1:
             raise ValueError("a cluster needs at least one node")
         self.directory = Path(directory).absolute()
@@ -64,6 +68,7 @@ class LocalCluster:
         self.node_ids = list(range(1, size + 1))
         self.node_args = node_args or []
         self.env = env
+        self.tls_dir = None if tls_dir is None else Path(tls_dir).absolute()
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self._logs: dict[int, IO[bytes]] = {}
         self.started_pids: list[int] = []
@@ -95,8 +100,7 @@ class LocalCluster:
             "node",
             "--id",
             str(node_id),
-            "--listen",
-            self.endpoint(node_id),
+            *self._listener_args(node_id),
             "--voters",
             self.voters,
             "--data-dir",
@@ -108,6 +112,32 @@ class LocalCluster:
             str(self._ready_file(node_id)),
             *self.node_args,
         ]
+
+    def _listener_args(self, node_id: int) -> list[str]:
+        if self.tls_dir is None:
+            return ["--listen", self.endpoint(node_id)]
+        d = self.tls_dir
+        return [
+            f"--listeners=SSL://{self.endpoint(node_id)}",
+            f"--ssl-certfile={d / f'node-{node_id}.pem'}",
+            f"--ssl-keyfile={d / f'node-{node_id}.key'}",
+            f"--ssl-cafile={d / 'ca.pem'}",
+        ]
+
+    def client_security(self, client: str | None = None) -> Any:
+        """The :class:`~raftcore.security.ClientSecurity` of a client of this cluster: PLAINTEXT
+        without ``tls_dir``; else SSL with its CA, and ``client-<client>.pem/.key`` if named."""
+        from raftcore.security.config import ClientSecurity
+
+        if self.tls_dir is None:
+            return ClientSecurity()
+        d = self.tls_dir
+        return ClientSecurity(
+            protocol="SSL",
+            ssl_cafile=d / "ca.pem",
+            ssl_certfile=None if client is None else d / f"client-{client}.pem",
+            ssl_keyfile=None if client is None else d / f"client-{client}.key",
+        )
 
     def _ready_file(self, node_id: int) -> Path:
         return self.directory / f"node-{node_id}.ready"

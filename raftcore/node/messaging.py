@@ -23,7 +23,8 @@ from raftcore.protocol.api import (
     encode_response,
 )
 from raftcore.raft import Outbound
-from raftcore.security import sasl
+from raftcore.security import authorization, sasl, tls
+from raftcore.security.config import ANONYMOUS
 
 __all__ = ["RAFT_APIS", "Messaging"]
 
@@ -50,6 +51,7 @@ class Messaging:
     _token: int
     metrics: Any  # raftcore.node.metrics.NodeMetrics
     sasl: Any  # raftcore.security.sasl.SaslAuthenticator, on a SASL listener
+    _tls_context: Any  # the listener's ssl.SSLContext, or None (PLAINTEXT)
 
     def _run(self, step: Any) -> None:
         raise NotImplementedError
@@ -132,9 +134,16 @@ class Messaging:
     # ---- inbound connections ---------------------------------------------------------------------
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        principal = ANONYMOUS
+        if self._tls_context is not None:  # TLS first: who the connection is (raftcore.security)
+            proved = await tls.accept(writer, self._tls_context, self.prefix)
+            if proved is None:
+                return
+            principal = proved
         conn = ServerConnection(
             reader, writer, self._counted_frame, self.config.max_frame_bytes, self.prefix
         )
+        conn.principal = principal
         sasl.on_accept(self, conn)
         self._connections.add(conn)
         self.metrics.inbound_opened += 1
@@ -173,10 +182,12 @@ class Messaging:
             refused = sasl.refuse_raft(self, conn, header)
             if refused is not None:
                 return refused
-            return await self._handle_raft_request(header, body)
+            return await self._handle_raft_request(header, body, conn)
         return await kafka_api.handle(self, header, body)
 
-    async def _handle_raft_request(self, header: Any, body: Any) -> list[bytes | memoryview] | None:
+    async def _handle_raft_request(
+        self, header: Any, body: Any, conn: ServerConnection | None = None
+    ) -> list[bytes | memoryview] | None:
         core = self.core
         if core is None or not self._started:
             raise CloseConnection("node not running")
@@ -206,6 +217,15 @@ class Messaging:
                 version,
                 header.correlation_id,
                 raft_wire.error_response(self, api_key, version, code),
+            )
+        if conn is not None and not authorization.may_send_raft(self, conn, api_key, source):
+            return encode_response(
+                api_key,
+                version,
+                header.correlation_id,
+                raft_wire.error_response(
+                    self, api_key, version, Errors.CLUSTER_AUTHORIZATION_FAILED
+                ),
             )
         assert self._loop is not None
         fut: asyncio.Future[Any] = self._loop.create_future()

@@ -55,6 +55,7 @@ from raftcore.raft import (
     Output,
     RaftCore,
 )
+from raftcore.security import tls
 from raftcore.security.sasl import SaslAuthenticator
 from raftcore.statemachine.api import StateMachine
 from raftcore.statemachine.store_snapshots import StoreSnapshotReader
@@ -185,6 +186,7 @@ class RaftNode(Messaging):
         self.metrics_address: tuple[str, int] | None = None  # where they are served
         # SASL logins on the listener (None without SASL): reads the users file now
         self.sasl = SaslAuthenticator.for_node(config, self.prefix)
+        self._tls_context: Any = None  # the listener's, on SSL / SASL_SSL (raftcore.security.tls)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -192,6 +194,10 @@ class RaftNode(Messaging):
         """Open the data directory and the log, connect to the peers, listen. ``listen_socket``:
         a socket already bound to the listen address (:mod:`raftcore.node.preflight`)."""
         cfg = self.config
+        peer_tls = None
+        if cfg.security.uses_tls:  # before anything is opened: a ValueError naming the file
+            self._tls_context = tls.server_context(cfg.security)
+            peer_tls = tls.peer_context(cfg.security)
         self._loop = asyncio.get_running_loop()
         cfg.data_dir.mkdir(parents=True, exist_ok=True)
         check_meta_properties(cfg)
@@ -257,6 +263,7 @@ class RaftNode(Messaging):
                     on_failed=health.failed,
                     max_frame_bytes=cfg.max_frame_bytes,
                     authenticate=None if self.sasl is None else self.sasl.peer_login,
+                    tls=None if peer_tls is None else tls.PeerTls(peer_tls, peer_id, self.prefix),
                 )
                 peer.start()
                 self._peers[peer_id] = peer
@@ -274,8 +281,9 @@ class RaftNode(Messaging):
         self._started = True
         self._drive(self.core.start(self._now()))
         logger.info(
-            "%s listening on %s, voters %s, log %s",
+            "%s listening on %s://%s, voters %s, log %s",
             self.prefix,
+            cfg.security.protocol,
             cfg.listen,
             ",".join(f"{k}@{v}" for k, v in sorted(cfg.voters.items())),
             self.log,

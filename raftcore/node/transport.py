@@ -14,9 +14,12 @@ import random
 import struct
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raftcore.security.config import ANONYMOUS, Principal
+
+if TYPE_CHECKING:
+    from raftcore.security.tls import PeerTls
 
 __all__ = ["FrameTooLarge", "PeerConnection", "ServerConnection", "read_frame", "write_frame"]
 
@@ -39,8 +42,14 @@ async def read_frame(reader: asyncio.StreamReader, max_bytes: int | Callable[[],
     if callable(max_bytes):
         max_bytes = max_bytes()
     if size < 0 or size > max_bytes:
-        raise FrameTooLarge(f"frame of {size} bytes (limit {max_bytes})")
+        hint = " (a TLS handshake: an SSL client on a PLAINTEXT listener?)" if _is_tls(head) else ""
+        raise FrameTooLarge(f"frame of {size} bytes (limit {max_bytes}){hint}")
     return await reader.readexactly(size)
+
+
+def _is_tls(head: bytes) -> bool:
+    """The first bytes of a TLS record: a handshake (22), version 3.x."""
+    return head[0] == 0x16 and head[1] == 0x03
 
 
 def write_frame(writer: asyncio.StreamWriter, parts: list[bytes | memoryview]) -> None:
@@ -234,6 +243,7 @@ class PeerConnection:
         backoff_max_ms: int = 1000,
         connect_timeout_s: float = 5.0,
         authenticate: Callable[[Any, Any], Awaitable[None]] | None = None,
+        tls: PeerTls | None = None,
     ) -> None:
         self.name = name
         self.host = host
@@ -247,6 +257,7 @@ class PeerConnection:
         self.backoff_max_ms = backoff_max_ms
         self.connect_timeout_s = connect_timeout_s
         self.authenticate = authenticate  # a SASL login on each new connection (or None)
+        self.tls = tls  # TLS to the peer, which must prove it is the node we expect
         self._writer: asyncio.StreamWriter | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
@@ -276,7 +287,10 @@ class PeerConnection:
         while not self._stopped:
             try:
                 reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.port), self.connect_timeout_s
+                    (self.tls.open_connection if self.tls else asyncio.open_connection)(
+                        self.host, self.port
+                    ),
+                    self.connect_timeout_s,
                 )
             except (OSError, asyncio.TimeoutError) as exc:
                 if isinstance(exc, ConnectionRefusedError) and self.on_refused is not None:

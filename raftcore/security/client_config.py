@@ -1,53 +1,105 @@
-"""``--command-config FILE`` for the client commands: librdkafka-style ``key=value`` lines
-(``#`` comments) that give a :class:`~raftcore.security.config.ClientSecurity`.
-
-This is the SASL branch's small version: it knows ``security.protocol``, ``sasl.mechanism``
-(librdkafka's ``sasl.mechanisms`` too), ``sasl.username`` and ``sasl.password``. (The TLS work
-brings the ``ssl.*`` keys; one parser will stay.)
-"""
+"""A client's security from librdkafka's properties (the ``--command-config`` file a Kafka user
+gives librdkafka or ``kafka-console-producer``): ``security.protocol``, ``ssl.ca.location``,
+``ssl.certificate.location``, ``ssl.key.location``,
+``ssl.endpoint.identification.algorithm`` (``https``, the default, or ``none``),
+``sasl.mechanism``, ``sasl.username``, ``sasl.password``."""
 
 from __future__ import annotations
 
+import argparse
+import os
 from pathlib import Path
 
+from raftcore.errors import RaftcoreError
 from raftcore.security.config import SECURITY_PROTOCOLS, ClientSecurity
+from raftcore.security.properties import read_properties
+from raftcore.security.tls import client_context
 
-__all__ = ["parse_client_config", "read_client_config"]
+__all__ = [
+    "CLIENT_PROPERTIES",
+    "ClientConfigError",
+    "add_command_config_option",
+    "client_security",
+    "load_client_security",
+]
 
-_KEYS = {
-    "security.protocol": "protocol",
-    "sasl.mechanism": "sasl_mechanism",
-    "sasl.mechanisms": "sasl_mechanism",
-    "sasl.username": "sasl_username",
-    "sasl.password": "sasl_password",
-}
+CLIENT_PROPERTIES = (
+    "security.protocol",
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.endpoint.identification.algorithm",
+    "sasl.mechanism",
+    "sasl.mechanisms",  # librdkafka's older spelling
+    "sasl.username",
+    "sasl.password",
+)
 
 
-def parse_client_config(text: str, source: str = "<config>") -> ClientSecurity:
-    """ValueError naming the line for a line that is not ``key=value`` or an unknown key."""
-    values: dict[str, str] = {}
-    for n, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        key, sep, value = line.partition("=")
-        key = key.strip()
-        if not sep:
-            raise ValueError(f"{source} line {n}: expected key=value")
-        if key not in _KEYS:
-            raise ValueError(f"{source} line {n}: unknown key {key!r} (known: {', '.join(_KEYS)})")
-        values[_KEYS[key]] = value.strip() if key != "sasl.password" else value.lstrip()
-    protocol = values.pop("protocol", "PLAINTEXT").upper()
+def client_security(props: dict[str, str], source: str = "the client properties") -> ClientSecurity:
+    """ClientSecurity from librdkafka-style properties; ValueError (one line) for an unknown
+    property, an unknown protocol or a missing file."""
+    unknown = sorted(set(props) - set(CLIENT_PROPERTIES))
+    if unknown:
+        raise ValueError(
+            f"{source}: unknown propert{'ies' if len(unknown) > 1 else 'y'} "
+            f"{', '.join(unknown)} (known: {', '.join(CLIENT_PROPERTIES)})"
+        )
+    protocol = props.get("security.protocol", "PLAINTEXT").upper()
     if protocol not in SECURITY_PROTOCOLS:
         raise ValueError(
-            f"{source}: security.protocol {protocol!r} is not one of {SECURITY_PROTOCOLS}"
+            f"{source}: security.protocol must be one of {', '.join(SECURITY_PROTOCOLS)}, "
+            f"got {props['security.protocol']!r}"
         )
-    return ClientSecurity(protocol=protocol, **values)  # type: ignore[arg-type]
+    files: dict[str, Path | None] = {}
+    for key in ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location"):
+        value = props.get(key)
+        files[key] = Path(value) if value else None
+        if value and not Path(value).is_file():
+            raise ValueError(f"{source}: {key}: no such file: {value}")
+    algorithm = props.get("ssl.endpoint.identification.algorithm", "https").lower()
+    if algorithm not in ("https", "none", ""):
+        raise ValueError(
+            f"{source}: ssl.endpoint.identification.algorithm must be https or none, "
+            f"got {algorithm!r}"
+        )
+    return ClientSecurity(
+        protocol=protocol,
+        ssl_cafile=files["ssl.ca.location"],
+        ssl_certfile=files["ssl.certificate.location"],
+        ssl_keyfile=files["ssl.key.location"],
+        ssl_check_hostname=algorithm == "https",
+        sasl_mechanism=props.get("sasl.mechanism", props.get("sasl.mechanisms")),
+        sasl_username=props.get("sasl.username"),
+        sasl_password=props.get("sasl.password"),
+    )
 
 
-def read_client_config(path: str | Path) -> ClientSecurity:
+class ClientConfigError(RaftcoreError, ValueError):
+    """A ``--command-config`` file that cannot be used (the CLI prints it as one line)."""
+
+
+def load_client_security(path: str | os.PathLike[str] | None) -> ClientSecurity:
+    """The ClientSecurity of a ``--command-config`` file (PLAINTEXT without one);
+    ClientConfigError naming the file and the property when it cannot be used."""
+    if path is None:
+        return ClientSecurity()
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
-    return parse_client_config(text, str(path))
+        security = client_security(read_properties(path), str(path))
+        if security.uses_tls:
+            client_context(security)  # a key that is not the certificate's: said now
+        return security
+    except ValueError as exc:
+        raise ClientConfigError(f"--command-config: {exc}") from None
+
+
+def add_command_config_option(p: argparse.ArgumentParser) -> None:
+    """``--command-config FILE`` on a client command (Kafka's tools call it that too)."""
+    p.add_argument(
+        "--command-config",
+        default=None,
+        metavar="FILE",
+        help="librdkafka-style client properties: security.protocol, ssl.ca.location, "
+        "ssl.certificate.location, ssl.key.location, sasl.mechanism, sasl.username, "
+        "sasl.password (docs/security.md)",
+    )

@@ -12,7 +12,7 @@ batch_base_offset) and ``offset_range``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,7 @@ def export(
     topic: str = "raftcore",
     progress: Callable[[int, int], None] | None = None,
     request_timeout_ms: int | None = None,
+    security: Mapping[str, str] | None = None,
 ) -> ExportSummary:
     """Write the committed records of a cluster (``bootstrap``) or of a node's data directory
     (``path``; ``end_offset``: the committed offset, see docs/spark.md) to Parquet under ``out``,
@@ -69,7 +70,7 @@ def export(
     target = Path(out)
     if target.exists() and not overwrite:
         raise SparkSourceError(f"{out} exists: give another path, or overwrite")
-    source = JobSource.of(bootstrap, path, topic, request_timeout_ms)
+    source = JobSource.of(bootstrap, path, topic, request_timeout_ms, security)
     if source.path is not None:  # the files' committed end, said here rather than in a task
         source.committed_range(end_offset)
     started = time.monotonic()

@@ -4,7 +4,7 @@ need beyond the source: the committed range and the batch that holds an offset."
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,7 @@ class JobSource:
     path: str | None = None
     topic: str = "raftcore"
     request_timeout_ms: int | None = None  # a cluster's: the read option requestTimeoutMs
+    security: tuple[tuple[str, str], ...] = ()  # librdkafka's properties: security.protocol...
 
     @classmethod
     def of(
@@ -39,8 +40,11 @@ class JobSource:
         path: str | None,
         topic: str = "raftcore",
         request_timeout_ms: int | None = None,
+        security: Mapping[str, str] | None = None,
     ) -> JobSource:
-        """Exactly one of ``bootstrap`` ("host:port,..." or a list) and ``path``."""
+        """Exactly one of ``bootstrap`` ("host:port,..." or a list) and ``path``; ``security``:
+        the client's TLS settings for a cluster (``security.protocol``, ``ssl.ca.location``...,
+        docs/security.md)."""
         if isinstance(bootstrap, str):
             bootstrap = [b for b in bootstrap.split(",") if b.strip()]
         source = cls(
@@ -48,6 +52,7 @@ class JobSource:
             None if path is None else str(path),
             topic,
             request_timeout_ms if bootstrap else None,
+            tuple(sorted((security or {}).items())),
         )
         source.options()  # checks them
         return source
@@ -64,6 +69,7 @@ class JobSource:
             given["path"] = self.path
         if self.request_timeout_ms is not None:
             given["requestTimeoutMs"] = str(self.request_timeout_ms)
+        given.update(self.security)
         given.update({k: str(v) for k, v in extra.items() if v is not None})
         return given
 

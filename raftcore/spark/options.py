@@ -5,9 +5,11 @@ with each reader."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from raftcore.node.config import Endpoint, parse_endpoint
+from raftcore.security.client_config import CLIENT_PROPERTIES, client_security
+from raftcore.security.config import ClientSecurity
 
 __all__ = [
     "DEFAULT_PARTITION_RECORDS",
@@ -36,6 +38,7 @@ OPTIONS = {
     "startingOffset": "where a new streaming query starts: earliest (default), latest, or N",
     "maxRecordsPerTrigger": "offsets per micro-batch at most (default: all committed)",
     "failOnDataLoss": "'false' to skip to the log start when a restart finds it moved past",
+    **{key: "client security, librdkafka's name (docs/security.md)" for key in CLIENT_PROPERTIES},
 }
 _KNOWN = {name.lower(): name for name in OPTIONS}
 _BATCH_ONLY = ("startoffset", "endoffset", "path")
@@ -62,6 +65,7 @@ class ReadOptions:
     starting_offset: int | str = "earliest"  # or "latest", or an offset
     max_records_per_trigger: int | None = None
     fail_on_data_loss: bool = True
+    security: ClientSecurity = field(default_factory=ClientSecurity)  # TLS (SASL) to the cluster
 
     @property
     def bootstrap_strings(self) -> list[str]:
@@ -111,6 +115,7 @@ class ReadOptions:
             starting_offset=_starting(given),
             max_records_per_trigger=_opt_int(given, "maxrecordspertrigger", minimum=1),
             fail_on_data_loss=_bool(given, "failondataloss", "true"),
+            security=_security(given),
         )
 
 
@@ -127,6 +132,17 @@ def _endpoints(text: str) -> list[Endpoint]:
         return [parse_endpoint(item) for item in items]
     except ValueError as exc:
         raise SparkSourceError(f"option bootstrap={text!r}: {exc}") from None
+
+
+def _security(given: dict[str, str]) -> ClientSecurity:
+    """The client security options (librdkafka's names: security.protocol, ssl.*, sasl.*)."""
+    props = {key: given[key] for key in CLIENT_PROPERTIES if key in given}
+    if not props:
+        return ClientSecurity()
+    try:
+        return client_security(props, "the raftcore options")
+    except ValueError as exc:
+        raise SparkSourceError(str(exc)) from None
 
 
 def _int(
@@ -189,6 +205,7 @@ WRITE_OPTIONS = {
     "requestTimeoutMs": "per request (default 30000)",
     "deliveryTimeoutMs": "how long a batch may go unacknowledged before the task fails (120000)",
     "writeId": "names the write: run a failed job again with it to finish it exactly once",
+    **{key: "client security, librdkafka's name (docs/security.md)" for key in CLIENT_PROPERTIES},
 }
 _WRITE_KNOWN = {name.lower(): name for name in WRITE_OPTIONS}
 _SPARK_OWN = {"checkpointlocation"}  # writeStream's, handed to every sink
@@ -205,6 +222,7 @@ class WriteOptions:
     request_timeout_ms: int = 30_000
     delivery_timeout_ms: int = 120_000
     write_id: str | None = None
+    security: ClientSecurity = field(default_factory=ClientSecurity)  # TLS (SASL) to the cluster
 
     @property
     def bootstrap_strings(self) -> list[str]:
@@ -240,4 +258,5 @@ class WriteOptions:
             request_timeout_ms=_int(given, "requesttimeoutms", 30_000, 1, known=_WRITE_KNOWN),
             delivery_timeout_ms=_int(given, "deliverytimeoutms", 120_000, 1, known=_WRITE_KNOWN),
             write_id=write_id,
+            security=_security(given),
         )

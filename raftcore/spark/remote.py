@@ -32,6 +32,7 @@ def _consumer(opts: ReadOptions, start: int | str = "earliest", max_wait_ms: int
         max_bytes=opts.fetch_max_bytes,
         request_timeout_ms=opts.request_timeout_ms,
         client_id="raftcore-spark",
+        security=opts.security,
     )
 
 

@@ -159,6 +159,7 @@ def _write_partition(opts: WriteOptions, name: str, iterator: Iterator[Any]) -> 
             compression=opts.compression,
             request_timeout_ms=opts.request_timeout_ms,
             delivery_timeout_ms=opts.delivery_timeout_ms,
+            security=opts.security,
         )
     )
     return SinkCommit(

@@ -27,7 +27,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,6 +82,7 @@ def build_snapshot(
     topic: str = "raftcore",
     progress: Callable[[int, int], None] | None = None,
     request_timeout_ms: int | None = None,
+    security: Mapping[str, str] | None = None,
 ) -> SnapshotJobResult:
     """Write ``<out_dir>/<N>-<epoch>.checkpoint``, the key/value state at committed offset
     ``offset`` (default: the committed end -- the high watermark of a cluster, the newest
@@ -90,7 +91,7 @@ def build_snapshot(
     the log start is not at hand. ``request_timeout_ms``: how long a cluster's silent node is
     waited for (default 30 s). See the module docstring."""
     started = time.monotonic()
-    source = JobSource.of(bootstrap, path, topic, request_timeout_ms)
+    source = JobSource.of(bootstrap, path, topic, request_timeout_ms, security)
     out = Path(out_dir)
     if not out.is_dir():
         raise SparkSourceError(f"{out_dir}: no such directory (the snapshot's destination)")

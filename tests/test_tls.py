@@ -1,0 +1,401 @@
+"""TLS (issue 12): the listener with TLS and ssl.client.auth, mutual TLS between the voters (a
+peer must hold a certificate of the cluster's CA that names its node id), raft RPCs answered only
+for the node the certificate names, and clean refusals of a plaintext client on a TLS port and
+of a TLS client on a plaintext port. Nodes run in this process (three RaftNodes on loopback);
+the certificates come from raftcore.security.certs, made once for the module."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+import struct
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from raftcore.client import Consumer, Producer
+from raftcore.client.connection import Connection, ConnectionClosed
+from raftcore.error_codes import Errors
+from raftcore.node import raft_wire
+from raftcore.node.config import Endpoint, NodeConfig
+from raftcore.node.local_cluster import free_ports
+from raftcore.node.node import RaftNode
+from raftcore.protocol.api import decode_response
+from raftcore.raft import QuorumConfig
+from raftcore.raft.messages import FetchRequest, Outbound, VoteRequest
+from raftcore.security import ClientSecurity, ListenerSecurity, Principal
+from raftcore.security.certs import make_certs
+from raftcore.security.tls import client_context, principal_of
+
+pytestmark = pytest.mark.timeout(60)
+
+FAST = QuorumConfig(election_timeout_ms=300, fetch_timeout_ms=600, request_timeout_ms=500)
+CLUSTER_ID = "tls-tests-cluster"
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
+    d = tmp_path_factory.mktemp("tls")
+    make_certs(d, [1, 2, 3], clients=["alice"])
+    return d
+
+
+@pytest.fixture(scope="module")
+def other_ca(tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
+    """Certificates of another cluster: same names, another CA."""
+    d = tmp_path_factory.mktemp("other-tls")
+    make_certs(d, [1, 2, 3], clients=["alice"])
+    return d
+
+
+def node_tls(certs: Path, node_id: int, auth: str = "required", **kw) -> ListenerSecurity:  # type: ignore[no-untyped-def]
+    return ListenerSecurity(
+        protocol="SSL",
+        ssl_certfile=certs / f"node-{node_id}.pem",
+        ssl_keyfile=certs / f"node-{node_id}.key",
+        ssl_cafile=certs / "ca.pem",
+        ssl_client_auth=auth,
+        **kw,
+    )
+
+
+def client_tls(certs: Path, client: str | None = "alice") -> ClientSecurity:
+    return ClientSecurity(
+        protocol="SSL",
+        ssl_cafile=certs / "ca.pem",
+        ssl_certfile=None if client is None else certs / f"client-{client}.pem",
+        ssl_keyfile=None if client is None else certs / f"client-{client}.key",
+    )
+
+
+def configs(tmp_path: Path, security: dict[int, ListenerSecurity]) -> list[NodeConfig]:
+    ports = free_ports(3)
+    voters = {i + 1: Endpoint("127.0.0.1", p) for i, p in enumerate(ports)}
+    return [
+        NodeConfig(
+            node_id=i,
+            voters=voters,
+            data_dir=tmp_path / f"node-{i}",
+            cluster_id=CLUSTER_ID,
+            quorum=FAST,
+            security=security.get(i, ListenerSecurity()),
+        )
+        for i in voters
+    ]
+
+
+@contextlib.asynccontextmanager
+async def cluster(tmp_path: Path, security: dict[int, ListenerSecurity]):  # type: ignore[no-untyped-def]
+    nodes = [RaftNode(cfg) for cfg in configs(tmp_path, security)]
+    try:
+        for n in nodes:
+            await n.start()
+        yield nodes
+    finally:
+        for n in nodes:
+            await n.stop(timeout_s=0.5)
+
+
+async def leader_among(nodes: list[RaftNode], timeout_s: float = 10.0) -> RaftNode:
+    """A leader that every node of ``nodes`` knows."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while loop.time() < deadline:
+        leaders = [n for n in nodes if n.is_leader()]
+        if leaders and all(n.leader_and_epoch.leader_id == leaders[0].node_id for n in nodes):
+            return leaders[0]
+        await asyncio.sleep(0.02)
+    raise AssertionError("no leader known to every node")
+
+
+def run(coro):  # type: ignore[no-untyped-def]
+    return asyncio.run(asyncio.wait_for(coro, 45))
+
+
+def bootstrap(nodes: list[RaftNode]) -> list[str]:
+    return [str(n.config.listen) for n in nodes]
+
+
+async def raw_request(
+    node: RaftNode, message: object, security: ClientSecurity | None
+) -> tuple[int, object]:
+    """Send one raft request encoded by raftcore's own encoder on a fresh connection (TLS as
+    ``security`` says); (api key, decoded response body)."""
+    api_key, version, frame = raft_wire.encode_request(
+        node, Outbound(node.node_id, 7, message, is_request=True)
+    )
+    ctx = None if security is None else client_context(security)
+    ep = node.config.listen
+    reader, writer = await asyncio.open_connection(ep.host, ep.port, ssl=ctx)
+    try:
+        writer.write(struct.pack(">i", len(frame)) + frame)
+        (size,) = struct.unpack(">i", await reader.readexactly(4))
+        _, body = decode_response(api_key, version, await reader.readexactly(size))
+        return api_key, body
+    finally:
+        writer.close()
+
+
+def _vote(candidate: int) -> VoteRequest:
+    return VoteRequest(CLUSTER_ID, 100, candidate, 0, 0, voter_id=1, pre_vote=True)
+
+
+def _replica_fetch(replica: int) -> FetchRequest:
+    return FetchRequest(
+        cluster_id=CLUSTER_ID,
+        replica_id=replica,
+        fetch_offset=0,
+        last_fetched_epoch=0,
+        current_leader_epoch=-1,
+        max_wait_ms=0,
+        max_bytes=1024,
+    )
+
+
+# ---- who a certificate is ----------------------------------------------------------------------
+
+
+def test_a_certificate_naming_node_id_is_that_node_and_any_other_is_a_user():
+    node = {"subject": ((("commonName", "node-3"),),), "subjectAltName": (("DNS", "node-3"),)}
+    assert principal_of(node) == Principal("node", "node-3", 3)
+    by_san = {"subject": ((("commonName", "broker"),),), "subjectAltName": (("DNS", "node-4"),)}
+    assert principal_of(by_san).node_id == 4
+    two = {"subject": ((("commonName", "node-1"),),), "subjectAltName": (("DNS", "node-2"),)}
+    assert principal_of(two) == Principal("user", "node-1")  # names two nodes: neither
+    assert principal_of({"subject": ((("commonName", "alice"),),)}) == Principal("user", "alice")
+    assert principal_of({}).kind == "anonymous"
+    assert principal_of({"subject": ((("commonName", "node-1x"),),)}).kind == "user"
+
+
+# ---- a mutual-TLS cluster ----------------------------------------------------------------------
+
+
+def test_a_mutual_tls_cluster_elects_and_commits_what_a_tls_client_with_a_certificate_writes(
+    tmp_path, certs
+):
+    security = {i: node_tls(certs, i) for i in (1, 2, 3)}
+
+    async def main():
+        async with cluster(tmp_path, security) as nodes:
+            await leader_among(nodes)
+            sec = client_tls(certs)
+            async with Producer(bootstrap(nodes), security=sec, request_timeout_ms=5000) as p:
+                first, last = await p.send([(b"k%d" % i, b"v%d" % i) for i in range(20)])
+            assert (last - first) == 19
+            async with Consumer(bootstrap(nodes), security=sec, max_wait_ms=100) as c:
+                got: list[bytes] = []
+                for _ in range(50):
+                    got += [r.value for r in await c.poll()]
+                    if len(got) >= 20:
+                        break
+            assert got == [b"v%d" % i for i in range(20)]
+            # every voter replicated it, over TLS connections between them
+            for _ in range(100):
+                if all(n.high_watermark == last + 1 for n in nodes):
+                    break
+                await asyncio.sleep(0.02)
+            assert [n.high_watermark for n in nodes] == [last + 1] * 3
+
+    run(main())
+
+
+def test_a_peer_whose_certificate_another_ca_signed_fails_the_handshake(
+    tmp_path, certs, other_ca, caplog
+):
+    caplog.set_level(logging.INFO)
+    security = {1: node_tls(certs, 1), 2: node_tls(certs, 2), 3: node_tls(other_ca, 3)}
+
+    async def main():
+        async with cluster(tmp_path, security) as nodes:
+            leader = await leader_among(nodes[:2])
+            await leader.append([(b"k", b"v")], wait=True)
+            await asyncio.sleep(0.5)  # node 3 keeps trying
+            assert nodes[2].leader_and_epoch.leader_id is None
+            assert nodes[2].log is not None and nodes[2].log.end_offset == 0
+
+    run(main())
+    assert "[node 1] TLS handshake failed from 127.0.0.1:" in caplog.text
+    # node 3's own side: it does not trust the others' certificates either, and says whose
+    assert "[node 3] node 1 at 127.0.0.1:" in caplog.text
+    assert "CERTIFICATE_VERIFY_FAILED" in caplog.text
+    assert not [r for r in caplog.records if r.exc_info], "a handshake failure is one line"
+
+
+def test_a_node_holding_another_nodes_certificate_is_refused_both_ways(tmp_path, certs, caplog):
+    """Node 3 runs with node-2's certificate (same CA): its Vote and Fetch claim node 3 and are
+    answered CLUSTER_AUTHORIZATION_FAILED; the others refuse to talk to it as node 3."""
+    caplog.set_level(logging.INFO)
+    stolen = replace(
+        node_tls(certs, 3), ssl_certfile=certs / "node-2.pem", ssl_keyfile=certs / "node-2.key"
+    )
+    security = {1: node_tls(certs, 1), 2: node_tls(certs, 2), 3: stolen}
+
+    async def main():
+        async with cluster(tmp_path, security) as nodes:
+            leader = await leader_among(nodes[:2])
+            await leader.append([(b"k", b"v")], wait=True)
+            await asyncio.sleep(1.0)  # node 3's fetch timeout passes: it asks for votes
+            assert nodes[2].log is not None and nodes[2].log.end_offset == 0
+
+    run(main())
+    text = caplog.text
+    assert "the connection is Node:node-2, not node-3 (CLUSTER_AUTHORIZATION_FAILED)" in text
+    assert "node 3 at 127.0.0.1:" in text
+    assert "its certificate names Node:node-2, not node-3: refusing it" in text
+
+
+@pytest.mark.parametrize("message", [_vote(1), _replica_fetch(1)], ids=["vote", "replica-fetch"])
+def test_a_user_certificate_cannot_send_raft_rpcs(tmp_path, certs, message, caplog):
+    security = {i: node_tls(certs, i) for i in (1, 2, 3)}
+
+    async def main():
+        async with cluster(tmp_path, security) as nodes:
+            await leader_among(nodes)
+            target = nodes[1]
+            _, body = await raw_request(target, message, client_tls(certs, "alice"))
+            assert body.error_code == Errors.CLUSTER_AUTHORIZATION_FAILED
+            # the same request with node 1's certificate is answered (by the Raft core)
+            node1 = ClientSecurity(
+                protocol="SSL",
+                ssl_cafile=certs / "ca.pem",
+                ssl_certfile=certs / "node-1.pem",
+                ssl_keyfile=certs / "node-1.key",
+            )
+            _, body = await raw_request(target, message, node1)
+            assert body.error_code != Errors.CLUSTER_AUTHORIZATION_FAILED
+
+    run(main())
+    assert "the connection is User:alice, not node-1" in caplog.text
+
+
+def test_raft_rpcs_on_a_plaintext_listener_are_answered_as_before(tmp_path):
+    async def main():
+        async with cluster(tmp_path, {}) as nodes:
+            await leader_among(nodes)
+            _, body = await raw_request(nodes[1], _vote(1), None)
+            assert body.error_code == Errors.NONE
+
+    run(main())
+
+
+# ---- refusals ----------------------------------------------------------------------------------
+
+
+def test_a_plaintext_client_on_a_tls_port_is_refused_cleanly(tmp_path, certs, caplog):
+    caplog.set_level(logging.INFO)
+    security = {i: node_tls(certs, i) for i in (1, 2, 3)}
+
+    async def main():
+        async with cluster(tmp_path, security) as nodes:
+            ep = nodes[0].config.listen
+            conn = await Connection.open(ep.host, ep.port)
+            try:
+                with pytest.raises(ConnectionClosed, match="lost"):
+                    await asyncio.wait_for(conn.request(18, 0, _api_versions()), 5)
+            finally:
+                await conn.close()
+
+    run(main())
+    lines = [r for r in caplog.records if "TLS handshake failed from 127.0.0.1:" in r.message]
+    assert lines and all(r.exc_info is None for r in lines)
+    assert lines[0].levelno == logging.WARNING
+
+
+def test_a_tls_client_on_a_plaintext_port_is_refused_cleanly(tmp_path, certs):
+    async def main():
+        async with cluster(tmp_path, {}) as nodes:
+            ep = nodes[0].config.listen
+            ctx = client_context(client_tls(certs))
+            with pytest.raises(ConnectionClosed, match=r"cannot reach .* \(TLS handshake failed"):
+                await asyncio.wait_for(Connection.open(ep.host, ep.port, ssl=ctx), 5)
+
+    run(main())
+
+
+def test_a_client_without_a_certificate_is_refused_when_client_auth_is_required(tmp_path, certs):
+    security = {i: node_tls(certs, i) for i in (1, 2, 3)}
+
+    async def main():
+        async with cluster(tmp_path, security) as nodes:
+            ep = nodes[0].config.listen
+            ctx = client_context(client_tls(certs, client=None))
+            with pytest.raises((ConnectionClosed, ssl.SSLError)):
+                conn = await Connection.open(ep.host, ep.port, ssl=ctx)
+                try:  # TLS 1.3: the server's refusal arrives after the client's handshake
+                    await asyncio.wait_for(conn.request(18, 0, _api_versions()), 5)
+                finally:
+                    await conn.close()
+
+    run(main())
+
+
+def test_a_client_without_a_certificate_is_served_when_client_auth_is_requested(tmp_path, certs):
+    security = {i: node_tls(certs, i, "requested") for i in (1, 2, 3)}
+
+    async def main():
+        async with cluster(tmp_path, security) as nodes:
+            await leader_among(nodes)
+            sec = client_tls(certs, client=None)
+            async with Producer(bootstrap(nodes), security=sec, request_timeout_ms=5000) as p:
+                assert await p.send([(b"k", b"v")]) == (1, 1)
+
+    run(main())
+
+
+def _api_versions():  # type: ignore[no-untyped-def]
+    from raftcore.protocol.api import ApiKey, request_spec
+
+    return request_spec(ApiKey.API_VERSIONS).cls()
+
+
+# ---- the Spark jobs' and the exactly-once writer's connections ---------------------------------
+
+
+def _props(certs: Path) -> dict[str, str]:
+    return {
+        "security.protocol": "SSL",
+        "ssl.ca.location": str(certs / "ca.pem"),
+        "ssl.certificate.location": str(certs / "client-alice.pem"),
+        "ssl.key.location": str(certs / "client-alice.key"),
+    }
+
+
+def test_spark_options_take_the_client_security_in_librdkafkas_names(certs):
+    from raftcore.spark.options import ReadOptions, SparkSourceError, WriteOptions
+
+    opts = ReadOptions.parse({"bootstrap": "127.0.0.1:1", **_props(certs)})
+    assert opts.security == client_tls(certs)
+    assert WriteOptions.parse({"bootstrap": "127.0.0.1:1", **_props(certs)}).security.uses_tls
+    assert ReadOptions.parse({"bootstrap": "127.0.0.1:1"}).security.protocol == "PLAINTEXT"
+    with pytest.raises(SparkSourceError, match=r"ssl\.ca\.location: no such file"):
+        ReadOptions.parse({"bootstrap": "127.0.0.1:1", "ssl.ca.location": "/nonexistent.pem"})
+
+
+def test_the_job_source_and_the_exactly_once_writer_reach_a_mutual_tls_cluster(tmp_path, certs):
+    from raftcore.client.resumable import write_exactly_once
+    from raftcore.spark.job_source import JobSource
+
+    security = {i: node_tls(certs, i) for i in (1, 2, 3)}
+
+    async def main():
+        async with cluster(tmp_path, security) as nodes:
+            await leader_among(nodes)
+            result = await write_exactly_once(
+                bootstrap(nodes),
+                "tls-writer",
+                [[(b"k", b"v")] * 3],
+                security=client_tls(certs),
+                request_timeout_ms=5000,
+            )
+            assert result.rows == 3
+            source = JobSource.of(",".join(bootstrap(nodes)), None, security=_props(certs))
+            loop = asyncio.get_running_loop()
+            start, end = await loop.run_in_executor(None, source.committed_range)
+            assert (start, end) == (0, result.last_offset + 1)
+            batch = await loop.run_in_executor(None, source.batch_at, result.last_offset)
+            assert batch.last_offset == result.last_offset
+
+    run(main())
