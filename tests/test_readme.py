@@ -292,3 +292,16 @@ def test_the_readme_spark_block_reads_and_appends(tmp_path_factory, workdir, por
             assert sorted(r.value for r in df.select("value").collect()) == [b"v1", b"v2"]
     finally:
         next(sessions, None)
+
+
+def test_the_readme_tls_demo_runs_over_mutual_tls(workdir, ports):
+    text = README.read_text(encoding="utf-8")
+    start, end = text.index("## Security"), text.index("## Using the storage layer")
+    (code,) = [
+        m.group(4)
+        for m in MARKED.finditer(text, start, end)
+        if m.group(1) == "readme-test" and m.group(2) == "run"
+    ]
+    out = shell(code, workdir, ports, timeout_s=150)
+    assert "mutual TLS" in out
+    assert "every acknowledged record exactly once" in out
