@@ -2,8 +2,8 @@
 listeners require a login (KIP-43/152), spoken to by raftcore.client and by raw frames
 (confluent-kafka, kcat and the CLI: test_sasl_clients.py).
 
-The in-process tests are parametrised by listener protocol; SASL_SSL joins SASL_PLAINTEXT once
-the TLS work is merged (the login is the same over TLS)."""
+The in-process tests use SASL_PLAINTEXT (the login is the same over TLS); SASL_SSL, with
+certificates from raftcore certs, is tested with node processes in test_sasl_clients.py."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from raftcore.security.users import make_user, write_users
 pytestmark = pytest.mark.timeout(120)
 
 FAST = QuorumConfig(election_timeout_ms=300, fetch_timeout_ms=600, request_timeout_ms=500)
-PROTOCOLS = ["SASL_PLAINTEXT"]  # + "SASL_SSL" once TLS is merged
+PROTOCOLS = ["SASL_PLAINTEXT"]  # SASL_SSL: with node processes in tests/test_sasl_clients.py
 
 
 def security(directory: Path, protocol: str = "SASL_PLAINTEXT", **kw: Any) -> ListenerSecurity:

@@ -5,6 +5,7 @@ ended by its pid (LocalCluster.close)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -22,13 +23,14 @@ from raftcore.node.local_cluster import LocalCluster, free_ports
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture(scope="module")
-def sasl_processes(tmp_path_factory):
+@pytest.fixture(scope="module", params=["SASL_PLAINTEXT", "SASL_SSL"])
+def sasl_processes(tmp_path_factory, request):
+    """SASL_PLAINTEXT: the nodes log in to each other as node-<id> with the inter-node password.
+    SASL_SSL (the issue's "SASL for clients over TLS"): ``--listeners SSL://`` with the
+    certificates of ``raftcore certs``, which ``--sasl-users`` turns into SASL_SSL; the nodes
+    prove who they are by their certificates, the clients log in over TLS."""
     directory = tmp_path_factory.mktemp("sasl-cluster")
     users = users_file(directory)
-    password_file = directory / "node-password"
-    password_file.write_text(NODE_PASSWORD + "\n")
-    password_file.chmod(0o600)
     args = [
         "--election-timeout-ms",
         "500",
@@ -36,10 +38,19 @@ def sasl_processes(tmp_path_factory):
         "1000",
         "--sasl-users",
         str(users),
-        "--sasl-node-password-file",
-        str(password_file),
     ]
-    c = LocalCluster(directory / "cluster", 3, node_args=args)
+    tls_dir = None
+    if request.param == "SASL_SSL":
+        from raftcore.security.certs import make_certs
+
+        tls_dir = make_certs(directory / "tls", [1, 2, 3]).directory
+    else:
+        password_file = directory / "node-password"
+        password_file.write_text(NODE_PASSWORD + "\n")
+        password_file.chmod(0o600)
+        args += ["--sasl-node-password-file", str(password_file)]
+    c = LocalCluster(directory / "cluster", 3, node_args=args, tls_dir=tls_dir)
+    c.sasl_protocol = request.param  # type: ignore[attr-defined]
     try:
         c.start()
         run(_wait_for_leader(c))
@@ -48,17 +59,32 @@ def sasl_processes(tmp_path_factory):
         c.close()
 
 
+def _props(c: LocalCluster) -> dict[str, str]:
+    """The protocol a client of ``c`` uses, with the CA it trusts on SASL_SSL."""
+    props = {"security.protocol": c.sasl_protocol}  # type: ignore[attr-defined]
+    if c.tls_dir is not None:
+        props["ssl.ca.location"] = str(c.tls_dir / "ca.pem")
+    return props
+
+
+def _client(c: LocalCluster, mechanism: str) -> Any:
+    sec = client(mechanism)
+    if c.tls_dir is None:
+        return sec
+    return dataclasses.replace(sec, protocol="SASL_SSL", ssl_cafile=c.tls_dir / "ca.pem")
+
+
 async def _wait_for_leader(c: LocalCluster) -> None:
     from raftcore.client import describe_quorum
 
-    info = await describe_quorum(c.bootstrap, timeout_s=30, security=client("SCRAM-SHA-256"))
+    info = await describe_quorum(c.bootstrap, timeout_s=30, security=_client(c, "SCRAM-SHA-256"))
     assert info.leader_id in (1, 2, 3)
 
 
 def _ck_config(c: LocalCluster, mechanism: str, password: str) -> dict[str, Any]:
     return {
         "bootstrap.servers": ",".join(c.bootstrap),
-        "security.protocol": "SASL_PLAINTEXT",
+        **_props(c),
         "sasl.mechanism": mechanism,
         "sasl.username": "alice",
         "sasl.password": password,
@@ -123,8 +149,7 @@ def test_kcat_produces_and_consumes_with_scram_sha_256(sasl_processes):
         "raftcore",
         "-p",
         "0",
-        "-X",
-        "security.protocol=SASL_PLAINTEXT",
+        *[arg for key, value in _props(sasl_processes).items() for arg in ("-X", f"{key}={value}")],
         "-X",
         "sasl.mechanisms=SCRAM-SHA-256",
         "-X",
@@ -171,8 +196,8 @@ def test_cli_client_commands_log_in_from_command_config_and_a_refusal_is_one_lin
 ):
     config = tmp_path / "client.properties"
     config.write_text(
-        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
-        f"sasl.username=alice\nsasl.password={USERS['alice']}\n"
+        "".join(f"{key}={value}\n" for key, value in _props(sasl_processes).items())
+        + f"sasl.mechanism=SCRAM-SHA-256\nsasl.username=alice\nsasl.password={USERS['alice']}\n"
     )
     bootstrap = ",".join(sasl_processes.bootstrap)
     out = _cli(tmp_path, "produce", "--bootstrap", bootstrap, "--command-config", str(config), "x")

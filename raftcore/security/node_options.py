@@ -115,8 +115,14 @@ def node_listener(args: argparse.Namespace, voters: int) -> tuple[str | None, Li
         )
     if protocol in ("SSL", "SASL_SSL") and "ssl_client_auth" not in fields:
         # The voters always present their certificates; on SASL_SSL clients log in with SASL
-        # instead, so a certificate is asked for there, not required.
-        fields["ssl_client_auth"] = "required" if protocol == "SSL" else "requested"
+        # instead, so a certificate is asked for there, not required. (``--sasl-users`` on an
+        # SSL:// listener makes it SASL_SSL: raftcore.users_cli.sasl_listener_security.)
+        sasl = (
+            protocol == "SASL_SSL"
+            or getattr(args, "sasl_users", None)
+            or "sasl_users_file" in fields
+        )
+        fields["ssl_client_auth"] = "requested" if sasl else "required"
     security = replace(ListenerSecurity(protocol=protocol), **fields)
     check_listener_security(security, voters)
     return listen, security
