@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 
+from raftcore.errors import RaftcoreError
 from raftcore.node.config import parse_endpoint, parse_voters
 
 __all__ = [
     "bootstrap_list",
     "endpoint",
     "node_id",
+    "CommandLineError",
     "non_negative_int",
     "port",
     "positive_float",
@@ -24,6 +26,10 @@ __all__ = [
     "start_position",
     "voter_list",
 ]
+
+
+class CommandLineError(RaftcoreError):
+    """A command's arguments do not fit together (found after parsing): one line, exit 2."""
 
 
 def _int(text: str) -> int:

@@ -1,0 +1,188 @@
+"""``raftcore node``: one node of a cluster, as a process (raftcore.node.runner), with every
+option checked before anything is written to its data directory."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from raftcore import cli_args as types
+from raftcore.cli_args import CommandLineError
+from raftcore.security.node_options import add_node_security_options
+from raftcore.users_cli import add_sasl_node_options
+
+__all__ = ["add_node_command"]
+
+
+def _cmd_node(args: argparse.Namespace) -> int:
+    from raftcore.log import LogConfig
+    from raftcore.node.config import NodeConfig, parse_endpoint, parse_voters
+    from raftcore.node.preflight import check_data_dir
+    from raftcore.node.runner import run_node
+    from raftcore.raft.config import QuorumConfig
+    from raftcore.security.node_options import node_listener
+    from raftcore.users_cli import sasl_listener_security
+
+    try:
+        voters = parse_voters(args.voters)
+        listen = parse_endpoint(args.listen) if args.listen else None
+        tls_listen, security = node_listener(args, len(voters))  # --listeners, --ssl-*, --config
+        listen = parse_endpoint(tls_listen) if tls_listen else listen
+        advertised = parse_endpoint(args.advertised) if args.advertised else None
+        quorum = QuorumConfig(
+            election_timeout_ms=args.election_timeout_ms,
+            fetch_timeout_ms=args.fetch_timeout_ms,
+            snapshot_min_records=args.snapshot_min_records,
+            snapshot_min_bytes=args.snapshot_min_bytes,
+            snapshot_interval_ms=args.snapshot_interval_ms,
+            max_replication_lag_ms=args.max_replication_lag_ms,
+        )
+        log = LogConfig(segment_bytes=args.segment_bytes)
+        config = NodeConfig(
+            node_id=args.id,
+            voters=voters,
+            data_dir=Path(args.data_dir),
+            cluster_id=args.cluster_id,
+            listen=listen,
+            advertised=advertised,
+            topic=args.topic,
+            quorum=quorum,
+            log=log,
+            flush=args.flush,
+            flush_interval_ms=args.flush_interval_ms,
+            metrics_port=args.metrics_port,
+            metrics_host=args.metrics_host,
+            security=security,
+        )
+        config = dataclasses.replace(config, security=sasl_listener_security(args, config.security))
+        if quorum.snapshots_enabled and args.state_machine == "none":
+            raise ValueError(
+                "snapshots need something to snapshot: add --state-machine lmdb (a node "
+                "without a state machine keeps its whole log)"
+            )
+        check_data_dir(config.data_dir)  # before anything is written there
+    except ValueError as exc:
+        raise CommandLineError(str(exc)) from None
+    return run_node(
+        config,
+        ready_file=args.ready_file,
+        state_machine=args.state_machine,
+        state_map_size=args.state_map_size,
+    )
+
+
+def add_node_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("node", help="run one node of a cluster (until SIGTERM/SIGINT)")
+    p.add_argument("--id", type=types.node_id, required=True, help="this node's id (>= 0)")
+    p.add_argument(
+        "--voters",
+        type=types.voter_list,
+        required=True,
+        help="every voter, as Kafka's controller.quorum.voters: 1@host:port,2@host:port,...",
+    )
+    p.add_argument(
+        "--listen",
+        type=types.endpoint,
+        default=None,
+        help="host:port to listen on (default: this node's voter entry)",
+    )
+    p.add_argument(
+        "--advertised",
+        type=types.endpoint,
+        default=None,
+        help="host:port clients are told (default: listen)",
+    )
+    p.add_argument(
+        "--data-dir",
+        required=True,
+        help="the node's data directory (created if missing; a file there is an error)",
+    )
+    add_node_security_options(p)
+    p.add_argument("--cluster-id", required=True, help="the cluster's id (the same on every node)")
+    p.add_argument("--topic", default="raftcore", help="the topic Kafka clients see (partition 0)")
+    p.add_argument(
+        "--election-timeout-ms",
+        type=types.positive_int,
+        default=1000,
+        help="a follower that hears no leader for this long (randomised up to twice it) "
+        "starts an election",
+    )
+    p.add_argument(
+        "--fetch-timeout-ms",
+        type=types.positive_int,
+        default=2000,
+        help="a follower whose fetches go unanswered this long looks for a new leader",
+    )
+    p.add_argument(
+        "--segment-bytes",
+        type=types.positive_int,
+        default=1 << 30,
+        help="roll to a new log segment at this size",
+    )
+    p.add_argument(
+        "--flush",
+        choices=("always", "interval"),
+        default="always",
+        help="fsync before acknowledging (always, the default) or every --flush-interval-ms",
+    )
+    p.add_argument(
+        "--flush-interval-ms",
+        type=types.positive_int,
+        default=1000,
+        help="with --flush interval: how often to fsync",
+    )
+    p.add_argument(
+        "--state-machine",
+        choices=("none", "lmdb"),
+        default="none",
+        help="apply committed records to a key/value state machine: lmdb keeps it in "
+        "<data-dir>/state/ (default: none, the node only replicates the log)",
+    )
+    p.add_argument(
+        "--state-map-size",
+        type=types.positive_int,
+        default=16 << 30,
+        help="the LMDB map size in bytes",
+    )
+    snap = p.add_argument_group("snapshots (KIP-630; off unless one trigger is set)")
+    snap.add_argument(
+        "--snapshot-min-records",
+        type=types.non_negative_int,
+        default=0,
+        help="take a snapshot once this many records were applied since the last one",
+    )
+    snap.add_argument(
+        "--snapshot-min-bytes",
+        type=types.non_negative_int,
+        default=0,
+        help="... or this many bytes of record batches",
+    )
+    snap.add_argument(
+        "--snapshot-interval-ms",
+        type=types.non_negative_int,
+        default=0,
+        help="... or this long since the last one (with at least one record)",
+    )
+    snap.add_argument(
+        "--max-replication-lag-ms",
+        type=types.positive_int,
+        default=30_000,
+        help="the leader moves its log start to its latest snapshot once every replica has "
+        "fetched past it, or once the snapshot is this old",
+    )
+    p.add_argument(
+        "--ready-file", default=None, help="write this file once the node listens (for scripts)"
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=types.port,
+        default=None,
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (docs/metrics.md; "
+        "default: not served)",
+    )
+    p.add_argument(
+        "--metrics-host", default=None, help="the metrics address (default: the listen host)"
+    )
+    add_sasl_node_options(p)
+    p.set_defaults(func=_cmd_node, default_log_level="info")
