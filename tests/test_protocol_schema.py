@@ -889,12 +889,22 @@ def test_large_records_are_left_uncopied_in_response_frames():
 
 
 def test_decode_request_rejects_trailing_bytes():
-    frame = encode_request(
-        ApiKey.METADATA, 1, 5, "c", load_spec("MetadataRequest").cls(topics=None)
-    )
-    assert decode_request(frame)[1].topics is None
-    with pytest.raises(ProtocolError, match="1 bytes after the Metadata v1 request"):
+    body = load_spec("InitProducerIdRequest").cls(transactional_id=None, transaction_timeout_ms=1)
+    frame = encode_request(ApiKey.INIT_PRODUCER_ID, 2, 5, "c", body)
+    assert decode_request(frame)[1] == body
+    with pytest.raises(ProtocolError, match="1 bytes after the InitProducerId v2 request"):
         decode_request(frame + b"\x00")
+
+
+def test_librdkafkas_all_topics_metadata_v12_is_read_as_kafka_reads_it():
+    """The bytes librdkafka 2.x sends for list_topics(): a 4-byte placeholder where the compact
+    topic count belongs. Kafka reads the first byte as a null list (every topic) and ignores
+    the 3 bytes left over; so do we (refusing them closed the client's connection)."""
+    frame = bytes.fromhex("0003000c00000003000772646b61666b610000000000010000")
+    header, body = decode_request(frame)
+    assert (header.request_api_key, header.request_api_version) == (ApiKey.METADATA, 12)
+    assert body.topics is None
+    assert body.allow_auto_topic_creation is False
 
 
 def test_decode_response_rejects_trailing_bytes():

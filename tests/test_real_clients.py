@@ -235,3 +235,20 @@ def test_aiokafka_produces_and_consumes_across_a_leader_kill(cluster):
     # Without idempotence, a send retried after a lost answer may land twice (at-least-once):
     # every value is there, in order of first appearance.
     assert list(dict.fromkeys(got)) == first + second
+
+
+def test_confluent_kafka_lists_the_topic_and_its_brokers(cluster):
+    """librdkafka's all-topics Metadata v12 (list_topics(), what kcat -L and Kafka UIs send)
+    carries 3 bytes after its fields, which Kafka ignores; the node closed the connection."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient
+
+    bootstrap = ",".join(cluster.bootstrap)
+    for client in (
+        Producer({"bootstrap.servers": bootstrap}),
+        AdminClient({"bootstrap.servers": bootstrap}),
+    ):
+        metadata = client.list_topics(timeout=10)
+        assert list(metadata.topics) == ["raftcore"]
+        assert list(metadata.topics["raftcore"].partitions) == [0]
+        assert sorted(metadata.brokers) == [1, 2, 3]

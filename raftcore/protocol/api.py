@@ -189,9 +189,17 @@ def decode_request(frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
     if request_header_version(api, version) >= 2:
         _skip_tagged_fields(r)
     body = request_spec(api).codec(version)[1](r)
-    if r.remaining():
+    if r.remaining() and api not in _TRAILING_BYTES_READ_AS_KAFKA_DOES:
         raise ProtocolError(f"{r.remaining()} bytes after the {_NAMES[api]} v{version} request")
     return header, body
+
+
+# Kafka's broker reads a request's fields and ignores what follows them. librdkafka (2.x) relies
+# on it: its all-topics Metadata v9+ request keeps a 4-byte placeholder where the compact array
+# count belongs (00 00 00 00, then its own flags and tags), which Kafka reads as "all topics",
+# allow_auto_topic_creation false, and 3 bytes it ignores. Elsewhere trailing bytes stay an
+# error: they are how a codec mismatch shows.
+_TRAILING_BYTES_READ_AS_KAFKA_DOES = frozenset({ApiKey.METADATA})
 
 
 def _skip_tagged_fields(r: Reader) -> None:
