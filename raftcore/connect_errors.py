@@ -39,6 +39,16 @@ def describe(exc: BaseException) -> str:
     """A short reason: ``connection refused``, ``timed out``, ``unknown host``, ..."""
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
         return "timed out"
+    text = str(exc)
+    if text.startswith("cannot reach ") and text.endswith(")") and " (" in text:
+        return text[text.index(" (") + 2 : -1]  # already says why (a TLS handshake)
+    if text.startswith("connection to ") and (" closed" in text or " lost" in text):
+        # what a client that speaks plaintext to a TLS listener, or lacks the certificate it
+        # requires, sees: the node closes the connection unanswered
+        return (
+            "the node closed the connection: does its listener want TLS, a client certificate "
+            "or SASL? see --command-config"
+        )
     if isinstance(exc, socket.gaierror):
         return f"unknown host: {exc.strerror.lower()}" if exc.strerror else "unknown host"
     codes = _errnos(exc)

@@ -174,6 +174,10 @@ class ClusterClient:
         budget = timeout_s if timeout_s is not None else self.request_timeout_s
         deadline = started + budget
         attempt = 0
+        # each address's last failure other than running out of time: a message that ends a
+        # wait says why a node never answered (a TLS handshake, a closed connection), not
+        # merely that the time was up
+        reasons: dict[Endpoint, BaseException] = {}
         while True:
             candidates = list(dict.fromkeys([*self.nodes.values(), *self.bootstrap]))
             random.shuffle(candidates)
@@ -181,7 +185,7 @@ class ClusterClient:
             for endpoint in candidates:
                 left = deadline - loop.time()
                 if left <= 0:
-                    failures[endpoint] = asyncio.TimeoutError()
+                    failures[endpoint] = reasons.get(endpoint, asyncio.TimeoutError())
                     continue
                 try:
                     if await asyncio.wait_for(self._metadata_from(endpoint), left):
@@ -192,6 +196,8 @@ class ClusterClient:
                     logger.debug("metadata from %s failed: %s", endpoint, exc)
                     if isinstance(exc, (OSError, asyncio.TimeoutError)):
                         failures[endpoint] = exc
+                        if not isinstance(exc, asyncio.TimeoutError):
+                            reasons[endpoint] = exc
             attempt += 1
             now = loop.time()
             unreached = len(failures) == len(candidates) and not self.answered
