@@ -34,8 +34,8 @@ from raftcore.statemachine import DictStateMachine
 
 pytestmark = pytest.mark.timeout(60)
 
-ROOT = Path(raftcore.__file__).parent.parent
-DOC = ROOT / "docs" / "metrics.md"
+ROOT = Path(raftcore.__file__).parent.parent  # the raftcore under test (installed in CI)
+DOC = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"  # the checkout's docs
 CLUSTER_ID = "metrics-tests"
 
 
