@@ -403,8 +403,12 @@ def _compile(spec: StructSpec, version: int, flexible: bool) -> tuple[Callable, 
         else:
             regular.append((f, enc, dec))
     cls = spec.cls
+    tagged.sort(key=lambda t: t[0].tag)  # written in tag order
     tag_index = {f.tag: (f, dec) for f, _, dec in tagged}
-    defaults = {f.attr: f for f in spec.fields}
+    # the fields a decode does not read in this version start at their defaults (decided
+    # once here, not per message)
+    decoded = {f.attr for f, _, _ in regular}
+    unread = [f for f in spec.fields if f.attr not in decoded]
 
     def encode(obj: Any, w: Writer) -> None:
         for f, enc, _ in regular:
@@ -418,7 +422,7 @@ def _compile(spec: StructSpec, version: int, flexible: bool) -> tuple[Callable, 
                     enc(value, sub)
                     present.append((f.tag, sub))
             w.uvarint(len(present))
-            for tag, sub in sorted(present, key=lambda p: p[0]):
+            for tag, sub in present:
                 w.uvarint(tag)
                 w.uvarint(sub.size)
                 for part in sub.parts:
@@ -428,9 +432,8 @@ def _compile(spec: StructSpec, version: int, flexible: bool) -> tuple[Callable, 
         obj = cls.__new__(cls)
         for f, _, dec in regular:
             object.__setattr__(obj, f.attr, dec(r))
-        for attr, f in defaults.items():
-            if not hasattr(obj, attr):
-                object.__setattr__(obj, attr, _initial(f))
+        for f in unread:
+            object.__setattr__(obj, f.attr, _initial(f))
         if flexible:
             count = r.uvarint()
             for _ in range(count):
