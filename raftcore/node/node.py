@@ -35,6 +35,7 @@ from raftcore.node import reads
 from raftcore.node.applier import Applier, check_start_offset
 from raftcore.node.config import NodeConfig
 from raftcore.node.data_dir import LOG_DIR, UnsyncedView, check_meta_properties
+from raftcore.node.flusher import Flusher
 from raftcore.node.messaging import Messaging
 from raftcore.node.metrics import NodeMetrics
 from raftcore.node.metrics_http import MetricsServer, serve_metrics
@@ -167,8 +168,7 @@ class RaftNode(Messaging):
         self._inbound: dict[int, tuple[asyncio.Future[Any], int, int]] = {}
         self._token = 0
         self._held: list[Outbound] = []  # waiting for an fsync
-        self._flush_wanted = asyncio.Event()
-        self._flush_task: asyncio.Task[None] | None = None
+        self._flusher: Flusher | None = None  # the fsync thread (raftcore.node.flusher)
         self._interval_task: asyncio.Task[None] | None = None
         self._poll_handle: asyncio.TimerHandle | None = None
         self._poll_at = float("inf")
@@ -209,6 +209,13 @@ class RaftNode(Messaging):
             raise
         # What counts as durable, for the core and for messages held until an fsync.
         self._durable = self.log if cfg.flush == "always" else UnsyncedView(self.log)
+        log = self.log
+        self._flusher = Flusher(  # its thread starts with the node: requests wait until then
+            lambda: self.metrics.timed_flush(log.flush),
+            self._loop,
+            self._flushed,
+            name=f"raftcore-fsync-{cfg.node_id}",
+        )
         store = FileQuorumStateStore(cfg.data_dir, cluster_id=cfg.cluster_id)
         start_offset = None
         if self.state_machine is not None:
@@ -223,7 +230,7 @@ class RaftNode(Messaging):
             self.applier = Applier(
                 self.state_machine,
                 durable_end=lambda: log.flushed_offset,
-                request_flush=self._flush_wanted.set,
+                request_flush=self._flusher.request,
                 set_paused=self._pause_listener,
                 on_failure=self._state_machine_failed,
                 prefix=self.prefix,
@@ -275,7 +282,7 @@ class RaftNode(Messaging):
             )
         if cfg.metrics_port is not None:  # a port in use closes all this and fails the start
             self._metrics_server = await serve_metrics(self)
-        self._flush_task = asyncio.ensure_future(self._flush_loop())
+        self._flusher.start()
         if cfg.flush == "interval":
             self._interval_task = asyncio.ensure_future(self._interval_flush_loop())
         self._started = True
@@ -316,9 +323,10 @@ class RaftNode(Messaging):
             await self._metrics_server.close()
         if self._poll_handle is not None:
             self._poll_handle.cancel()
-        for task in (self._flush_task, self._interval_task):
-            if task is not None:
-                task.cancel()
+        if self._flusher is not None:
+            self._flusher.close()  # nothing it reports from now on is acted on
+        if self._interval_task is not None:
+            self._interval_task.cancel()
         if self._server is not None:
             self._server.close()
         for conn in list(self._connections):
@@ -339,7 +347,10 @@ class RaftNode(Messaging):
         if self.applier is not None:
             await self.applier.close()  # after the apply in progress, if any
         if self.log is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self.log.close)
+            loop = asyncio.get_running_loop()
+            if self._flusher is not None:  # no fsync may run while the log closes
+                await loop.run_in_executor(None, self._flusher.join)
+            await loop.run_in_executor(None, self.log.close)
         self._started = False
 
     def metrics_text(self) -> bytes:
@@ -502,7 +513,7 @@ class RaftNode(Messaging):
             else:
                 self._send(message)
         if log.end_offset > log.flushed_offset and self.config.flush == "always":
-            self._flush_wanted.set()
+            self._flusher.request()  # type: ignore[union-attr]
         self._schedule_poll(out.next_deadline)
         if out.snapshot_due and self.snapshotter is not None:
             self.snapshotter.due()
@@ -560,25 +571,20 @@ class RaftNode(Messaging):
 
     # ---- fsync off the loop, group commit ------------------------------------------------------
 
-    async def _flush_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        log = self.log
-        assert log is not None
-        while True:
-            await self._flush_wanted.wait()
-            self._flush_wanted.clear()
-            try:
-                await loop.run_in_executor(None, self.metrics.timed_flush, log.flush)
-            except Exception:
-                logger.exception("%s fsync failed; stopping", self.prefix)
-                await self._close()
-                return
-            self._release_held()
+    def _flushed(self, error: BaseException | None) -> None:
+        """The fsync thread's report (on the loop): release what waited for it, or stop."""
+        if self._flusher is None or self._flusher.closed:
+            return
+        if error is not None:
+            logger.critical("%s fsync failed; stopping", self.prefix, exc_info=error)
+            self._stop_after_failure()
+            return
+        self._release_held()
 
     async def _interval_flush_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.flush_interval_ms / 1000)
-            self._flush_wanted.set()
+            self._flusher.request()  # type: ignore[union-attr]
 
     def _release_held(self) -> None:
         flushed = self._durable.flushed_offset
