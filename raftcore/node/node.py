@@ -34,6 +34,7 @@ from raftcore.log import SegmentedLog
 from raftcore.node import reads
 from raftcore.node.applier import Applier, check_start_offset
 from raftcore.node.config import NodeConfig
+from raftcore.node.core_listener import CoreListener
 from raftcore.node.data_dir import LOG_DIR, UnsyncedView, check_meta_properties
 from raftcore.node.flusher import Flusher
 from raftcore.node.messaging import Messaging
@@ -48,7 +49,6 @@ from raftcore.node.transport import PeerConnection, ServerConnection
 from raftcore.raft import (
     Appended,
     AppendOutcome,
-    CommittedBatch,
     FileQuorumStateStore,
     LeaderAndEpoch,
     NotLeaderError,
@@ -59,71 +59,10 @@ from raftcore.raft import (
 from raftcore.security import tls
 from raftcore.security.sasl import SaslAuthenticator
 from raftcore.statemachine.api import StateMachine
-from raftcore.statemachine.store_snapshots import StoreSnapshotReader
 
 __all__ = ["RaftNode"]
 
 logger = logging.getLogger(__name__)
-
-
-class _Listener:
-    """Passes the core's callbacks to the application. An exception raised by the
-    application's callback is logged and does not reach the core: the node keeps replicating
-    (the batches it was given count as delivered)."""
-
-    def __init__(self, node: RaftNode) -> None:
-        self.node = node
-
-    def handle_commit(self, batches: list[CommittedBatch]) -> None:
-        if self.node.applier is not None:  # a state machine: a failed apply stops the node
-            self.node.applier.handle_commit(batches)
-            return
-        app = self.node.listener
-        if app is not None:
-            try:
-                app.handle_commit(batches)
-            except Exception:
-                logger.exception(
-                    "%s the listener failed on committed offsets %d..%d",
-                    self.node.prefix,
-                    batches[0].base_offset,
-                    batches[-1].last_offset,
-                )
-
-    def handle_load_snapshot(self, reader: Any) -> None:
-        """KIP-630: the core loads a snapshot. A state machine restores it on the applier
-        thread, in order; a listener gets the reader itself; a node with neither (it only
-        replicates the log) has nothing to load."""
-        if self.node.applier is not None:
-            self.node.applier.handle_load_snapshot(StoreSnapshotReader(reader))
-            return
-        if self.node.listener is None:  # a node that only replicates: nothing to load
-            reader.close()
-            return
-        load = getattr(self.node.listener, "handle_load_snapshot", None)
-        if load is None:
-            raise RaftcoreError(
-                f"{self.node.prefix} the listener must load snapshot {reader.snapshot_id} but "
-                "has no handle_load_snapshot"
-            )
-        started = time.perf_counter()
-        load(reader)
-        self.node.metrics.snapshot_loaded(time.perf_counter() - started)
-
-    def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
-        logger.info(
-            "%s leader is now %s in epoch %d",
-            self.node.prefix,
-            leader.leader_id if leader.known else "unknown",
-            leader.epoch,
-        )
-        self.node.leader_changes += 1
-        app = self.node.listener
-        if app is not None:
-            try:
-                app.handle_leader_change(leader)
-            except Exception:
-                logger.exception("%s the listener failed on a leader change", self.node.prefix)
 
 
 def _time_out(fut: asyncio.Future[Any]) -> None:
@@ -248,7 +187,7 @@ class RaftNode(Messaging):
             self._durable,
             store,
             rng=self.rng,
-            listener=_Listener(self),
+            listener=CoreListener(self),
             listener_start_offset=start_offset,
             log_prefix=self.prefix,
         )
