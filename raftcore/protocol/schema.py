@@ -145,6 +145,9 @@ class Reader:
         return self.end - self.pos
 
 
+_ONE_BYTE = [bytes((n,)) for n in range(0x80)]
+
+
 class Writer:
     """Collects encoded pieces; large byte fields (records) are kept as views, not copied,
     until the frame is joined."""
@@ -160,6 +163,9 @@ class Writer:
         self.size += len(data)
 
     def uvarint(self, value: int) -> None:
+        if 0 <= value < 0x80:  # most lengths and counts: one byte, made once
+            self.put(_ONE_BYTE[value])
+            return
         if value < 0:
             raise ProtocolError(f"unsigned varint of a negative value {value}")
         out = bytearray()
@@ -192,10 +198,10 @@ class FieldSpec:
     flexible_override: Versions | None  # a field-level "flexibleVersions" (e.g. "none")
     struct: StructSpec | None = None  # for struct and array-of-struct fields
     null_default: bool = False  # "default": "null" (a struct or an array that starts as null)
+    is_array: bool = field(init=False, default=False)  # decided once: asked per message
 
-    @property
-    def is_array(self) -> bool:
-        return self.type.startswith("[]")
+    def __post_init__(self) -> None:
+        self.is_array = self.type.startswith("[]")
 
     @property
     def element(self) -> str:
