@@ -80,6 +80,53 @@ def test_an_fsync_requested_before_the_thread_starts_runs_once_it_starts():
     run(main())
 
 
+def test_an_fsync_with_nothing_new_is_not_reported_to_the_loop():
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        reports: list[BaseException | None] = []
+        calls: list[int] = []
+
+        def nothing_to_do() -> bool:
+            calls.append(1)
+            return False
+
+        flusher = Flusher(nothing_to_do, loop, reports.append)
+        flusher.start()
+        try:
+            flusher.request()
+            deadline = loop.time() + 5
+            while not calls and loop.time() < deadline:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.05)
+        finally:
+            flusher.close()
+            await loop.run_in_executor(None, flusher.join)
+        assert calls == [1] and reports == [] and flusher.fsyncs == 0
+
+    run(main())
+
+
+def test_a_node_fsyncs_only_when_something_was_appended_since_the_last_fsync(tmp_path):
+    async def main() -> None:
+        async with cluster(tmp_path) as nodes:
+            leader = await leader_of(nodes)
+            await leader.append([(b"k", b"v")], wait=True)
+            log = leader.log
+            assert log is not None and log.end_offset == log.flushed_offset
+            real_flush, fsyncs = log.flush, []
+
+            def counted_flush() -> int:
+                fsyncs.append(log.end_offset)
+                return real_flush()
+
+            log.flush = counted_flush  # type: ignore[method-assign]
+            assert leader._fsync() is False and fsyncs == []  # nothing new: no fsync
+            await leader.append([(b"k", b"w")], wait=True)
+            assert fsyncs and log.flushed_offset == log.end_offset  # the append was fsynced
+
+    run(main())
+
+
 def test_a_failed_fsync_stops_the_node(tmp_path):
     async def main() -> None:
         async with cluster(tmp_path) as nodes:

@@ -6,7 +6,8 @@ arrive while an fsync runs are all covered by ONE next fsync: it starts after th
 so it covers every append that preceded them. After each fsync the thread hands the outcome
 back to the event loop with a single ``call_soon_threadsafe(on_done, error)``; ``error`` is
 None on success, else the exception (the thread then stops: a failed fsync stops the node, and
-nothing written since may be acknowledged).
+nothing written since may be acknowledged). A ``flush`` that returns False had nothing to
+fsync (an earlier fsync covered every append that asked): nothing is handed back then.
 
 It replaces an asyncio task that awaited an ``asyncio.Event`` and called
 ``run_in_executor`` per fsync (a task wake-up, an executor hand-off and a future resolution on
@@ -79,12 +80,13 @@ class Flusher:
                     return
                 self._wanted = False  # requests from now on need the next fsync
             try:
-                self._flush()
+                did = self._flush()
             except BaseException as exc:  # handed to the loop, which stops the node
                 self._hand_back(exc)
                 return
-            self.fsyncs += 1
-            self._hand_back(None)
+            if did is not False:
+                self.fsyncs += 1
+                self._hand_back(None)
 
     def _hand_back(self, error: BaseException | None) -> None:
         with contextlib.suppress(RuntimeError):  # a closed loop: nobody left to tell

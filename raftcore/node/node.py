@@ -153,9 +153,8 @@ class RaftNode(Messaging):
             raise
         # What counts as durable, for the core and for messages held until an fsync.
         self._durable = self.log if cfg.flush == "always" else UnsyncedView(self.log)
-        log = self.log
         self._flusher = Flusher(  # its thread starts with the node: requests wait until then
-            lambda: self.metrics.timed_flush(log.flush),
+            self._fsync,
             self._loop,
             self._flushed,
             name=f"raftcore-fsync-{cfg.node_id}",
@@ -522,6 +521,16 @@ class RaftNode(Messaging):
                 event.set()
 
     # ---- fsync off the loop, group commit ------------------------------------------------------
+
+    def _fsync(self) -> bool:
+        """On the fsync thread: fsync the log, unless (with ``flush="always"``) an earlier fsync
+        already covered every append (a request made while it ran, for appends it took)."""
+        log = self.log
+        assert log is not None
+        if self.config.flush == "always" and log.end_offset <= log.flushed_offset:
+            return False
+        self.metrics.timed_flush(log.flush)
+        return True
 
     def _flushed(self, error: BaseException | None) -> None:
         """The fsync thread's report (on the loop): release what waited for it, or stop."""
