@@ -149,7 +149,15 @@ class ServerConnection:
             blocked_on = coro.send(None)
         except StopIteration:
             return
-        self._spawn(_go_on(coro, blocked_on))
+        task = asyncio.ensure_future(self._go_on(coro, blocked_on))
+        self._tasks.add(task)  # it forgets itself when done: no done-callback, no loop hop
+
+    async def _go_on(self, coro: Any, blocked_on: Any) -> None:
+        """Drive, inside a task, a request's coroutine that was started outside one."""
+        try:
+            await _resume(coro, blocked_on)
+        finally:
+            self._tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)
@@ -221,11 +229,6 @@ class ServerConnection:
                 if task is not asyncio.current_task():
                     task.cancel()
             self.writer.close()
-
-
-async def _go_on(coro: Any, blocked_on: Any) -> Any:
-    """Drive, inside a task, a coroutine that was started outside one."""
-    return await _resume(coro, blocked_on)
 
 
 @types.coroutine
