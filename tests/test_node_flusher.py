@@ -9,10 +9,10 @@ import contextlib
 import threading
 
 import pytest
+from test_node import cluster, leader_of, run
 
 from raftcore.errors import RaftcoreError
 from raftcore.node.flusher import Flusher
-from tests.test_node import cluster, leader_of, run
 
 pytestmark = pytest.mark.timeout(60)
 
