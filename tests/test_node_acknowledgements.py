@@ -158,3 +158,26 @@ def test_after_a_delivery_timeout_the_producer_starts_a_new_session_and_writes_a
                 await producer.close()
 
     run(main())
+
+
+def test_wait_committed_times_out_without_a_verdict_and_forgets_the_append(tmp_path):
+    """A timeout says the fate is unknown to the caller: TimeoutError, not a verdict, and the
+    append is no longer waited for (a second wait is refused)."""
+
+    async def main():
+        async with cluster(tmp_path) as nodes:
+            leader = await leader_of(nodes)
+            for n in nodes:
+                if n is not leader:
+                    await n.stop(timeout_s=0.1)
+            appended = leader.append_batches(
+                encode_batch([(b"k", b"unanswered")], base_offset=0, leader_epoch=0)
+            )
+            started = time.monotonic()
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(leader.wait_committed(appended, timeout_s=0.2), 5)
+            assert time.monotonic() - started < 0.5  # before check quorum deposes the leader
+            with pytest.raises(Exception, match="no verdict pending"):
+                await leader.wait_committed(appended, timeout_s=0.2)
+
+    run(main())

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import random
 import struct
+import types
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -118,7 +119,7 @@ class ServerConnection:
                 slot: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
                 self._order.append((slot, len(frame)))
                 self._order_bytes += len(frame)
-                self._spawn(self._run(frame, slot))
+                self._start(frame, slot)
                 while (
                     len(self._order) >= self.max_in_flight
                     or self._order_bytes > self.max_frame_bytes
@@ -137,6 +138,26 @@ class ServerConnection:
 
     def _frame_limit(self) -> int:
         return self.max_frame_bytes
+
+    def _start(self, frame: bytes, slot: asyncio.Future[Any]) -> None:
+        """Handle one request: run its handler at once, to its end when it never has to wait
+        (most Raft requests: the core answers within the step), so that no task and no loop
+        hop is spent on it; a handler that waits (a produce waiting for its commit, a parked
+        fetch) goes on in a task of its own from where it stopped."""
+        coro = self._run(frame, slot)
+        try:
+            blocked_on = coro.send(None)
+        except StopIteration:
+            return
+        task = asyncio.ensure_future(self._go_on(coro, blocked_on))
+        self._tasks.add(task)  # it forgets itself when done: no done-callback, no loop hop
+
+    async def _go_on(self, coro: Any, blocked_on: Any) -> None:
+        """Drive, inside a task, a request's coroutine that was started outside one."""
+        try:
+            await _resume(coro, blocked_on)
+        finally:
+            self._tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)
@@ -208,6 +229,29 @@ class ServerConnection:
                 if task is not asyncio.current_task():
                     task.cancel()
             self.writer.close()
+
+
+@types.coroutine
+def _resume(coro: Any, blocked_on: Any) -> Any:
+    """A ``yield from`` whose first step has run already: hand the task what the coroutine is
+    waiting on (a future), then pass the task's sends and throws (a cancellation) through."""
+    value = blocked_on
+    while True:
+        try:
+            sent = yield value
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as exc:  # a cancellation: the coroutine decides what it means
+            try:
+                value = coro.throw(exc)
+            except StopIteration as stop:
+                return stop.value
+        else:
+            try:
+                value = coro.send(sent)
+            except StopIteration as stop:
+                return stop.value
 
 
 class CloseConnection(Exception):

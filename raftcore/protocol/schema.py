@@ -145,6 +145,9 @@ class Reader:
         return self.end - self.pos
 
 
+_ONE_BYTE = [bytes((n,)) for n in range(0x80)]
+
+
 class Writer:
     """Collects encoded pieces; large byte fields (records) are kept as views, not copied,
     until the frame is joined."""
@@ -160,6 +163,9 @@ class Writer:
         self.size += len(data)
 
     def uvarint(self, value: int) -> None:
+        if 0 <= value < 0x80:  # most lengths and counts: one byte, made once
+            self.put(_ONE_BYTE[value])
+            return
         if value < 0:
             raise ProtocolError(f"unsigned varint of a negative value {value}")
         out = bytearray()
@@ -192,10 +198,10 @@ class FieldSpec:
     flexible_override: Versions | None  # a field-level "flexibleVersions" (e.g. "none")
     struct: StructSpec | None = None  # for struct and array-of-struct fields
     null_default: bool = False  # "default": "null" (a struct or an array that starts as null)
+    is_array: bool = field(init=False, default=False)  # decided once: asked per message
 
-    @property
-    def is_array(self) -> bool:
-        return self.type.startswith("[]")
+    def __post_init__(self) -> None:
+        self.is_array = self.type.startswith("[]")
 
     @property
     def element(self) -> str:
@@ -403,8 +409,12 @@ def _compile(spec: StructSpec, version: int, flexible: bool) -> tuple[Callable, 
         else:
             regular.append((f, enc, dec))
     cls = spec.cls
+    tagged.sort(key=lambda t: t[0].tag)  # written in tag order
     tag_index = {f.tag: (f, dec) for f, _, dec in tagged}
-    defaults = {f.attr: f for f in spec.fields}
+    # the fields a decode does not read in this version start at their defaults (decided
+    # once here, not per message)
+    decoded = {f.attr for f, _, _ in regular}
+    unread = [f for f in spec.fields if f.attr not in decoded]
 
     def encode(obj: Any, w: Writer) -> None:
         for f, enc, _ in regular:
@@ -418,7 +428,7 @@ def _compile(spec: StructSpec, version: int, flexible: bool) -> tuple[Callable, 
                     enc(value, sub)
                     present.append((f.tag, sub))
             w.uvarint(len(present))
-            for tag, sub in sorted(present, key=lambda p: p[0]):
+            for tag, sub in present:
                 w.uvarint(tag)
                 w.uvarint(sub.size)
                 for part in sub.parts:
@@ -428,9 +438,8 @@ def _compile(spec: StructSpec, version: int, flexible: bool) -> tuple[Callable, 
         obj = cls.__new__(cls)
         for f, _, dec in regular:
             object.__setattr__(obj, f.attr, dec(r))
-        for attr, f in defaults.items():
-            if not hasattr(obj, attr):
-                object.__setattr__(obj, attr, _initial(f))
+        for f in unread:
+            object.__setattr__(obj, f.attr, _initial(f))
         if flexible:
             count = r.uvarint()
             for _ in range(count):
