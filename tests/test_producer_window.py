@@ -140,6 +140,44 @@ def test_packed_requests_never_exceed_max_request_bytes(compression):
     run(main())
 
 
+def test_a_send_larger_than_max_request_bytes_goes_alone_and_whole():
+    """A send is never split (its offsets stay one range) nor packed with others when it
+    alone fills a request."""
+
+    async def main():
+        leader = FakeLeader(auto=True)
+        producer = await started(Producer(["127.0.0.1:1"]), leader)
+        try:
+            small = producer.send_nowait([(None, b"s")])
+            huge = producer.send_nowait([(None, b"h" * 1000)] * 1500)  # ~1.5 MB
+            after = producer.send_nowait([(None, b"a")])
+            assert [await small, await huge, await after] == [(0, 0), (1, 1500), (1501, 1501)]
+            counts = [list(iter_batches(r))[0].record_count for r in leader.requests]
+            assert counts == [1, 1500, 1]
+        finally:
+            await producer.close()
+
+    run(main())
+
+
+def test_a_producer_resuming_an_identity_packs_nothing():
+    """The exactly-once writer (raftcore.client.resumable) sends the same batches in every
+    attempt: each send stays its own batch."""
+
+    async def main():
+        leader = FakeLeader(auto=True)
+        producer = await started(Producer(["127.0.0.1:1"], identity=(7, 0, 40)), leader)
+        try:
+            sends = [producer.send_nowait([(None, b"r")] * 4) for _ in range(6)]
+            assert [await s for s in sends] == [(4 * n, 4 * n + 3) for n in range(6)]
+            sequences = [list(iter_batches(r))[0].base_sequence for r in leader.requests]
+            assert sequences == [40 + 4 * n for n in range(6)]
+        finally:
+            await producer.close()
+
+    run(main())
+
+
 def test_max_request_bytes_and_max_in_flight_are_checked():
     with pytest.raises(ValueError, match="max_request_bytes"):
         Producer(["127.0.0.1:1"], max_request_bytes=(8 << 20) + 1)

@@ -89,7 +89,7 @@ class ProduceError(RaftcoreError):
         self.error_code = error_code
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity
 class _Pending:
     """The records of one ``send()``; numbered from ``sequence``."""
 
@@ -102,7 +102,7 @@ class _Pending:
     created: float = field(default_factory=time.monotonic)
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: two batches may hold the same bytes
 class _Batch:
     """One request's record batch: the records of one or more sends, in sequence order. Once
     sent it never changes (a retry must be the same batch for the leader to recognise it)."""
