@@ -25,6 +25,12 @@ pytestmark = pytest.mark.timeout(60)
 BIG = 600_000  # a send of one record this big goes alone in a 1 MiB request
 
 
+def only_batch(data: bytes):  # type: ignore[no-untyped-def]
+    """The one record batch of a request (Produce carries one per partition)."""
+    (batch,) = iter_batches(data)
+    return batch
+
+
 class FakeLeader:
     """A leader connection whose answers the test releases: each request's records are kept,
     and its answer is a future (in request order, as a Kafka connection answers)."""
@@ -152,7 +158,7 @@ def test_a_send_larger_than_max_request_bytes_goes_alone_and_whole():
             huge = producer.send_nowait([(None, b"h" * 1000)] * 1500)  # ~1.5 MB
             after = producer.send_nowait([(None, b"a")])
             assert [await small, await huge, await after] == [(0, 0), (1, 1500), (1501, 1501)]
-            counts = [list(iter_batches(r))[0].record_count for r in leader.requests]
+            counts = [only_batch(r).record_count for r in leader.requests]
             assert counts == [1, 1500, 1]
         finally:
             await producer.close()
@@ -170,7 +176,7 @@ def test_a_producer_resuming_an_identity_packs_nothing():
         try:
             sends = [producer.send_nowait([(None, b"r")] * 4) for _ in range(6)]
             assert [await s for s in sends] == [(4 * n, 4 * n + 3) for n in range(6)]
-            sequences = [list(iter_batches(r))[0].base_sequence for r in leader.requests]
+            sequences = [only_batch(r).base_sequence for r in leader.requests]
             assert sequences == [40 + 4 * n for n in range(6)]
         finally:
             await producer.close()
