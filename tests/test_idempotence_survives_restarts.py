@@ -1,7 +1,7 @@
 """The idempotence window survives leader changes and restarts: every replica keeps the
 producer state as its log grows, and the nodes persist it, so a retry of any of a producer's
-last five batches is answered as a duplicate with its original offsets -- by a new leader, and
-after every node restarts -- without a scan of the whole log."""
+last sixteen batches (REMEMBERED_BATCHES) is answered as a duplicate with its original
+offsets -- by a new leader, and after every node restarts -- without a scan of the whole log."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from test_node import Collector, _produce_body, configs, leader_of, raw_request,
 
 from raftcore.error_codes import Errors
 from raftcore.node.node import RaftNode
+from raftcore.node.producer_state import REMEMBERED_BATCHES
 from raftcore.protocol.api import ApiKey
 from raftcore.records import encode_batch
 
@@ -46,7 +47,7 @@ async def start(cfgs) -> list[RaftNode]:  # type: ignore[no-untyped-def]
     return nodes
 
 
-def test_a_retry_of_any_of_the_last_five_batches_is_a_duplicate_after_leader_change_and_restart(
+def test_a_retry_of_any_remembered_batch_is_a_duplicate_after_leader_change_and_restart(
     tmp_path,
 ):
     async def main():
@@ -55,7 +56,9 @@ def test_a_retry_of_any_of_the_last_five_batches_is_a_duplicate_after_leader_cha
         try:
             leader = await leader_of(nodes)
             placed = {}
-            for seq in range(0, 12, 2):  # six batches: the first falls out of the window
+            # One batch more than remembered: the first falls out of the window.
+            seq_end = 2 * (REMEMBERED_BATCHES + 1)
+            for seq in range(0, seq_end, 2):
                 error, base = await produce(leader, seq)
                 assert error == Errors.NONE
                 placed[seq] = base
@@ -65,7 +68,7 @@ def test_a_retry_of_any_of_the_last_five_batches_is_a_duplicate_after_leader_cha
                 assert n.producers.entries() == leader.producers.entries()
 
             async def retries_answered(at: RaftNode) -> None:
-                for seq in range(2, 12, 2):
+                for seq in range(2, seq_end, 2):
                     assert await produce(at, seq) == (Errors.NONE, placed[seq])
                 error, _ = await produce(at, 0)
                 assert error == Errors.OUT_OF_ORDER_SEQUENCE_NUMBER
@@ -83,7 +86,7 @@ def test_a_retry_of_any_of_the_last_five_batches_is_a_duplicate_after_leader_cha
                 assert n.producer_tracker.replayed_batches == 0
             await retries_answered(await leader_of(nodes))
             written = [b for b in nodes[0].log.batches() if b.producer_id == PID]  # type: ignore[union-attr]
-            assert len(written) == 6  # the retries appended nothing
+            assert len(written) == REMEMBERED_BATCHES + 1  # the retries appended nothing
         finally:
             for n in nodes:
                 await n.stop(timeout_s=0.5)

@@ -1,5 +1,7 @@
-"""Producer-state files (``<offset>.snapshot``): the format keeps all five remembered batches of
-every producer, and a damaged file is an error naming it -- never a crash, never wrong state."""
+"""Producer-state files (``<offset>.snapshot``): the format keeps all remembered batches of
+every producer (sixteen: version 2; version 1 files, five at most, are still read and still
+written when they suffice), and a damaged file is an error naming it -- never a crash, never
+wrong state."""
 
 from __future__ import annotations
 
@@ -18,34 +20,50 @@ from raftcore.log.producer_snapshots import (
     read_producer_snapshot,
     write_producer_snapshot,
 )
-from raftcore.node.producer_state import Duplicate, ProducerStateManager
+from raftcore.node.producer_state import REMEMBERED_BATCHES, Duplicate, ProducerStateManager
 
 
-def seven_batches_each(pids=(3, 1 << 40, 77)) -> ProducerStateManager:
-    """Producers that each appended seven batches of three records: the last five count."""
+def seven_batches_each(pids=(3, 1 << 40, 77), rounds: int = 7) -> ProducerStateManager:
+    """Producers that each appended ``rounds`` batches of three records."""
     m = ProducerStateManager()
     offset = 0
-    for round_ in range(7):
+    for round_ in range(rounds):
         for pid in pids:
             m.record(pid, 2, round_ * 3, 3, first_offset=offset, last_offset=offset + 2)
             offset += 3
     return m
 
 
-def test_a_file_round_trips_all_five_remembered_batches_of_every_producer(tmp_path):
-    m = seven_batches_each()
-    path = write_producer_snapshot(tmp_path, 63, m.entries())
-    assert path.name == "00000000000000000063.snapshot"
-    assert producer_snapshot_offsets(tmp_path) == [63]
+def test_a_file_round_trips_all_sixteen_remembered_batches_of_every_producer(tmp_path):
+    rounds = REMEMBERED_BATCHES + 2
+    m = seven_batches_each(rounds=rounds)
+    path = write_producer_snapshot(tmp_path, 9 * rounds, m.entries())
+    assert path.name == f"{9 * rounds:020d}.snapshot"
+    assert producer_snapshot_offsets(tmp_path) == [9 * rounds]
+    assert path.read_bytes()[:2] == struct.pack(">h", 2)  # more than five: version 2
     restored = ProducerStateManager()
-    restored.restore(read_producer_snapshot(tmp_path, 63))
+    restored.restore(read_producer_snapshot(tmp_path, 9 * rounds))
     assert restored.entries() == m.entries()
-    assert [len(e.batches) for e in restored.entries()] == [5, 5, 5]
-    # Every one of the five is a duplicate, with its first offsets; the sixth-last is gone.
-    for round_ in range(2, 7):
+    assert REMEMBERED_BATCHES == 16
+    assert [len(e.batches) for e in restored.entries()] == [16, 16, 16]
+    # Every one of the sixteen is a duplicate, with its first offsets; the seventeenth-last
+    # is gone.
+    for round_ in range(2, rounds):
         verdict = restored.check(77, 2, round_ * 3, 3)
         assert verdict == Duplicate(round_ * 9 + 6, round_ * 9 + 8)
     assert not isinstance(restored.check(77, 2, 3, 3), Duplicate)
+
+
+def test_a_file_of_at_most_five_batches_per_producer_stays_version_1_and_is_read(tmp_path):
+    """The previous release reads version 1 only: files it can read are still written so."""
+    m = ProducerStateManager()
+    for n in range(5):
+        m.record(8, 0, n, 1, first_offset=n, last_offset=n)
+    data = encode_producer_snapshot(m.entries())
+    assert data[:2] == struct.pack(">h", 1)
+    assert decode_producer_snapshot(data) == m.entries()
+    m.record(8, 0, 5, 1, first_offset=5, last_offset=5)
+    assert encode_producer_snapshot(m.entries())[:2] == struct.pack(">h", 2)
 
 
 def test_the_layout_is_version_crc32c_count_then_producers():
@@ -61,8 +79,12 @@ def _with_crc(body: bytes) -> bytes:
     return struct.pack(">hI", PRODUCER_SNAPSHOT_VERSION, crc32c(body)) + body
 
 
+def _version_2(body: bytes) -> bytes:
+    return struct.pack(">hI", 2, crc32c(body)) + body
+
+
 def _damaged_files() -> dict[str, bytes]:
-    good = encode_producer_snapshot(seven_batches_each().entries())
+    good = encode_producer_snapshot(seven_batches_each(rounds=5).entries())
     body = good[6:]
     entry = struct.pack(">qhb", 9, 0, 1) + struct.pack(">iiqq", 0, 0, 0, 0)
     files = {
@@ -72,6 +94,10 @@ def _damaged_files() -> dict[str, bytes]:
         "count too large": _with_crc(struct.pack(">i", 4) + entry),
         "negative count": _with_crc(struct.pack(">i", -1) + entry),
         "six batches": _with_crc(struct.pack(">i", 1) + entry[:10] + b"\x06" + entry[11:]),
+        "version 2, seventeen batches": _version_2(
+            struct.pack(">i", 1) + entry[:10] + b"\x11" + entry[11:]
+        ),
+        "version 3": struct.pack(">h", 3) + good[2:],
         "batches cut off": _with_crc(struct.pack(">i", 1) + entry[:-1]),
         "a byte after the end": _with_crc(struct.pack(">i", 1) + entry + b"\x00"),
         "negative producer id": _with_crc(struct.pack(">i", 1) + b"\xff" * 8 + entry[8:]),

@@ -1,10 +1,32 @@
 """An asyncio producer for raftcore (and Kafka: it speaks Produce v10).
 
 Idempotent by default, as Kafka's producer is since 3.0: it gets a producer id (InitProducerId)
-and numbers its batches; a batch retried after a lost answer or a leader change is recognised
-by the leader and not written twice. Batches are sent in sequence order with at most
-``max_in_flight`` (<= 5, the leader remembers five) unanswered; when one fails, every
-unanswered batch is sent again, in order, once the cause is dealt with.
+and numbers its records; a batch retried after a lost answer or a leader change is recognised
+by the leader and not written twice.
+
+**A sliding window of requests.** Batches go to the leader in sequence order, each as soon as
+fewer than ``max_in_flight`` requests are unanswered (not in rounds: an answer makes room for
+the next request at once). Answers are handled as they come, in request order (a Kafka
+connection answers in order). When one fails, no new request is sent; the answers still due
+are handled (a later batch that succeeded is done), and then every unanswered batch is sent
+again, oldest first, once the cause is dealt with -- never reordered, and never written twice,
+since the leader recognises each resent batch it already has. That needs the leader to remember
+as many batches per producer as may be unanswered: Kafka brokers remember five (hence Kafka's
+limit of five in flight); raftcore nodes remember sixteen
+(:data:`raftcore.node.producer_state.REMEMBERED_BATCHES`). So ``max_in_flight`` is 5 by
+default and may be raised to 16 by whoever knows it talks to raftcore nodes (a client cannot
+tell from the protocol, and a window wider than the leader's would turn a lost answer into
+OUT_OF_ORDER_SEQUENCE_NUMBER for the oldest batch: not a duplicate, but a failed delivery).
+
+**Packing.** Records queued by several ``send()`` calls that have not gone out yet are packed
+into one record batch of up to ``max_request_bytes`` (1 MiB by default, 1-8 MiB accepted;
+the request around it included), and each ``send()`` still gets the offsets of its own records.
+One batch, not several per request: Produce v3+ carries one batch per partition, and a Kafka
+broker (and the node, for a batch with a duplicate in it) refuses more, so bigger batches work
+with every broker and keep the leader's checks as they are. A single ``send()`` is never
+split (its records stay one batch, so its offsets stay contiguous), even when it alone is
+larger. A producer that resumes an identity packs nothing: its batches must be the same in
+every attempt.
 
 A producer may also resume a known identity (``identity=(producer id, epoch, sequence)``)
 instead of asking for one: :mod:`raftcore.client.resumable` does, to write exactly once across
@@ -23,6 +45,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,17 +54,23 @@ from raftcore.client.cluster import ClusterClient, NoLeaderError
 from raftcore.client.connection import ConnectionClosed
 from raftcore.error_codes import Errors, error_name
 from raftcore.errors import RaftcoreError
+from raftcore.node.producer_state import REMEMBERED_BATCHES
 from raftcore.protocol.api import ApiKey, request_spec
 from raftcore.records import encode_batch
 from raftcore.security.config import ClientSecurity
 
-__all__ = ["ProduceError", "Producer"]
+__all__ = ["MAX_IN_FLIGHT", "ProduceError", "Producer"]
 
 logger = logging.getLogger(__name__)
 
 COMPRESSIONS = ("none", "gzip", "zstd")  # what raftcore's batch codec writes
 PRODUCE_VERSION = 10
 INIT_PRODUCER_ID_VERSION = 4
+KAFKA_MAX_IN_FLIGHT = 5  # what a Kafka broker's idempotence window allows
+MAX_IN_FLIGHT = REMEMBERED_BATCHES  # what a raftcore leader's allows (16)
+MAX_REQUEST_BYTES = (1 << 20, 8 << 20)  # the accepted range of max_request_bytes
+_BATCH_HEADER = 61  # bytes of a record batch before its records
+_RECORD_SLACK = 3  # a record's offset delta (and length) varints may grow this much when packed
 RETRIABLE = {
     Errors.NOT_LEADER_OR_FOLLOWER,
     Errors.FENCED_LEADER_EPOCH,
@@ -60,16 +89,30 @@ class ProduceError(RaftcoreError):
         self.error_code = error_code
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity
 class _Pending:
+    """The records of one ``send()``; numbered from ``sequence``."""
+
     sequence: int
     records: list[Any]
-    data: bytes | None = None
-    attempted: bool = False  # sent at least once: if unanswered, its fate is unknown
+    data: bytes | None = None  # these records alone, as a batch
     future: asyncio.Future[tuple[int, int]] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
     created: float = field(default_factory=time.monotonic)
+
+
+@dataclass(eq=False)  # compared by identity: two batches may hold the same bytes
+class _Batch:
+    """One request's record batch: the records of one or more sends, in sequence order. Once
+    sent it never changes (a retry must be the same batch for the leader to recognise it)."""
+
+    sends: list[_Pending]
+    data: bytes
+
+    @property
+    def created(self) -> float:
+        return self.sends[0].created
 
 
 class Producer:
@@ -81,7 +124,8 @@ class Producer:
         acks: int = -1,
         idempotent: bool = True,
         compression: str = "none",
-        max_in_flight: int = 5,
+        max_in_flight: int = KAFKA_MAX_IN_FLIGHT,
+        max_request_bytes: int = MAX_REQUEST_BYTES[0],
         delivery_timeout_ms: int = 120_000,
         request_timeout_ms: int = 30_000,
         retry_backoff_ms: int = 100,
@@ -92,8 +136,16 @@ class Producer:
     ) -> None:
         if acks not in (-1, 0, 1):
             raise ValueError(f"acks must be -1, 0 or 1, got {acks}")
-        if idempotent and (acks != -1 or not 1 <= max_in_flight <= 5):
-            raise ValueError("an idempotent producer needs acks=-1 and max_in_flight in 1..5")
+        if max_in_flight < 1 or (idempotent and (acks != -1 or max_in_flight > MAX_IN_FLIGHT)):
+            raise ValueError(
+                f"an idempotent producer needs acks=-1 and max_in_flight in 1..{MAX_IN_FLIGHT} "
+                f"(at most {KAFKA_MAX_IN_FLIGHT} with a Kafka broker)"
+            )
+        if not MAX_REQUEST_BYTES[0] <= max_request_bytes <= MAX_REQUEST_BYTES[1]:
+            raise ValueError(
+                f"max_request_bytes must be in {MAX_REQUEST_BYTES[0]}..{MAX_REQUEST_BYTES[1]}, "
+                f"got {max_request_bytes}"
+            )
         if identity is not None and not idempotent:
             raise ValueError("a producer identity needs an idempotent producer")
         if compression not in COMPRESSIONS:
@@ -115,11 +167,16 @@ class Producer:
         self.idempotent = idempotent
         self.compression = compression
         self.max_in_flight = max_in_flight
+        self.max_request_bytes = max_request_bytes
+        # The request around the batch: header, client id, topic name, fields (< 64 bytes).
+        overhead = 64 + len(client_id.encode()) + len(topic.encode())
+        self._max_batch_bytes = max_request_bytes - overhead
         self.delivery_timeout_s = delivery_timeout_ms / 1000
         self.request_timeout_ms = request_timeout_ms
         self.identity = identity
         self.producer_id, self.producer_epoch, self._sequence = identity or (-1, -1, 0)
-        self._queue: list[_Pending] = []  # unanswered, in sequence order
+        self._queue: deque[_Pending] = deque()  # sends not yet in a batch, in sequence order
+        self._batches: list[_Batch] = []  # sent and unanswered, in sequence order
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.retries = 0
@@ -136,9 +193,7 @@ class Producer:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
-        for p in self._queue:
-            if not p.future.done():
-                p.future.set_exception(ProduceError(Errors.BROKER_NOT_AVAILABLE, "producer closed"))
+        self._fail_all(Errors.BROKER_NOT_AVAILABLE, "producer closed")
         await self.cluster.close()
 
     async def __aenter__(self) -> Producer:
@@ -151,8 +206,22 @@ class Producer:
     # ---- sending -------------------------------------------------------------------------------
 
     async def send(self, records: Iterable[Any]) -> tuple[int, int]:
-        """Write ``records`` ((key, value) or (key, value, headers)) as one batch and return
-        its (first offset, last offset) once acknowledged (committed, with acks=-1)."""
+        """Write ``records`` ((key, value) or (key, value, headers)) and return their (first
+        offset, last offset) once acknowledged (committed, with acks=-1). They go as one batch,
+        or inside a bigger one with the records of other sends queued with them."""
+        return await self._queue_send(records)
+
+    def send_nowait(self, records: Iterable[Any]) -> asyncio.Future[tuple[int, int]]:
+        """Like ``send`` but returns the future at once (to keep several batches in flight);
+        the records are queued before it returns. Bad records fail the future."""
+        try:
+            return self._queue_send(records)
+        except Exception as exc:
+            failed: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
+            failed.set_exception(exc)
+            return failed
+
+    def _queue_send(self, records: Iterable[Any]) -> asyncio.Future[tuple[int, int]]:
         recs = list(records)
         if not recs:
             raise ValueError("nothing to send")
@@ -164,24 +233,46 @@ class Producer:
             self._sequence = (self._sequence + len(recs)) % 0x80000000
         self._queue.append(pending)
         self._wakeup.set()
-        return await pending.future
-
-    def send_nowait(self, records: Iterable[Any]) -> asyncio.Future[tuple[int, int]]:
-        """Like ``send`` but returns the future at once (to keep several batches in flight)."""
-        return asyncio.ensure_future(self.send(records))
+        return pending.future
 
     def _encode(self, p: _Pending) -> bytes:
         if p.data is None:
-            p.data = encode_batch(
-                p.records,
-                base_offset=0,
-                leader_epoch=-1,
-                compression=self.compression,
-                producer_id=self.producer_id,
-                producer_epoch=self.producer_epoch,
-                base_sequence=p.sequence if self.idempotent else -1,
-            )
+            p.data = self._encode_records(p.records, p.sequence)
         return p.data
+
+    def _encode_records(self, records: list[Any], sequence: int) -> bytes:
+        return encode_batch(
+            records,
+            base_offset=0,
+            leader_epoch=-1,
+            compression=self.compression,
+            producer_id=self.producer_id,
+            producer_epoch=self.producer_epoch,
+            base_sequence=sequence if self.idempotent else -1,
+        )
+
+    def _next_batch(self) -> _Batch | None:
+        """The queued sends that fit in one request, as one batch (None: nothing queued)."""
+        if not self._queue:
+            return None
+        first = self._queue.popleft()
+        sends = [first]
+        if self.identity is None:  # a resumable writer's batches must be as it sent them
+            size = len(self._encode(first))
+            records = len(first.records)
+            while self._queue:
+                nxt = self._queue[0]
+                grown = size + len(self._encode(nxt)) - _BATCH_HEADER
+                if grown + _RECORD_SLACK * (records + len(nxt.records)) > self._max_batch_bytes:
+                    break
+                sends.append(self._queue.popleft())
+                size, records = grown, records + len(nxt.records)
+        while len(sends) > 1:
+            data = self._encode_records([r for p in sends for r in p.records], first.sequence)
+            if len(data) <= self._max_batch_bytes:
+                return _Batch(sends, data)
+            self._queue.appendleft(sends.pop())  # compression packed worse: one send fewer
+        return _Batch(sends, self._encode(first))
 
     async def _sender(self) -> None:
         try:
@@ -190,15 +281,12 @@ class Producer:
             raise
         except Exception as exc:  # a bug: fail every waiting send rather than hang them
             logger.exception("the producer's sender failed")
-            for p in self._queue:
-                if not p.future.done():
-                    p.future.set_exception(ProduceError(Errors.UNKNOWN_SERVER_ERROR, str(exc)))
-            self._queue.clear()
+            self._fail_all(Errors.UNKNOWN_SERVER_ERROR, str(exc))
 
     async def _send_loop(self) -> None:
         attempt = 0
         while True:
-            if not self._queue:
+            if not self._batches and not self._queue:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
@@ -207,10 +295,9 @@ class Producer:
                     self._fail_all(Errors.REQUEST_TIMED_OUT, "a delivery timed out")
                     continue
                 await self._reset_sequences()
-            batch = self._queue[: self.max_in_flight]
-            if not batch:
+            if not self._batches and not self._queue:
                 continue
-            outcome = await self._send_round(batch)
+            outcome = await self._send_window()
             if outcome == "ok":
                 attempt = 0
                 continue
@@ -223,12 +310,20 @@ class Producer:
             await asyncio.sleep(self.cluster.backoff_s(attempt))
 
     def _expire(self) -> bool:
-        """Fail the batches older than the delivery timeout; True if any expired."""
+        """Fail the batches and sends older than the delivery timeout, oldest first (only
+        between windows: nothing is in flight); True if any expired."""
         now = time.monotonic()
         expired = False
-        while self._queue and now - self._queue[0].created > self.delivery_timeout_s:
-            p = self._queue.pop(0)
+        while self._batches and now - self._batches[0].created > self.delivery_timeout_s:
             expired = True
+            self._fail(self._batches.pop(0), Errors.REQUEST_TIMED_OUT, "delivery timed out")
+        while (
+            not self._batches
+            and self._queue
+            and now - self._queue[0].created > self.delivery_timeout_s
+        ):
+            expired = True
+            p = self._queue.popleft()
             if not p.future.done():
                 p.future.set_exception(ProduceError(Errors.REQUEST_TIMED_OUT, "delivery timed out"))
         return expired
@@ -238,21 +333,15 @@ class Producer:
         refuse every later one (OUT_OF_ORDER_SEQUENCE_NUMBER) forever. As Kafka's producer does
         (KIP-360), start a new producer session: batches already sent under the old one may
         have been written, so resending them under new numbers could write them twice -- they
-        fail as indeterminate; batches never sent are renumbered from 0."""
-        keep = []
-        for p in self._queue:
-            if p.attempted:
-                if not p.future.done():
-                    p.future.set_exception(
-                        ProduceError(
-                            Errors.REQUEST_TIMED_OUT,
-                            "an earlier batch's delivery timed out; this batch was sent and its "
-                            "fate is unknown (the producer starts a new session)",
-                        )
-                    )
-            else:
-                keep.append(p)
-        self._queue = keep
+        fail as indeterminate; sends never sent are renumbered from 0."""
+        for batch in self._batches:
+            self._fail(
+                batch,
+                Errors.REQUEST_TIMED_OUT,
+                "an earlier batch's delivery timed out; this batch was sent and its fate is "
+                "unknown (the producer starts a new session)",
+            )
+        self._batches = []
         while True:
             try:
                 await self._init_producer_id()
@@ -266,67 +355,99 @@ class Producer:
             sequence += len(p.records)
         self._sequence = sequence % 0x80000000
 
-    async def _send_round(self, batch: list[_Pending]) -> str:
-        """Send ``batch`` (in sequence order, pipelined) to the leader. 'ok' when the first
-        one succeeded, 'moved' when a newer leader was learned, 'retry' otherwise."""
+    async def _send_window(self) -> str:
+        """Send the unanswered batches, then the queued sends, to the leader, keeping up to
+        ``max_in_flight`` requests unanswered, until none is left or one fails. 'ok' when all
+        were answered or one failed after others succeeded (resend at once), 'moved' when a
+        newer leader was learned, 'retry' otherwise."""
         try:
             conn, leader = await self.cluster.leader_connection()
         except (NoLeaderError, ConnectionClosed, OSError, asyncio.TimeoutError) as exc:
             logger.debug("no leader connection: %s", exc)
             return "retry"
-        cls = request_spec(ApiKey.PRODUCE).cls
-        requests = []
-        for p in batch:
-            p.attempted = True
-            body = cls(
-                transactional_id=None,
-                acks=self.acks,
-                timeout_ms=self.request_timeout_ms,
-                topic_data=[
-                    cls.TopicProduceData(
-                        name=self.topic,
-                        partition_data=[cls.PartitionProduceData(index=0, records=self._encode(p))],
-                    )
-                ],
-            )
-            requests.append(
-                asyncio.ensure_future(
-                    conn.request(
-                        ApiKey.PRODUCE,
-                        PRODUCE_VERSION,
-                        body,
-                        timeout_s=self.request_timeout_ms / 1000,
-                        expect_response=self.acks != 0,
-                    )
-                )
-            )
-        results = await asyncio.gather(*requests, return_exceptions=True)
-        outcome = "ok"
-        for p, result in zip(batch, results, strict=True):
-            if isinstance(result, BaseException):
-                logger.debug("produce to node %d failed: %s", leader.leader_id, result)
-                self.cluster.request_refresh()
-                return "retry" if outcome == "ok" and p is batch[0] else outcome
-            if self.acks == 0:
-                self._complete(p, (-1, -1))
-                continue
-            verdict = self._handle(p, result, leader)
-            if verdict != "ok":
-                return verdict if p is batch[0] else outcome
-        return outcome
+        window: deque[tuple[_Batch, asyncio.Future[Any]]] = deque()
+        failure: str | None = None  # once set, nothing more is sent in this window
+        progressed = False
+        try:
+            while True:
+                self._wakeup.clear()  # set by send() and by every answer
+                # While nothing failed, the window holds the oldest unanswered batches.
+                while failure is None and len(window) < self.max_in_flight:
+                    if len(window) < len(self._batches):
+                        batch = self._batches[len(window)]  # unanswered in an earlier window
+                    else:
+                        new = self._next_batch()
+                        if new is None:
+                            break
+                        batch = new
+                        self._batches.append(batch)
+                    window.append((batch, self._request(conn, batch)))
+                if not window:
+                    break
+                batch, answer = window[0]
+                if not answer.done():
+                    await self._wakeup.wait()
+                    continue
+                window.popleft()
+                verdict = self._answered(batch, answer, leader.leader_id)
+                if verdict == "ok":
+                    progressed = progressed or failure is None
+                elif failure is None:
+                    failure = verdict
+        finally:
+            for _, answer in window:  # cancelled: nobody will read these
+                answer.cancel()
+        if failure is None or failure == "stop" or progressed:
+            return "ok"
+        return failure
 
-    def _handle(self, p: _Pending, resp: Any, leader: Any) -> str:
+    def _request(self, conn: Any, batch: _Batch) -> asyncio.Future[Any]:
+        cls = request_spec(ApiKey.PRODUCE).cls
+        body = cls(
+            transactional_id=None,
+            acks=self.acks,
+            timeout_ms=self.request_timeout_ms,
+            topic_data=[
+                cls.TopicProduceData(
+                    name=self.topic,
+                    partition_data=[cls.PartitionProduceData(index=0, records=batch.data)],
+                )
+            ],
+        )
+        answer = asyncio.ensure_future(
+            conn.request(
+                ApiKey.PRODUCE,
+                PRODUCE_VERSION,
+                body,
+                timeout_s=self.request_timeout_ms / 1000,
+                expect_response=self.acks != 0,
+            )
+        )
+        answer.add_done_callback(lambda _: self._wakeup.set())
+        return answer
+
+    def _answered(self, batch: _Batch, answer: asyncio.Future[Any], leader_id: int) -> str:
+        exc = None if answer.cancelled() else answer.exception()
+        if answer.cancelled() or exc is not None:
+            logger.debug("produce to node %d failed: %s", leader_id, exc)
+            self.cluster.request_refresh()
+            return "retry"
+        if self.acks == 0:
+            self._complete(batch, -1)
+            return "ok"
+        return self._handle(batch, answer.result())
+
+    def _handle(self, batch: _Batch, resp: Any) -> str:
         part = resp.responses[0].partition_responses[0]
         error = part.error_code
         if error == Errors.NONE:
-            count = len(p.records)
-            self._complete(p, (part.base_offset, part.base_offset + count - 1))
+            self._complete(batch, part.base_offset)
             return "ok"
-        resumed = self.identity is not None and self._queue and p is self._queue[0]
+        resumed = self.identity is not None and self._batches and batch is self._batches[0]
         if error == Errors.OUT_OF_ORDER_SEQUENCE_NUMBER and resumed:
             # The leader's sequence for this producer is not ours: the owner resyncs.
             self._fail_all(error, "the leader's last sequence for this producer differs")
-            return "ok"
+            return "stop"
         if error in RETRIABLE:
             hint = part.current_leader
             if (
@@ -338,22 +459,37 @@ class Producer:
             ):
                 return "moved"
             return "retry"
-        self._queue.remove(p)
-        if not p.future.done():
-            p.future.set_exception(ProduceError(error))
+        if batch in self._batches:
+            self._batches.remove(batch)
+        self._fail(batch, error)
         return "ok"
 
+    def _fail(self, batch: _Batch, error: int, why: str = "") -> None:
+        for p in batch.sends:
+            if not p.future.done():
+                p.future.set_exception(ProduceError(error, why))
+
     def _fail_all(self, error: int, why: str) -> None:
+        message = f"{error_name(error)}: {why}"
+        for batch in self._batches:
+            self._fail(batch, error, message)
         for p in self._queue:
             if not p.future.done():
-                p.future.set_exception(ProduceError(error, f"{error_name(error)}: {why}"))
+                p.future.set_exception(ProduceError(error, message))
+        self._batches = []
         self._queue.clear()
 
-    def _complete(self, p: _Pending, offsets: tuple[int, int]) -> None:
-        if p in self._queue:
-            self._queue.remove(p)
-        if not p.future.done():
-            p.future.set_result(offsets)
+    def _complete(self, batch: _Batch, base_offset: int) -> None:
+        """Each send of the batch gets its own records' offsets ((-1, -1) with acks=0)."""
+        if batch in self._batches:
+            self._batches.remove(batch)
+        offset = base_offset
+        for p in batch.sends:
+            count = len(p.records)
+            if not p.future.done():
+                p.future.set_result((offset, offset + count - 1) if offset >= 0 else (-1, -1))
+            if offset >= 0:
+                offset += count
 
     # ---- producer id ---------------------------------------------------------------------------
 

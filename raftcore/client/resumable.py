@@ -10,14 +10,14 @@ producer table says how far its log has them: DescribeProducers gives the last s
 
 **Resuming.** Say the leader's log holds this producer's rows up to sequence ``last``. A batch
 wholly below ``last`` is skipped: it is in the leader's log. The batch ending at ``last`` is
-sent again: the leader recognises it (one of the five it remembers) and answers, with acks=all,
+sent again: the leader recognises it (one of the sixteen it remembers) and answers, with acks=all,
 only once it is committed -- and with it everything before it in the log. Later batches are
 sent as new. A batch that straddles ``last`` means the rows differ from the earlier attempt's:
 the writer stops with :class:`ExactlyOnceError` rather than guess.
 
 **Two attempts at once** (speculation, or a task presumed dead) share the id: whichever
 sends a batch first writes it, the other's copy is answered as a duplicate, or, when it fell
-more than five batches behind, refused as out of order -- then it asks DescribeProducers again
+more than sixteen batches behind, refused as out of order -- then it asks DescribeProducers again
 and skips ahead. Nothing is written twice either way.
 
 **What it needs.** The rows and their batching must be the same in every attempt (a Spark

@@ -2,16 +2,22 @@
 
 A file holds the idempotent-produce state (per producer id: its epoch and its last batches)
 as of ``offset``: it covers every batch below that offset and none above. Kafka's file keeps
-only each producer's last batch; ours keeps all of them (up to five), so a retry of any of the
-last five batches is still recognised after a restart. Hence our own version number.
+only each producer's last batch; ours keeps all of them (up to sixteen), so a retry of any
+remembered batch is still recognised after a restart. Hence our own version numbers.
 
-Format (big-endian), version 1::
+Format (big-endian), versions 1 and 2::
 
-    version   int16    1
+    version   int16    1 or 2
     crc       uint32   CRC-32C of every byte after this field
     count     int32    number of producers
-    count x:  producer_id int64, epoch int16, n int8 (0..5),
+    count x:  producer_id int64, epoch int16, n int8 (version 1: 0..5, version 2: 0..16),
               n x (first_seq int32, last_seq int32, first_offset int64, last_offset int64)
+
+Version 2 only allows more batches per producer: the leader remembers sixteen since raftcore's
+own producer may keep more than five requests in flight (Kafka clients keep five). A file is
+written as version 1 when no producer has more than five batches, so a node of the previous
+release still reads it; such a node refuses a version 2 file as damaged and scans its log
+instead, which is slower and just as safe. Both versions are read.
 
 Files are written whole (temporary file, fsync, rename, fsync of the directory) and read with
 every length checked: a damaged file raises :class:`CorruptProducerStateError` naming it, and
@@ -35,6 +41,7 @@ from raftcore.log.config import segment_file_prefix
 
 __all__ = [
     "PRODUCER_SNAPSHOT_SUFFIX",
+    "MAX_BATCHES",
     "PRODUCER_SNAPSHOT_VERSION",
     "BatchMetadata",
     "ProducerEntry",
@@ -50,7 +57,9 @@ __all__ = [
 
 PRODUCER_SNAPSHOT_SUFFIX = ".snapshot"
 PRODUCER_SNAPSHOT_VERSION = 1  # Kafka's own files are version 1 too, but a different layout
-MAX_BATCHES = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN
+# Batches per producer a version allows: 5 is Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN.
+MAX_BATCHES_BY_VERSION = {1: 5, 2: 16}
+MAX_BATCHES = MAX_BATCHES_BY_VERSION[2]  # what the leader remembers (producer_state)
 
 _HEADER = struct.Struct(">hI")  # version, crc
 _COUNT = struct.Struct(">i")
@@ -91,6 +100,9 @@ def producer_snapshot_offsets(directory: str | os.PathLike[str]) -> list[int]:
 
 
 def encode_producer_snapshot(entries: list[ProducerEntry]) -> bytes:
+    """Version 1 when every producer has at most five batches, else version 2."""
+    wide = any(len(e.batches) > MAX_BATCHES_BY_VERSION[1] for e in entries)
+    version = 2 if wide else PRODUCER_SNAPSHOT_VERSION
     parts = [_COUNT.pack(len(entries))]
     for e in entries:
         if not 0 <= len(e.batches) <= MAX_BATCHES:
@@ -98,12 +110,12 @@ def encode_producer_snapshot(entries: list[ProducerEntry]) -> bytes:
         parts.append(_ENTRY.pack(e.producer_id, e.epoch, len(e.batches)))
         parts.extend(_BATCH.pack(*b) for b in e.batches)
     body = b"".join(parts)
-    return _HEADER.pack(PRODUCER_SNAPSHOT_VERSION, crc32c(body)) + body
+    return _HEADER.pack(version, crc32c(body)) + body
 
 
 def decode_producer_snapshot(data: bytes, name: str = "producer-state file") -> list[ProducerEntry]:
     """The entries of a file's bytes. Raises CorruptProducerStateError (naming ``name``) for
-    anything but a whole, sound version-1 file."""
+    anything but a whole, sound file of version 1 or 2."""
 
     def corrupt(why: str) -> CorruptProducerStateError:
         return CorruptProducerStateError(f"{name}: {why}")
@@ -112,8 +124,9 @@ def decode_producer_snapshot(data: bytes, name: str = "producer-state file") -> 
     if size < _HEADER.size + _COUNT.size:
         raise corrupt(f"{size} bytes, shorter than a header")
     version, crc = _HEADER.unpack_from(data, 0)
-    if version != PRODUCER_SNAPSHOT_VERSION:
-        raise corrupt(f"version {version}, expected {PRODUCER_SNAPSHOT_VERSION}")
+    if version not in MAX_BATCHES_BY_VERSION:
+        raise corrupt(f"version {version}, expected 1 or 2")
+    max_batches = MAX_BATCHES_BY_VERSION[version]
     view = memoryview(data)[_HEADER.size :]
     if crc32c(view) != crc:
         raise corrupt("CRC mismatch")
@@ -127,7 +140,7 @@ def decode_producer_snapshot(data: bytes, name: str = "producer-state file") -> 
             raise corrupt(f"producer {k} of {count} is cut off at byte {pos}")
         pid, epoch, n = _ENTRY.unpack_from(view, pos)
         pos += _ENTRY.size
-        if pid < 0 or epoch < 0 or not 0 <= n <= MAX_BATCHES:
+        if pid < 0 or epoch < 0 or not 0 <= n <= max_batches:
             raise corrupt(f"producer {k}: id {pid}, epoch {epoch}, {n} batches")
         if pos + n * _BATCH.size > len(view):
             raise corrupt(f"producer {pid}'s {n} batches are cut off at byte {pos}")

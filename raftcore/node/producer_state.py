@@ -1,11 +1,17 @@
-"""Idempotent produce: the leader remembers, per producer id, its epoch and its last five
-batches (sequence range and offsets), as Kafka's ProducerStateManager does.
+"""Idempotent produce: the leader remembers, per producer id, its epoch and its last sixteen
+batches (sequence range and offsets), as Kafka's ProducerStateManager does with five.
 
-- a batch whose sequence range is one of those five is a retry: it is answered with the
+- a batch whose sequence range is one of those remembered is a retry: it is answered with the
   offsets it got the first time, and nothing is appended;
 - a batch must continue its producer's sequence (last sequence + 1, wrapping at 2^31-1); a
   new producer (or a new producer epoch) starts at 0; otherwise OUT_OF_ORDER_SEQUENCE_NUMBER;
 - an older producer epoch is fenced (INVALID_PRODUCER_EPOCH).
+
+Why sixteen, not Kafka's five: a producer may have as many batches in flight as the leader
+remembers, since after a lost answer it resends every unanswered batch, and the oldest must
+still be recognised (else it is refused as out of order, and a producer that resumes an
+identity fails). Kafka clients never have more than five in flight, so they see no change;
+raftcore's own producer (:mod:`raftcore.client.producer`) may ask for up to sixteen.
 
 Every replica keeps the table current as its log grows (:mod:`raftcore.node.producer_tracker`
 records each appended batch and persists the table in ``<offset>.snapshot`` files), so a new
@@ -19,12 +25,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raftcore.error_codes import Errors
-from raftcore.log.producer_snapshots import BatchMetadata, ProducerEntry
+from raftcore.log.producer_snapshots import MAX_BATCHES, BatchMetadata, ProducerEntry
 
-__all__ = ["Duplicate", "ProducerStateManager"]
+__all__ = ["REMEMBERED_BATCHES", "Duplicate", "ProducerStateManager"]
 
 INT32_MAX = 0x7FFFFFFF
-REMEMBERED_BATCHES = 5
+REMEMBERED_BATCHES = MAX_BATCHES  # 16: what producer-state files keep too
 _READ_BYTES = 8 << 20
 
 
