@@ -69,7 +69,8 @@ async def _drive(writes: list[Write], total: int, latencies: list[float]) -> flo
 
 
 def _run_rounds(benchmark, loop, writes: list[Write], total: int) -> dict:
-    benchmark.group = f"small writes: 1 record per request, acks=all, {len(writes)} writers"
+    who = "1 writer" if len(writes) == 1 else f"{len(writes)} writers"
+    benchmark.group = f"small writes: 1 record per request, acks=all, {who}"
     runs: list[float] = []
     latencies: list[float] = []
 
