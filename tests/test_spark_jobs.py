@@ -65,9 +65,10 @@ def _records(phase: int, batch: int) -> list[tuple[bytes | None, bytes | None]]:
 
 
 async def _write(bootstrap: list[str], phase: int, batches: int) -> list[tuple[int, int]]:
+    # One send at a time: each is then a batch of its own (a producer packs sends queued
+    # together into one batch), and the tests pick snapshot offsets at these boundaries.
     async with Producer(bootstrap, request_timeout_ms=5000) as producer:
-        futures = [producer.send_nowait(_records(phase, b)) for b in range(batches)]
-        return [await f for f in futures]
+        return [await producer.send(_records(phase, b)) for b in range(batches)]
 
 
 def applied_state(data_dir: Path, n: int, scratch: Path) -> list[tuple[bytes, bytes]]:
