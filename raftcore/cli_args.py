@@ -33,8 +33,8 @@ class CommandLineError(RaftcoreError):
 
 
 def _int(text: str) -> int:
-    """An integer; ``_`` may group digits (``200_000``)."""
-    cleaned = text.strip().replace("_", "")
+    """An integer; ``_`` or ``,`` may group digits (``200_000``, ``1,000,000``)."""
+    cleaned = text.strip().replace("_", "").replace(",", "")
     if not cleaned.lstrip("+-").isdigit():
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
     return int(cleaned)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from raftcore.cli_args import bootstrap_list
+from raftcore.cli_args import bootstrap_list, non_negative_int, positive_int
 from raftcore.security.client_config import add_command_config_option
 
 __all__ = ["add_spark_commands", "local_session"]
@@ -160,23 +160,6 @@ def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse
     return run
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text.replace("_", "").replace(",", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative")
-    return value
-
-
-def _count(text: str) -> int:
-    value = _positive(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
-
-
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("data_dir", nargs="?", metavar="DATA_DIR", help="a node's data directory")
     p.add_argument(
@@ -188,14 +171,14 @@ def _common(p: argparse.ArgumentParser) -> None:
     add_command_config_option(p)
     p.add_argument(
         "--timeout-ms",
-        type=_count,
+        type=positive_int,
         default=30_000,
         help="with --bootstrap: give up on a node that does not answer within this long "
         "(default 30000, the Spark source's requestTimeoutMs)",
     )
     p.add_argument(
         "--partition-records",
-        type=_count,
+        type=positive_int,
         default=1_000_000,
         help="offsets per Spark task (default 1,000,000)",
     )
@@ -215,14 +198,14 @@ def add_spark_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
     p.add_argument("--out", required=True, help="the Parquet directory to create")
     p.add_argument(
         "--range-records",
-        type=_count,
+        type=positive_int,
         default=1_000_000,
         help="offsets per offset_range=... directory (default 1,000,000)",
     )
-    p.add_argument("--start", type=_positive, help="first offset (default: the log start)")
+    p.add_argument("--start", type=non_negative_int, help="first offset (default: the log start)")
     p.add_argument(
         "--end",
-        type=_positive,
+        type=non_negative_int,
         help="export below this offset; with DATA_DIR: the committed offset (high watermark)",
     )
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
@@ -235,7 +218,7 @@ def add_spark_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
     p.add_argument("--out-dir", required=True, help="where to write <offset>-<epoch>.checkpoint")
     p.add_argument(
         "--offset",
-        type=_positive,
+        type=non_negative_int,
         help="the snapshot's end offset: a committed batch boundary (default: the high "
         "watermark of a cluster; with DATA_DIR, required unless it holds a snapshot)",
     )
