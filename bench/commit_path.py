@@ -73,8 +73,8 @@ def _install_counters() -> None:
     try_complete = fetch.try_complete
     handle_request = fetch.handle_request
 
-    def counted_try_complete(core: Any, request: Any, now: int, *, force: bool = False) -> Any:
-        response = try_complete(core, request, now, force=force)
+    def counted_try_complete(core: Any, request: Any, now: int, **options: Any) -> Any:
+        response = try_complete(core, request, now, **options)
         if _counting["on"] and core.is_leader():
             if response is None:
                 _fetches["parked"] += 1

@@ -33,6 +33,7 @@ def _cmd_node(args: argparse.Namespace) -> int:
         quorum = QuorumConfig(
             election_timeout_ms=args.election_timeout_ms,
             fetch_timeout_ms=args.fetch_timeout_ms,
+            high_watermark_linger_ms=args.high_watermark_linger_ms,
             snapshot_min_records=args.snapshot_min_records,
             snapshot_min_bytes=args.snapshot_min_bytes,
             snapshot_interval_ms=args.snapshot_interval_ms,
@@ -113,6 +114,13 @@ def add_node_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
         type=types.positive_int,
         default=2000,
         help="a follower whose fetches go unanswered this long looks for a new leader",
+    )
+    p.add_argument(
+        "--high-watermark-linger-ms",
+        type=types.non_negative_int,
+        default=5,
+        help="how long the leader holds a follower's fetch whose only news is the high "
+        "watermark, for records to carry it (0: answer at once)",
     )
     p.add_argument(
         "--segment-bytes",

@@ -171,8 +171,10 @@ def test_a_fetch_with_nothing_to_return_is_answered_empty_after_max_wait():
     assert out.message.records == b""
 
 
-def test_a_held_fetch_is_answered_when_the_high_watermark_passes_what_the_follower_knows():
-    h = Harness(voters=(1, 2, 3, 4, 5))
+def _fetch_held_when_the_high_watermark_moves(**config):
+    """A leader of five; 3 has everything and knows hw 1, so its fetch is held; then 2's
+    fetch moves the hw to 2. Returns the harness, with what went out since then."""
+    h = Harness(voters=(1, 2, 3, 4, 5), **config)
     h.become_leader()
     h.flush()
     h.fetch(2, 1, h.epoch)
@@ -183,10 +185,62 @@ def test_a_held_fetch_is_answered_when_the_high_watermark_passes_what_the_follow
     # 3 has everything and knows hw 1: nothing to say yet
     assert h.fetch(3, 2, h.epoch, max_wait_ms=500, high_watermark=1, correlation_id=7) is None
     h.sent.clear()
-    h.fetch(2, 2, h.epoch)  # 1, 2, 3 now have offset 1: the hw moves to 2
+    # 1, 2, 3 now have offset 1: the hw moves to 2 (a long poll, as followers send)
+    h.fetch(2, 2, h.epoch, max_wait_ms=500, high_watermark=1, correlation_id=8)
     assert h.core.high_watermark == 2
-    held = [o for o in h.sent if o.destination == 3 and isinstance(o.message, FetchResponse)]
-    assert [o.message.high_watermark for o in held] == [2]
+    return h
+
+
+def _answers_to_3(h):
+    return [
+        o.message for o in h.sent if o.destination == 3 and isinstance(o.message, FetchResponse)
+    ]
+
+
+def test_a_held_fetch_is_answered_when_the_high_watermark_passes_what_the_follower_knows():
+    """KIP-1166 (Fetch v18's HighWatermark), with no linger: the hw alone is news."""
+    h = _fetch_held_when_the_high_watermark_moves(high_watermark_linger_ms=0)
+    assert [m.high_watermark for m in _answers_to_3(h)] == [2]
+
+
+def test_a_fetch_whose_only_news_is_the_high_watermark_is_held_for_the_linger():
+    """The high watermark alone is worth an answer only once the linger is over (and long
+    before the fetch's MaxWaitMs): records arriving within it would have carried it."""
+    h = _fetch_held_when_the_high_watermark_moves(high_watermark_linger_ms=5)
+    assert _answers_to_3(h) == []
+    assert h.deadline <= h.now + 5
+    h.advance(4)
+    assert _answers_to_3(h) == []
+    h.advance(1)
+    [answer] = _answers_to_3(h)
+    assert answer.high_watermark == 2 and answer.records == b""
+
+
+def test_records_within_the_linger_carry_the_high_watermark_in_one_answer():
+    h = _fetch_held_when_the_high_watermark_moves(high_watermark_linger_ms=5)
+    h.advance(2)
+    h.core.append([(b"k", b"w")], h.now)
+    h.poll()
+    [answer] = _answers_to_3(h)
+    assert answer.high_watermark == 2
+    assert [b.base_offset for b in iter_batches(answer.records)] == [2]
+    h.advance(10)
+    assert len(_answers_to_3(h)) == 1  # nothing more for the hw: it was told
+
+
+def test_a_fresh_fetch_that_moves_the_high_watermark_waits_for_the_linger_too():
+    """The fetch that moves the hw (its sender has the records, and not the new hw) is
+    held like the others, then told."""
+    h = _fetch_held_when_the_high_watermark_moves(high_watermark_linger_ms=5)
+    answers_to_2 = [
+        o for o in h.sent if o.destination == 2 and isinstance(o.message, FetchResponse)
+    ]
+    assert answers_to_2 == []
+    h.advance(5)
+    answers_to_2 = [
+        o for o in h.sent if o.destination == 2 and isinstance(o.message, FetchResponse)
+    ]
+    assert [o.message.high_watermark for o in answers_to_2] == [2]
 
 
 def test_held_fetches_are_answered_not_leader_when_the_leader_steps_down():

@@ -117,7 +117,8 @@ def handle_request(
     if error is not None:
         core.reply(source, correlation_id, error_response(core, error))
         return
-    response = try_complete(core, request, now, force=request.max_wait_ms == 0)
+    linger = core.config.high_watermark_linger_ms
+    response = try_complete(core, request, now, force=request.max_wait_ms == 0, tell_hw=not linger)
     if response is None:
         core.purgatory.park(source, correlation_id, request, now)
     else:
@@ -125,9 +126,10 @@ def handle_request(
 
 
 def try_complete(
-    core: RaftCore, request: FetchRequest, now: int, *, force: bool = False
+    core: RaftCore, request: FetchRequest, now: int, *, force: bool = False, tell_hw: bool = True
 ) -> FetchResponse | None:
-    """The answer to a fetch, or None when it should wait (nothing to say yet)."""
+    """The answer to a fetch, or None when it should wait (nothing to say yet; with
+    ``tell_hw`` false, a high watermark the fetcher has not seen is not news enough)."""
     state = core.quorum.state
     assert isinstance(state, LeaderState)
     log = core.log
@@ -151,7 +153,9 @@ def try_complete(
         # acting as a voter.
         error = Errors.INCONSISTENT_VOTER_SET
         force = True
-    if not (force or len(records) > 0 or (hw is not None and hw > request.high_watermark)):
+    if not (
+        force or len(records) > 0 or (tell_hw and hw is not None and hw > request.high_watermark)
+    ):
         return None
     return answer(core, error, records=records)
 

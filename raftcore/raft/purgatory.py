@@ -1,5 +1,10 @@
 """The leader's fetch purgatory (Kafka's DelayedFetch): a fetch with nothing to answer yet is
-held until records, a high watermark the fetcher has not seen, or its MaxWaitMs arrive."""
+held until records, a high watermark the fetcher has not seen, or its MaxWaitMs arrive.
+
+A high watermark alone is news worth an answer only after ``high_watermark_linger_ms``
+(:class:`raftcore.raft.config.QuorumConfig`): from the moment a held fetch first has it to
+tell, records that arrive within the linger carry it instead, and the follower's round of
+answer-and-fetch-again for the high watermark alone is saved."""
 
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ class _Parked:
     correlation_id: int
     request: FetchRequest
     deadline: int
+    hw_due: float  # when a high watermark the fetcher has not seen is worth an answer alone
 
 
 class FetchPurgatory:
@@ -36,29 +42,43 @@ class FetchPurgatory:
         return bool(self._parked)
 
     def park(self, source: int, correlation_id: int, request: FetchRequest, now: int) -> None:
-        self._parked.append(_Parked(source, correlation_id, request, now + request.max_wait_ms))
+        hw_due = self._hw_due(request, now)
+        self._parked.append(
+            _Parked(source, correlation_id, request, now + request.max_wait_ms, hw_due)
+        )
+
+    def _hw_due(self, request: FetchRequest, now: int) -> float:
+        state = self.core.quorum.state
+        assert isinstance(state, LeaderState)
+        hw = state.high_watermark
+        if hw is None or hw <= request.high_watermark:
+            return INF
+        return now + self.core.config.high_watermark_linger_ms
 
     def complete(self, now: int, *, expired_only: bool = False) -> None:
         """Answer the held fetches that can be answered (with ``expired_only``, only those
-        whose wait is over); the rest stay."""
+        whose wait, or high-watermark linger, is over); the rest stay."""
         core = self.core
         if not self._parked or not isinstance(core.quorum.state, LeaderState):
             return
         waiting = self._parked
         self._parked = []
         for p in waiting:
+            if p.hw_due == INF:
+                p.hw_due = self._hw_due(p.request, now)  # the high watermark moved since
             force = now >= p.deadline
-            if expired_only and not force:
+            tell_hw = now >= p.hw_due
+            if expired_only and not force and not tell_hw:
                 self._parked.append(p)
                 continue
-            response = fetch.try_complete(core, p.request, now, force=force)
+            response = fetch.try_complete(core, p.request, now, force=force, tell_hw=tell_hw)
             if response is None:
                 self._parked.append(p)
             else:
                 core.reply(p.source, p.correlation_id, response)
 
     def next_deadline(self) -> float:
-        return min((p.deadline for p in self._parked), default=INF)
+        return min((min(p.deadline, p.hw_due) for p in self._parked), default=INF)
 
     def release_not_leader(self) -> None:
         """Leadership ended: every held fetch is answered NOT_LEADER_OR_FOLLOWER."""

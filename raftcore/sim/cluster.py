@@ -74,6 +74,8 @@ class Scenario:
     delete_records: float = 0.0
     # The share of appends followed by a linearizable read at the node that took it.
     reads: float = 0.25
+    # How long the leader holds a fetch whose only news is the high watermark (0: at once).
+    high_watermark_linger_ms: int = 5
 
     @classmethod
     def from_seed(
@@ -123,6 +125,8 @@ class Scenario:
             sc.max_replication_lag_ms = snap.choice([300, 1000, 3000, 10_000])
             sc.corrupt_snapshot_chunk = snap.choice([0.0, 0.05, 0.2])
             sc.delete_records = snap.choice([0.0, 0.0, 0.02, 0.1])
+        # Drawn from its own generator too, so that every other choice stays as it was.
+        sc.high_watermark_linger_ms = random.Random(f"hw-linger-{seed}").choice([0, 5, 5, 50])
         return sc
 
     def describe(self) -> str:
@@ -131,7 +135,8 @@ class Scenario:
             f"{self.drop}, dup {self.duplicate}, delay {self.delay_ms}, partitions "
             f"{self.partitions}, crashes {self.crashes} every {self.crash_every_ms}, "
             f"crash-after-send {self.crash_after_send}, flush {self.flush_delay_ms}, "
-            f"slow {self.slow_node}, faults {self.fault_ms} ms"
+            f"slow {self.slow_node}, faults {self.fault_ms} ms, "
+            f"high-watermark linger {self.high_watermark_linger_ms} ms"
             + (
                 f", snapshots every {self.snapshot_every} offsets (lag "
                 f"{self.max_replication_lag_ms} ms, corrupt chunks {self.corrupt_snapshot_chunk}, "
@@ -220,7 +225,12 @@ class SimNode:
             if sc.snapshot_every
             else {}
         )
-        cfg = QuorumConfig(voters=self.sim.voter_ids, **SIM_QUORUM, **snapshot_config)
+        cfg = QuorumConfig(
+            voters=self.sim.voter_ids,
+            high_watermark_linger_ms=sc.high_watermark_linger_ms,
+            **SIM_QUORUM,
+            **snapshot_config,
+        )
         self.core = RaftCore(
             self.node_id,
             cfg,
