@@ -16,8 +16,10 @@ Wire rules (Kafka's MessageDataGenerator):
   default are not written; unknown tags are skipped on read.
 
 The pieces live by idea: ``wire`` (ProtocolError, Versions, Reader, Writer), ``model`` (FieldSpec,
-StructSpec and the generated classes), ``closure_codec`` (the per-field closure compiler); this
-module parses the JSON into a ``MessageSpec`` and keeps the names importable from here.
+StructSpec and the generated classes), ``codegen`` (the codec in use: straight-line Python source
+generated per message and version), ``closure_codec`` (the per-field closure compiler it
+replaced, kept as the tests' reference); this module parses the JSON into a ``MessageSpec`` and
+keeps the names importable from here.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from raftcore.protocol.closure_codec import _compile
+from raftcore.protocol.codegen import compile_generated
 from raftcore.protocol.model import _FIXED, FieldSpec, StructSpec, _make_class, _parse_default
 from raftcore.protocol.wire import NONE, ProtocolError, Reader, Versions, Writer, snake
 
@@ -130,7 +132,9 @@ class MessageSpec:
                 raise ProtocolError(
                     f"{self.name} has no version {version} ({self.valid.low}-{self.valid.high})"
                 )
-            pair = self._codecs[version] = _compile(self.root, version, version in self.flexible)
+            pair = self._codecs[version] = compile_generated(
+                self.root, version, version in self.flexible
+            )
         return pair
 
     def encode(self, obj: Any, version: int) -> Writer:
