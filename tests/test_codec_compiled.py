@@ -251,3 +251,25 @@ def test_generated_source_has_no_per_field_calls_for_fixed_runs():
         "o.log_start_offset, o.partition_max_bytes = " in source
     )
     assert compile_generated(spec.root, 13, True)[1] is not None
+
+
+def test_tagged_fields_of_a_flexible_header_are_skipped_and_the_body_read_after_them():
+    """The header's empty tagged section is read by a shortcut (one 0 byte); a header that does
+    carry tagged fields is still read in full."""
+    body = produce_request_body()
+    frame = encode_request(ApiKey.PRODUCE, 9, 7, "cli", body)
+    head = struct.pack(">hhih3s", 0, 9, 7, 3, b"cli")
+    assert frame[len(head)] == 0
+    tagged = head + b"\x02\x00\x01x\x07\x02yz" + frame[len(head) + 1 :]
+    assert decode_request(tagged)[1] == decode_request(frame)[1] == body
+    with pytest.raises(ProtocolError):
+        decode_request(head + b"\x01\x00\x7f" + frame[len(head) + 1 :])  # runs past the end
+    response = fetch_response_frame(13)
+    flexible = response[:4] + b"\x01\x03\x01q" + response[5:]
+    assert decode_response(ApiKey.FETCH, 13, flexible) == decode_response(
+        ApiKey.FETCH, 13, response
+    )
+
+
+def produce_request_body():
+    return decode_request(produce_v9_frame())[1]
