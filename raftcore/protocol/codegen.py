@@ -160,7 +160,7 @@ class _Generator:
             )
             item = (f, compact, self.version in f.nullable)
             (tagged if self.flexible and self.version in f.tagged else regular).append(item)
-        tagged.sort(key=lambda t: t[0].tag)  # written in tag order
+        tagged.sort(key=lambda t: t[0].tag or 0)  # written in tag order (a tagged field has one)
         self.decoder(k, spec, regular, tagged)
         self.encoder(k, regular, tagged)
         return k
