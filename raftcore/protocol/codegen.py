@@ -151,6 +151,8 @@ class _Generator:
         regular: list[tuple[FieldSpec, bool, bool]] = []
         tagged: list[tuple[FieldSpec, bool, bool]] = []
         for f in spec.fields:
+            if not (f.name.isidentifier() and f.attr.isidentifier()):  # both go into the source
+                raise ValueError(f"{spec.name}: field name {f.name!r} is not an identifier")
             if self.version not in f.versions:
                 continue
             compact = (
