@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import enum
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,8 +140,36 @@ class UnsupportedVersionError(ProtocolError):
 
 
 _HEAD = struct.Struct(">hhi")
+_HEAD_AND_CLIENT_ID_LENGTH = struct.Struct(">hhih")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_API_KEYS = {int(k): k for k in ApiKey}
+
+# (whether the header is flexible, the body's encoder or decoder) per (api, version), looked up
+# once: the hot path does not rebuild a spec name or ask a version range per frame.
+_REQUEST_DECODERS: dict[tuple[int, int], tuple[bool, Callable]] = {}
+_RESPONSE_ENCODERS: dict[tuple[int, int], tuple[bool, Callable]] = {}
+_RESPONSE_DECODERS: dict[tuple[int, int], tuple[bool, Callable]] = {}
+
+
+def _request_decoder(key: int, version: int) -> tuple[bool, Callable]:
+    entry = _REQUEST_DECODERS.get((key, version))
+    if entry is None:
+        decode = request_spec(key).codec(version)[1]
+        entry = _REQUEST_DECODERS[key, version] = (
+            request_header_version(key, version) >= 2,
+            decode,
+        )
+    return entry
+
+
+def _response_codec(key: int, version: int, side: int) -> tuple[bool, Callable]:
+    cache = _RESPONSE_DECODERS if side else _RESPONSE_ENCODERS
+    entry = cache.get((key, version))
+    if entry is None:
+        coder = response_spec(key).codec(version)[side]
+        entry = cache[key, version] = (response_header_version(key, version) >= 1, coder)
+    return entry
 
 
 # ---- requests ----------------------------------------------------------------------------------
@@ -169,26 +198,30 @@ def decode_request(frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
     """(header, body) of a request frame. UnknownApiKeyError / UnsupportedVersionError carry
     the header (to answer or to log); anything malformed is a ProtocolError."""
     r = Reader(frame)
-    key = r.unpack(_I16, "api key")
-    version = r.unpack(_I16, "api version")
-    correlation_id = r.unpack(_I32, "correlation id")
-    n = r.unpack(_I16, "client id length")
+    if r.end >= _HEAD_AND_CLIENT_ID_LENGTH.size:
+        key, version, correlation_id, n = _HEAD_AND_CLIENT_ID_LENGTH.unpack_from(r.buf, 0)
+        r.pos = _HEAD_AND_CLIENT_ID_LENGTH.size
+    else:  # truncated: name what is missing
+        key = r.unpack(_I16, "api key")
+        version = r.unpack(_I16, "api version")
+        correlation_id = r.unpack(_I32, "correlation id")
+        n = r.unpack(_I16, "client id length")
     if n < -1:
         raise ProtocolError(f"bad client id length {n}")
     client_id = None if n == -1 else bytes(r.take(n, "client id")).decode("utf-8", "replace")
     header = RequestHeader(key, version, correlation_id, client_id)
-    try:
-        api = ApiKey(key)
-    except ValueError:
-        raise UnknownApiKeyError(header) from None
+    api = _API_KEYS.get(key)
+    if api is None:
+        raise UnknownApiKeyError(header)
     supported = SUPPORTED_VERSIONS.get(api)
     if supported is None:
         raise UnknownApiKeyError(header)
     if not supported[0] <= version <= supported[1]:
         raise UnsupportedVersionError(header)
-    if request_header_version(api, version) >= 2:
+    flexible_header, decode = _request_decoder(api, version)
+    if flexible_header:
         _skip_tagged_fields(r)
-    body = request_spec(api).codec(version)[1](r)
+    body = decode(r)
     if r.remaining() and api not in _TRAILING_BYTES_READ_AS_KAFKA_DOES:
         raise ProtocolError(f"{r.remaining()} bytes after the {_NAMES[api]} v{version} request")
     return header, body
@@ -203,6 +236,9 @@ _TRAILING_BYTES_READ_AS_KAFKA_DOES = frozenset({ApiKey.METADATA})
 
 
 def _skip_tagged_fields(r: Reader) -> None:
+    if r.pos < r.end and r.buf[r.pos] == 0:  # none: the usual case
+        r.pos += 1
+        return
     for _ in range(r.uvarint()):
         r.uvarint()  # tag
         r.take(r.uvarint(), "tagged field")
@@ -218,11 +254,12 @@ def encode_response(
 ) -> list[bytes | memoryview]:
     """A response frame (without the size) as a list of pieces: small pieces are joined, large
     byte fields (records read from the log) are left as they are, uncopied."""
+    flexible_header, encode = _response_codec(key, version, 0)
     w = Writer()
     w.put(_I32.pack(correlation_id))
-    if response_header_version(key, version) >= 1:
+    if flexible_header:
         w.put(b"\x00")
-    response_spec(key).codec(version)[0](body, w)
+    encode(body, w)
     out: list[bytes | memoryview] = []
     small: list[bytes | memoryview] = []
     for part in w.parts:
@@ -242,9 +279,10 @@ def decode_response(key: int, version: int, frame: bytes | memoryview) -> tuple[
     """(correlation id, body) of a response frame to a request of ``key`` at ``version``."""
     r = Reader(frame)
     correlation_id = r.unpack(_I32, "correlation id")
-    if response_header_version(key, version) >= 1:
+    flexible_header, decode = _response_codec(key, version, 1)
+    if flexible_header:
         _skip_tagged_fields(r)
-    body = response_spec(key).codec(version)[1](r)
+    body = decode(r)
     if r.remaining():
         raise ProtocolError(
             f"{r.remaining()} bytes after the {_NAMES[ApiKey(key)]} v{version} response"
