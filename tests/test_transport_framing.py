@@ -293,3 +293,43 @@ def test_large_and_small_frames_arrive_whole_and_identical_over_plaintext_and_tl
         assert got == [f"{len(p)} {hashlib.sha256(p).hexdigest()}".encode() for p in payloads]
 
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_a_follower_appends_the_records_of_a_large_fetch_response_from_its_receive_buffer(
+    tmp_path,
+):
+    """The records of a fetch response of 64 KiB or more reach the follower's log append as a
+    view of the bytearray the response was received into: no copy on the way."""
+    from test_node import cluster, leader_of, run
+
+    from raftcore.node.framing import LARGE_FRAME
+    from raftcore.records import encode_batch
+
+    async def main() -> None:
+        async with cluster(tmp_path) as nodes:
+            leader = await leader_of(nodes)
+            follower = next(n for n in nodes if n is not leader)
+            log = follower.core.log
+            seen: list[Any] = []
+            append = log.append_as_follower
+
+            def spy(records: Any) -> Any:
+                seen.append(records)
+                return append(records)
+
+            log.append_as_follower = spy
+            batch = encode_batch([(None, b"v" * 1000)] * 200, base_offset=0, leader_epoch=0)
+            leader.append_batches(batch, track=False)
+            end = leader.core.log.end_offset
+            for _ in range(500):
+                if log.end_offset >= end:
+                    break
+                await asyncio.sleep(0.01)
+            assert log.end_offset >= end
+            large = [r for r in seen if len(r) >= LARGE_FRAME]
+            assert large, "no large fetch response reached the follower"
+            for records in large:
+                assert isinstance(records, memoryview)
+                assert isinstance(records.obj, bytearray)  # the frame's own receive buffer
+
+    run(main())
