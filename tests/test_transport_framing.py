@@ -333,3 +333,48 @@ def test_a_follower_appends_the_records_of_a_large_fetch_response_from_its_recei
                 assert isinstance(records.obj, bytearray)  # the frame's own receive buffer
 
     run(main())
+
+
+def test_a_client_fetch_gets_the_records_of_a_large_response_as_a_view_of_its_receive_buffer(
+    tmp_path,
+):
+    from test_node import cluster, leader_of, run
+
+    from raftcore.client.connection import Connection
+    from raftcore.protocol.api import ApiKey, request_spec
+    from raftcore.records import encode_batch
+
+    async def main() -> None:
+        async with cluster(tmp_path) as nodes:
+            leader = await leader_of(nodes)
+            batch = encode_batch([(None, b"v" * 1000)] * 200, base_offset=0, leader_epoch=0)
+            await leader.wait_committed(leader.append_batches(batch), 10)
+            cls = request_spec(ApiKey.FETCH).cls
+            body = cls(
+                max_wait_ms=0,
+                min_bytes=1,
+                max_bytes=1 << 20,
+                isolation_level=1,
+                topics=[
+                    cls.FetchTopic(
+                        topic_id=leader.config.topic_id,
+                        partitions=[
+                            cls.FetchPartition(
+                                partition=0, fetch_offset=0, partition_max_bytes=1 << 20
+                            )
+                        ],
+                    )
+                ],
+            )
+            ep = leader.config.listen
+            conn = await Connection.open(ep.host, ep.port)
+            try:
+                resp = await conn.request(ApiKey.FETCH, 16, body, timeout_s=10)
+            finally:
+                await conn.close()
+            records = resp.responses[0].partitions[0].records
+            assert len(records) >= 200_000
+            assert isinstance(records, memoryview)
+            assert isinstance(records.obj, bytearray)  # the response's own receive buffer
+
+    run(main())
