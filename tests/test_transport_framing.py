@@ -285,7 +285,10 @@ def test_large_and_small_frames_arrive_whole_and_identical_over_plaintext_and_tl
             server.ssl.load_cert_chain(certs / "node-1.pem", certs / "node-1.key")
             client_ssl = ssl.create_default_context(cafile=str(certs / "ca.pem"))
             client_ssl.check_hostname = False
-        payloads = [bytes([i % 251]) * size for i, size in enumerate([10, 3 << 20, 70_000, 5])]
+        payloads = [
+            bytes([i % 251]) * size
+            for i, size in enumerate([10, 3 << 20, 70_000, 60_000, 65_535, 5])
+        ]
         async with connected(server, client_ssl) as (reader, writer):
             for p in payloads:
                 writer.write(framed(p))

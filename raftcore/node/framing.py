@@ -70,13 +70,14 @@ class FrameReceiver(asyncio.BufferedProtocol):
         self.writing_paused = False
         self.lost = False
         self.large_frame = large_frame  # from this size on, a frame gets its own buffer
-        self._buf = bytearray(4 * large_frame)  # for small frames (a large one's start fits)
+        # for small frames: grown (rarely) when a partial one does not fit after a compaction
+        self._buf = bytearray(large_frame)
         self._view = memoryview(self._buf)
         self._start = 0  # the first byte not yet handed out
         self._end = 0  # the end of what was received
         self._big: bytearray | None = None  # the large frame being received, if any
         self._big_filled = 0
-        self._held: deque[bytearray] = deque()  # whole large frames received while paused
+        self._held: deque[bytearray] = deque()  # whole large frames not handed out yet
         self._cutting = False  # inside _cut (a callback may pause, resume or close)
 
     # ---- the protocol ----------------------------------------------------------------------------
@@ -188,8 +189,9 @@ class FrameReceiver(asyncio.BufferedProtocol):
 
     def _make_room(self) -> None:
         """Move what is left of a partial frame to the front of the buffer (it is shorter
-        than LARGE_FRAME, or it would be in a buffer of its own); grow the buffer when frames
-        wait in it (paused) and fill it."""
+        than ``large_frame`` plus its size, or it would be in a buffer of its own); double the
+        buffer when that leaves too little room (the buffer starts at ``large_frame`` bytes:
+        64 KiB per connection), or when frames wait in it (paused)."""
         start, end = self._start, self._end
         if start > 0:
             self._buf[: end - start] = self._buf[start:end]
