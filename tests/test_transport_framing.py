@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import mmap
 import ssl
 import struct
 import tracemalloc
@@ -97,7 +98,8 @@ def test_many_frames_in_one_read_are_all_delivered():
 
 def test_a_large_frame_is_received_into_its_own_buffer_and_handed_out_uncopied():
     """After the read that carried its size, get_buffer offers the rest of the frame's own
-    bytearray: the kernel writes the records there, and that very object is handed out."""
+    buffer: the kernel writes the records there, and a view of that very buffer is handed
+    out."""
     payload = bytes(range(256)) * 1024  # 256 KiB
     r = Received(large_frame=64 * 1024)
     data = framed(payload)
@@ -107,7 +109,7 @@ def test_a_large_frame_is_received_into_its_own_buffer_and_handed_out_uncopied()
     target = buf.obj
     r.receive(data[1000:])
     [frame] = r.frames
-    assert frame is target
+    assert isinstance(frame, memoryview) and frame.obj is target
     assert frame == payload
 
 
@@ -125,6 +127,21 @@ def test_a_frame_over_the_limit_closes_the_connection_before_allocating():
     assert isinstance(exc, FrameTooLarge)
     assert "frame of 536870912 bytes (limit 1048576)" in str(exc)
     assert r.frames == []
+
+
+def _resident_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * mmap.PAGESIZE
+
+
+def test_a_large_frame_announced_but_not_sent_takes_no_memory_until_its_bytes_arrive():
+    """A hostile client may announce frames up to the limit and send nothing more: the
+    frame's buffer must not be zeroed (touched) up front."""
+    r = Received(limit=256 << 20, large_frame=64 * 1024)
+    before = _resident_bytes()
+    r.receive(struct.pack(">i", 128 << 20) + b"x" * 100)
+    assert _resident_bytes() - before < 16 << 20
+    assert not r.lost and r.frames == []
 
 
 def test_a_tls_handshake_on_a_plaintext_connection_is_named_in_the_refusal():
@@ -302,7 +319,7 @@ def test_a_follower_appends_the_records_of_a_large_fetch_response_from_its_recei
     tmp_path,
 ):
     """The records of a fetch response of 64 KiB or more reach the follower's log append as a
-    view of the bytearray the response was received into: no copy on the way."""
+    view of the buffer the response was received into: no copy on the way."""
     from test_node import cluster, leader_of, run
 
     from raftcore.node.framing import LARGE_FRAME
@@ -333,7 +350,7 @@ def test_a_follower_appends_the_records_of_a_large_fetch_response_from_its_recei
             assert large, "no large fetch response reached the follower"
             for records in large:
                 assert isinstance(records, memoryview)
-                assert isinstance(records.obj, bytearray)  # the frame's own receive buffer
+                assert isinstance(records.obj, mmap.mmap)  # the frame's own receive buffer
 
     run(main())
 
@@ -378,6 +395,6 @@ def test_a_client_fetch_gets_the_records_of_a_large_response_as_a_view_of_its_re
             records = resp.responses[0].partitions[0].records
             assert len(records) >= 200_000
             assert isinstance(records, memoryview)
-            assert isinstance(records.obj, bytearray)  # the response's own receive buffer
+            assert isinstance(records.obj, mmap.mmap)  # the response's own receive buffer
 
     run(main())

@@ -119,7 +119,7 @@ class Connection:
         finally:
             self._pending.pop(cid, None)
 
-    def _on_frame(self, frame: bytes | bytearray) -> None:
+    def _on_frame(self, frame: bytes | memoryview) -> None:
         """A response (from the connection's FrameReceiver: a large one in its own buffer,
         its records decoded as views of it, uncopied)."""
         if len(frame) < 4:

@@ -4,10 +4,14 @@ writes straight into this module's buffers, and each whole frame is handed to a 
 
 - Small frames (under :data:`LARGE_FRAME`) are cut out of one reusable buffer: each is handed
   out as its own ``bytes`` (one copy), as the buffer is filled again by the next read.
-- A large frame is received into a ``bytearray`` of exactly its size, allocated once its size
-  is known (and checked against the limit), and handed out whole: the records in it are
-  written once, by the kernel, and never copied by Python before the decoder and the log
-  see them. Only what the read that carried the size also carried of it is moved there.
+- A large frame is received into a buffer of exactly its size, allocated once its size is
+  known (and checked against the limit), and handed out whole, as a memoryview of it: the
+  records in it are written once, by the kernel, and never copied by Python before the
+  decoder and the log see them. Only what the read that carried the size also carried of it
+  is moved there. The buffer is an anonymous map: nothing zeroes it, its pages are taken
+  only as bytes arrive (a peer that announces 100 MiB and sends nothing costs no memory),
+  and they go back to the system when the last view of it is dropped (a ``bytearray`` of
+  the size, zeroed at once, let a hostile client grow the node's heap by what it announced).
 
 A frame whose size is over the limit (or negative) ends the connection before anything is
 allocated for it, with :class:`FrameTooLarge` (naming a TLS handshake when the bytes are one).
@@ -16,6 +20,7 @@ allocated for it, with :class:`FrameTooLarge` (naming a TLS handshake when the b
 from __future__ import annotations
 
 import asyncio
+import mmap
 import struct
 from collections import deque
 from collections.abc import Callable
@@ -75,9 +80,9 @@ class FrameReceiver(asyncio.BufferedProtocol):
         self._view = memoryview(self._buf)
         self._start = 0  # the first byte not yet handed out
         self._end = 0  # the end of what was received
-        self._big: bytearray | None = None  # the large frame being received, if any
+        self._big: memoryview | None = None  # the large frame being received, if any
         self._big_filled = 0
-        self._held: deque[bytearray] = deque()  # whole large frames not handed out yet
+        self._held: deque[memoryview] = deque()  # whole large frames not handed out yet
         self._cutting = False  # inside _cut (a callback may pause, resume or close)
 
     # ---- the protocol ----------------------------------------------------------------------------
@@ -88,7 +93,7 @@ class FrameReceiver(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         big = self._big
         if big is not None:
-            return memoryview(big)[self._big_filled :]
+            return big[self._big_filled :]
         if len(self._buf) - self._end < self.large_frame // 4:
             self._make_room()
         return self._view[self._end :]
@@ -171,7 +176,11 @@ class FrameReceiver(asyncio.BufferedProtocol):
                 return
             if size >= self.large_frame:
                 have = min(end - start - 4, size)
-                big = bytearray(size)
+                try:
+                    big = memoryview(mmap.mmap(-1, size))
+                except (OSError, ValueError, MemoryError) as exc:
+                    self.fail(exc)
+                    return
                 big[:have] = self._view[start + 4 : start + 4 + have]
                 self._start = start + 4 + have
                 if have < size:  # the rest goes straight into it (get_buffer)

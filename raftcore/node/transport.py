@@ -124,7 +124,7 @@ class ServerConnection:
     def _frame_limit(self) -> int:
         return self.max_frame_bytes
 
-    def _on_frame(self, frame: bytes | bytearray) -> None:
+    def _on_frame(self, frame: bytes | memoryview) -> None:
         if self.closed:
             return
         slot: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -146,7 +146,7 @@ class ServerConnection:
         self._write_blocked = False
         self._drain()
 
-    def _start(self, frame: bytes | bytearray, slot: asyncio.Future[Any]) -> None:
+    def _start(self, frame: bytes | memoryview, slot: asyncio.Future[Any]) -> None:
         """Handle one request: run its handler at once, to its end when it never has to wait
         (most Raft requests: the core answers within the step), so that no task and no loop
         hop is spent on it; a handler that waits (a produce waiting for its commit, a parked
@@ -166,7 +166,7 @@ class ServerConnection:
         finally:
             self._tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
 
-    async def _run(self, frame: bytes | bytearray, slot: asyncio.Future[Any]) -> None:
+    async def _run(self, frame: bytes | memoryview, slot: asyncio.Future[Any]) -> None:
         try:
             result = await self.handler(self, frame)
         except CloseConnection as exc:
@@ -376,7 +376,7 @@ class PeerConnection:
             if not self._stopped:
                 await asyncio.sleep(self.backoff_ms / 1000)
 
-    def _on_frame(self, frame: bytes | bytearray) -> None:
+    def _on_frame(self, frame: bytes | memoryview) -> None:
         """A response (by callback from the connection's FrameReceiver)."""
         if len(frame) < 4:
             if self._receiver is not None:
