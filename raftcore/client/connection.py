@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import ssl as ssl_module
@@ -11,6 +10,7 @@ import struct
 from typing import Any
 
 from raftcore.errors import RaftcoreError
+from raftcore.node.framing import FrameReceiver, take_over
 from raftcore.protocol.api import decode_response, encode_request
 from raftcore.security.config import ClientSecurity
 
@@ -44,7 +44,7 @@ class Connection:
         self._writer: asyncio.StreamWriter | None = None
         self._pending: dict[int, tuple[asyncio.Future[Any], int, int]] = {}
         self._ids = itertools.count(1)
-        self._task: asyncio.Task[None] | None = None
+        self._receiver: FrameReceiver | None = None  # responses, by callback
         self.closed = False
 
     @classmethod
@@ -72,7 +72,8 @@ class Connection:
             raise ConnectionClosed(
                 f"cannot reach {host}:{port} (TLS handshake failed: {reason})"
             ) from None
-        conn._task = asyncio.ensure_future(conn._read_loop())
+        conn._receiver = FrameReceiver(conn._on_frame, conn.max_frame_bytes, conn._on_lost)
+        take_over(conn._reader, conn._writer, conn._receiver)
         if security is not None and security.uses_sasl:
             await conn._log_in(security, timeout_s)
         return conn
@@ -118,33 +119,31 @@ class Connection:
         finally:
             self._pending.pop(cid, None)
 
-    async def _read_loop(self) -> None:
-        reader = self._reader
-        assert reader is not None
+    def _on_frame(self, frame: bytes | memoryview) -> None:
+        """A response (from the connection's FrameReceiver: a large one in its own buffer,
+        its records decoded as views of it, uncopied)."""
+        if len(frame) < 4:
+            assert self._receiver is not None
+            self._receiver.fail(ConnectionClosed(f"bad frame size {len(frame)}"))
+            return
+        (cid,) = _SIZE.unpack_from(frame)
+        pending = self._pending.get(cid)
+        if pending is None:
+            return
+        fut, api_key, version = pending
         try:
-            while True:
-                (size,) = _SIZE.unpack(await reader.readexactly(4))
-                if size < 4 or size > self.max_frame_bytes:
-                    raise ConnectionClosed(f"bad frame size {size}")
-                frame = await reader.readexactly(size)
-                (cid,) = _SIZE.unpack_from(frame)
-                pending = self._pending.get(cid)
-                if pending is None:
-                    continue
-                fut, api_key, version = pending
-                try:
-                    _, body = decode_response(api_key, version, frame)
-                except Exception as exc:  # a response we cannot read: fail that request
-                    if not fut.done():
-                        fut.set_exception(exc)
-                    continue
-                if not fut.done():
-                    fut.set_result(body)
-        except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
-            self._fail(ConnectionClosed(f"connection to {self.host}:{self.port} lost: {exc}"))
-        except asyncio.CancelledError:
-            self._fail(ConnectionClosed(f"connection to {self.host}:{self.port} closed"))
-            raise
+            _, body = decode_response(api_key, version, frame)
+        except Exception as exc:  # a response we cannot read: fail that request
+            if not fut.done():
+                fut.set_exception(exc)
+            return
+        if not fut.done():
+            fut.set_result(body)
+
+    def _on_lost(self, exc: BaseException | None) -> None:
+        if not self.closed:
+            why = "the node closed it" if exc is None else exc
+            self._fail(ConnectionClosed(f"connection to {self.host}:{self.port} lost: {why}"))
 
     def _fail(self, exc: Exception) -> None:
         self.closed = True
@@ -156,10 +155,5 @@ class Connection:
             self._writer.close()
 
     async def close(self) -> None:
-        self.closed = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-        if self._writer is not None:
-            self._writer.close()
+        if not self.closed:
+            self._fail(ConnectionClosed(f"connection to {self.host}:{self.port} closed"))

@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from raftcore.node.framing import FrameReceiver, FrameTooLarge, take_over, too_large
 from raftcore.security.config import ANONYMOUS, Principal
 
 if TYPE_CHECKING:
@@ -30,10 +31,6 @@ _SIZE = struct.Struct(">i")
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
 
 
-class FrameTooLarge(ConnectionError):
-    pass
-
-
 async def read_frame(reader: asyncio.StreamReader, max_bytes: int | Callable[[], int]) -> bytes:
     """One frame's bytes (without the size). IncompleteReadError at end of stream.
     ``max_bytes`` may be a function, asked once the size is read (a limit a SASL login
@@ -43,14 +40,8 @@ async def read_frame(reader: asyncio.StreamReader, max_bytes: int | Callable[[],
     if callable(max_bytes):
         max_bytes = max_bytes()
     if size < 0 or size > max_bytes:
-        hint = " (a TLS handshake: an SSL client on a PLAINTEXT listener?)" if _is_tls(head) else ""
-        raise FrameTooLarge(f"frame of {size} bytes (limit {max_bytes}){hint}")
+        raise too_large(head, size, max_bytes)
     return await reader.readexactly(size)
-
-
-def _is_tls(head: bytes) -> bool:
-    """The first bytes of a TLS record: a handshake (22), version 3.x."""
-    return head[0] == 0x16 and head[1] == 0x03
 
 
 def write_frame(writer: asyncio.StreamWriter, parts: list[bytes | memoryview]) -> None:
@@ -83,6 +74,10 @@ class ServerConnection:
     while the transport holds more than its high-water mark of unsent bytes (a client that
     asks and never reads). Without it, a few hundred pipelined fetches of 60 bytes each held
     hundreds of MiB of answers in the node.
+
+    :meth:`serve` hands the connection (opened with the streams API, TLS and all) over to a
+    :class:`~raftcore.node.framing.FrameReceiver`: frames arrive by callback, a large one in a
+    buffer of its own that nothing copies; not reading is ``pause_reading`` on the transport.
     """
 
     def __init__(
@@ -107,39 +102,51 @@ class ServerConnection:
         # (slot of the answer, size of the request), in request order
         self._order: deque[tuple[asyncio.Future[Any], int]] = deque()
         self._order_bytes = 0
-        self._room = asyncio.Event()  # set when an answer leaves the queue
         self._write_blocked = False  # waiting for the client to read what was written
         self._tasks: set[asyncio.Future[None]] = set()
         self.closed = False
+        self._receiver = FrameReceiver(
+            self._on_frame, self._frame_limit, self._on_lost, on_writable=self._on_writable
+        )
+        self._ended: asyncio.Future[None] | None = None
 
     async def serve(self) -> None:
+        """Serve requests until the connection ends."""
+        self._ended = asyncio.get_running_loop().create_future()
         try:
-            while True:
-                frame = await read_frame(self.reader, self._frame_limit)
-                slot: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-                self._order.append((slot, len(frame)))
-                self._order_bytes += len(frame)
-                self._start(frame, slot)
-                while (
-                    len(self._order) >= self.max_in_flight
-                    or self._order_bytes > self.max_frame_bytes
-                ) and not self.closed:
-                    self._room.clear()
-                    await self._room.wait()
-                if self.closed:
-                    return
-        except (asyncio.IncompleteReadError, ConnectionError) as exc:
-            if isinstance(exc, FrameTooLarge):
-                logger.warning("%s closing connection from %s: %s", self.name, self.peer, exc)
-        except asyncio.CancelledError:
-            raise
+            if not self.closed:
+                take_over(self.reader, self.writer, self._receiver)
+            if not self.closed:
+                await self._ended
         finally:
             self.close()
 
     def _frame_limit(self) -> int:
         return self.max_frame_bytes
 
-    def _start(self, frame: bytes, slot: asyncio.Future[Any]) -> None:
+    def _on_frame(self, frame: bytes | memoryview) -> None:
+        if self.closed:
+            return
+        slot: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._order.append((slot, len(frame)))
+        self._order_bytes += len(frame)
+        self._start(frame, slot)
+        if self._full() and not self.closed:
+            self._receiver.pause()
+
+    def _full(self) -> bool:
+        return len(self._order) >= self.max_in_flight or self._order_bytes > self.max_frame_bytes
+
+    def _on_lost(self, exc: BaseException | None) -> None:
+        if isinstance(exc, FrameTooLarge):
+            logger.warning("%s closing connection from %s: %s", self.name, self.peer, exc)
+        self.close()
+
+    def _on_writable(self) -> None:
+        self._write_blocked = False
+        self._drain()
+
+    def _start(self, frame: bytes | memoryview, slot: asyncio.Future[Any]) -> None:
         """Handle one request: run its handler at once, to its end when it never has to wait
         (most Raft requests: the core answers within the step), so that no task and no loop
         hop is spent on it; a handler that waits (a produce waiting for its commit, a parked
@@ -159,12 +166,7 @@ class ServerConnection:
         finally:
             self._tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
 
-    def _spawn(self, coro: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _run(self, frame: bytes, slot: asyncio.Future[Any]) -> None:
+    async def _run(self, frame: bytes | memoryview, slot: asyncio.Future[Any]) -> None:
         try:
             result = await self.handler(self, frame)
         except CloseConnection as exc:
@@ -185,7 +187,6 @@ class ServerConnection:
         while self._order and self._order[0][0].done() and not self._write_blocked:
             slot, size = self._order.popleft()
             self._order_bytes -= size
-            self._room.set()
             result = slot.result()
             if result is CLOSE:
                 self.close()
@@ -195,23 +196,15 @@ class ServerConnection:
                 result = result.parts
             if result is not None and not self.closed:
                 write_frame(self.writer, result)
-                _, high = self.writer.transport.get_write_buffer_limits()
-                if self.writer.transport.get_write_buffer_size() > high:
+                if self._receiver.writing_paused:  # over the high-water mark: resume_writing
                     self._write_blocked = True
-                    self._spawn(self._wait_writable())
             if last is not None:
                 logger.info("%s closing connection from %s: %s", self.name, self.peer, last)
                 self.close()  # the transport still sends what was written
                 return
-
-    async def _wait_writable(self) -> None:
-        try:
-            await self.writer.drain()
-        except OSError:  # the connection was lost
-            self.close()
-            return
-        self._write_blocked = False
-        self._drain()
+        if self._receiver.paused and not self._full() and not self.closed:
+            # after the writes: the frames it hands out may answer at once (a nested _drain)
+            self._receiver.resume()
 
     def close(self) -> None:
         """Close the connection and stop the requests still being worked on: their answers
@@ -224,7 +217,8 @@ class ServerConnection:
                     slot.cancel()
             self._order.clear()
             self._order_bytes = 0
-            self._room.set()
+            if self._ended is not None and not self._ended.done():
+                self._ended.set_result(None)
             for task in self._tasks:
                 if task is not asyncio.current_task():
                     task.cancel()
@@ -303,6 +297,7 @@ class PeerConnection:
         self.authenticate = authenticate  # a SASL login on each new connection (or None)
         self.tls = tls  # TLS to the peer, which must prove it is the node we expect
         self._writer: asyncio.StreamWriter | None = None
+        self._receiver: FrameReceiver | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
         self._failures = 0
@@ -361,22 +356,16 @@ class PeerConnection:
             self.connected.set()
             if self.on_connected is not None:
                 self.on_connected()
+            ended: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+
+            def lost(exc: BaseException | None, ended: asyncio.Future[Any] = ended) -> None:
+                if not ended.done():
+                    ended.set_result(exc)
+
+            receiver = self._receiver = FrameReceiver(self._on_frame, self.max_frame_bytes, lost)
             try:
-                while True:
-                    frame = await read_frame(reader, self.max_frame_bytes)
-                    if len(frame) < 4:
-                        raise ConnectionError("response frame too short for a header")
-                    (correlation_id,) = _SIZE.unpack_from(frame)
-                    try:
-                        self.on_response(correlation_id, frame)
-                    except Exception:  # the handler's bug must not end this connection's task
-                        logger.exception(
-                            "%s handling a response from %s:%d failed",
-                            self.name,
-                            self.host,
-                            self.port,
-                        )
-            except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
+                take_over(reader, writer, receiver)
+                exc = await ended
                 logger.debug(
                     "%s connection to %s:%d lost: %s", self.name, self.host, self.port, exc
                 )
@@ -386,6 +375,20 @@ class PeerConnection:
                 writer.close()
             if not self._stopped:
                 await asyncio.sleep(self.backoff_ms / 1000)
+
+    def _on_frame(self, frame: bytes | memoryview) -> None:
+        """A response (by callback from the connection's FrameReceiver)."""
+        if len(frame) < 4:
+            if self._receiver is not None:
+                self._receiver.fail(ConnectionError("response frame too short for a header"))
+            return
+        (correlation_id,) = _SIZE.unpack_from(frame)
+        try:
+            self.on_response(correlation_id, frame)
+        except Exception:  # the handler's bug must not end this connection
+            logger.exception(
+                "%s handling a response from %s:%d failed", self.name, self.host, self.port
+            )
 
     async def _log_in(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         """Run ``authenticate`` on a new connection; on failure close it, back off, say False."""
