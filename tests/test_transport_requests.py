@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from raftcore.node.transport import ServerConnection, read_frame
+from raftcore.node.transport import Later, ServerConnection, read_frame
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -30,9 +30,18 @@ class Handlers:
         self.cancelled: list[bytes] = []
         self.tasks_seen: list[asyncio.Task[Any] | None] = []
         self.connections: list[ServerConnection] = []
+        self.later: dict[bytes, Later] = {}
 
-    async def handle(self, conn: ServerConnection, request: bytes) -> list[bytes]:
+    async def handle(self, conn: ServerConnection, request: bytes) -> Any:
         kind, _, name = request.partition(b":")
+        if kind == b"later":  # answered by whoever holds it (a parked fetch's core answer)
+            later = Later()
+            self.later[name] = later
+            return later
+        if kind == b"ready":  # answered before the handler even returns
+            later = Later()
+            later.answer([name])
+            return later
         if kind == b"wait":
             try:
                 await self.release.wait()
@@ -104,5 +113,40 @@ def test_closing_the_connection_cancels_a_request_still_waiting():
                 await task
             assert task.cancelled()
             assert handlers.cancelled == [b"parked"]
+
+    asyncio.run(asyncio.wait_for(main(), 20))
+
+
+def test_a_later_answer_takes_no_task_and_goes_out_in_request_order():
+    """A handler may return a Later (the node's raft requests: the core answers a parked fetch
+    when records or the high watermark come): no task waits for it, and its answer, when it
+    comes, goes out in its turn, before the answers of requests behind it."""
+
+    async def main() -> None:
+        handlers = Handlers()
+        async with server_and_client(handlers) as (reader, writer):
+            writer.write(frame(b"later:first") + frame(b"ready:second") + frame(b"now:third"))
+            await asyncio.sleep(0.1)
+            conn = handlers.connections[0]
+            assert not conn._tasks  # nothing waits in a task
+            with pytest.raises(asyncio.TimeoutError):  # second and third wait behind first
+                await asyncio.wait_for(read_frame(reader, 100), 0.1)
+            handlers.later[b"first"].answer([b"first"])
+            got = [await read_frame(reader, 100) for _ in range(3)]
+            assert got == [b"first", b"second", b"third"]
+
+    asyncio.run(asyncio.wait_for(main(), 20))
+
+
+def test_a_later_answered_after_the_connection_closed_is_dropped_quietly():
+    async def main() -> None:
+        handlers = Handlers()
+        async with server_and_client(handlers) as (_reader, writer):
+            writer.write(frame(b"later:parked"))
+            await asyncio.sleep(0.1)
+            conn = handlers.connections[0]
+            conn.close()
+            handlers.later[b"parked"].answer([b"parked"])  # no error, nothing written
+            assert conn.closed
 
     asyncio.run(asyncio.wait_for(main(), 20))

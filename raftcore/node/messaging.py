@@ -14,7 +14,7 @@ from typing import Any
 from raftcore.error_codes import Errors
 from raftcore.errors import RaftcoreError
 from raftcore.node import kafka_api, raft_wire
-from raftcore.node.transport import CloseConnection, ServerConnection
+from raftcore.node.transport import CloseConnection, Later, ServerConnection
 from raftcore.protocol.api import (
     ApiKey,
     UnknownApiKeyError,
@@ -45,7 +45,7 @@ class Messaging:
     _loop: Any
     _peers: dict[int, Any]
     _peer_requests: dict[tuple[int, int], tuple[int, int]]
-    _inbound: dict[int, tuple[Any, int, int]]
+    _inbound: dict[int, tuple[Any, int, int, int, float]]
     _foreign_peers: set[int]
     _connections: set[Any]
     _token: int
@@ -76,10 +76,13 @@ class Messaging:
             return
         pending = self._inbound.pop(message.correlation_id, None)
         if pending is None:
-            return  # the connection went away
-        fut, api_key, version = pending
-        if not fut.done():
-            fut.set_result(raft_wire.encode_response(self, message, api_key, version))
+            return  # the node is stopping
+        later, api_key, version, correlation_id, started = pending
+        self.metrics.raft_request(api_key)(time.perf_counter() - started)
+        body = raft_wire.encode_response(self, message, api_key, version)
+        parts = encode_response(api_key, version, correlation_id, body)
+        self.metrics.inbound_sent_bytes += sum(len(part) for part in parts) + 4
+        later.answer(parts)
 
     def _response_handler(self, peer_id: int) -> Any:
         def on_response(correlation_id: int, frame: bytes) -> None:
@@ -154,18 +157,18 @@ class Messaging:
 
     async def _counted_frame(
         self, conn: ServerConnection, frame: bytes
-    ) -> list[bytes | memoryview] | None:
+    ) -> list[bytes | memoryview] | Later | None:
         """``_handle_frame``, with the bytes in and out counted (raftcore.node.metrics)."""
         self.metrics.inbound_received_bytes += len(frame) + 4
         answer = await self._handle_frame(conn, frame)
-        if answer is not None:
+        if answer is not None and not isinstance(answer, Later):  # a Later counts in _send
             parts = getattr(answer, "parts", answer)  # an AnswerThenClose (SASL) holds its parts
             self.metrics.inbound_sent_bytes += sum(len(part) for part in parts) + 4
         return answer
 
     async def _handle_frame(
         self, conn: ServerConnection, frame: bytes
-    ) -> list[bytes | memoryview] | None:
+    ) -> list[bytes | memoryview] | Later | None:
         try:
             header, body = decode_request(frame)
         except UnsupportedVersionError as exc:
@@ -187,7 +190,7 @@ class Messaging:
 
     async def _handle_raft_request(
         self, header: Any, body: Any, conn: ServerConnection | None = None
-    ) -> list[bytes | memoryview] | None:
+    ) -> list[bytes | memoryview] | Later:
         core = self.core
         if core is None or not self._started:
             raise CloseConnection("node not running")
@@ -227,16 +230,12 @@ class Messaging:
                     self, api_key, version, Errors.CLUSTER_AUTHORIZATION_FAILED
                 ),
             )
-        assert self._loop is not None
-        fut: asyncio.Future[Any] = self._loop.create_future()
+        # The core's answer comes now (most requests) or later (a parked fetch); either way
+        # _send hands it to the connection, which writes it in its turn: no task waits.
+        later = Later()
         self._token += 1
         token = self._token
-        self._inbound[token] = (fut, api_key, version)
         started = time.perf_counter()
+        self._inbound[token] = (later, api_key, version, header.correlation_id, started)
         self._run(lambda now: core.handle(source, token, message, now))
-        try:
-            response = await fut
-        finally:
-            self._inbound.pop(token, None)
-        self.metrics.raft_request(api_key)(time.perf_counter() - started)
-        return encode_response(api_key, version, header.correlation_id, response)
+        return later

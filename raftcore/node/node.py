@@ -109,7 +109,9 @@ class RaftNode(Messaging):
         self._connections: set[ServerConnection] = set()
         self._peers: dict[int, PeerConnection] = {}
         self._peer_requests: dict[tuple[int, int], tuple[int, int]] = {}
-        self._inbound: dict[int, tuple[asyncio.Future[Any], int, int]] = {}
+        # raft requests the core has not answered yet: (Later, api key, version, correlation
+        # id, when it came), by the token the core answers with (raftcore.node.messaging)
+        self._inbound: dict[int, tuple[Any, int, int, int, float]] = {}
         self._token = 0
         self._held: list[Outbound] = []  # waiting for an fsync
         self._flusher: Flusher | None = None  # the fsync thread (raftcore.node.flusher)
@@ -282,9 +284,7 @@ class RaftNode(Messaging):
             if not fut.done():
                 fut.set_exception(RaftcoreError(f"{self.prefix} node stopped"))
                 fut.exception()  # retrieved: nobody may be waiting
-        for fut, _, _ in self._inbound.values():
-            if not fut.done():
-                fut.cancel()
+        self._inbound.clear()  # their connections close with the node
         if self.snapshotter is not None:
             await self.snapshotter.close()  # before the applier, which it may be waiting for
         if self.applier is not None:

@@ -23,7 +23,14 @@ from raftcore.security.config import ANONYMOUS, Principal
 if TYPE_CHECKING:
     from raftcore.security.tls import PeerTls
 
-__all__ = ["FrameTooLarge", "PeerConnection", "ServerConnection", "read_frame", "write_frame"]
+__all__ = [
+    "FrameTooLarge",
+    "Later",
+    "PeerConnection",
+    "ServerConnection",
+    "read_frame",
+    "write_frame",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +64,8 @@ def write_frame(writer: asyncio.StreamWriter, parts: list[bytes | memoryview]) -
             writer.write(part)
 
 
-Handler = Callable[["ServerConnection", bytes], Awaitable[list[bytes | memoryview] | None]]
+# a handler answers with the frame's parts, None (nothing to send: acks=0), or a Later
+Handler = Callable[["ServerConnection", bytes], Awaitable[Any]]
 
 
 MAX_IN_FLIGHT = 64  # requests read and not yet answered, per connection
@@ -177,7 +185,11 @@ class ServerConnection:
                 "%s request from %s failed; closing the connection", self.name, self.peer
             )
             result = CLOSE
-        if not slot.done():
+        if slot.done():
+            pass
+        elif isinstance(result, Later):
+            result._attach(self, slot)
+        else:
             slot.set_result(result)
         self._drain()
 
@@ -246,6 +258,38 @@ def _resume(coro: Any, blocked_on: Any) -> Any:
                 value = coro.send(sent)
             except StopIteration as stop:
                 return stop.value
+
+
+class Later:
+    """A handler's answer that is not ready when the handler returns: whoever will have it
+    calls :meth:`answer` (on the loop) with the frame's parts, and the connection writes it
+    in its turn. No task waits for it (a parked fetch used to hold a task and cost the loop
+    two or three task steps until its answer came)."""
+
+    __slots__ = ("_conn", "_result", "_slot")
+
+    def __init__(self) -> None:
+        self._conn: ServerConnection | None = None
+        self._slot: asyncio.Future[Any] | None = None
+        self._result: Any = _NOT_YET
+
+    def answer(self, result: Any) -> None:
+        slot = self._slot
+        if slot is None:  # answered before the handler returned
+            self._result = result
+        elif not slot.done():  # a closed connection cancelled its slots: nobody to tell
+            slot.set_result(result)
+            assert self._conn is not None
+            self._conn._drain()
+
+    def _attach(self, conn: ServerConnection, slot: asyncio.Future[Any]) -> None:
+        if self._result is not _NOT_YET:
+            slot.set_result(self._result)
+        else:
+            self._conn, self._slot = conn, slot
+
+
+_NOT_YET: Any = object()
 
 
 class CloseConnection(Exception):
