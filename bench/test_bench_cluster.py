@@ -108,12 +108,22 @@ async def _raftcore_run(
 
 
 @pytest.mark.parametrize(
-    ("batch", "transport"), [(1000, "plaintext"), (10_000, "plaintext"), (1000, "tls")]
+    ("batch", "transport"),
+    [
+        (1000, "plaintext"),
+        (10_000, "plaintext"),
+        (1000, "tls"),
+        (1000, "uvloop"),
+        (10_000, "uvloop"),
+    ],
 )
 def test_raftcore_cluster_commits(benchmark, tmp_path, scale, batch, transport):
     """``tls``: every connection (client to leader, leader to followers) is mutual TLS with
     EC P-256 certificates from raftcore certs (docs/security.md); the cost of TLS is the ratio
-    of the two (batches of 1,000)."""
+    of the two (batches of 1,000). ``uvloop``: plaintext, the nodes on uvloop's event loop
+    (``raftcore node --event-loop uvloop``); skipped without the uvloop package."""
+    if transport == "uvloop":
+        pytest.importorskip("uvloop", reason="--event-loop uvloop needs: pip install uvloop")
     benchmark.group = GROUP.format(batch)
     records = max(batch, int(2_000_000 * scale))
     runs: list[tuple[float, list[float]]] = []
@@ -121,8 +131,10 @@ def test_raftcore_cluster_commits(benchmark, tmp_path, scale, batch, transport):
     if transport == "tls":
         tls_dir = tmp_path / "tls"
         make_certs(tls_dir, [1, 2, 3], clients=["bench"])
-    flush = ["--flush", "always"]
-    with LocalCluster(tmp_path / "raftcore", 3, tls_dir=tls_dir, node_args=flush) as cluster:
+    node_args = ["--flush", "always"]
+    if transport == "uvloop":
+        node_args += ["--event-loop", "uvloop"]
+    with LocalCluster(tmp_path / "raftcore", 3, tls_dir=tls_dir, node_args=node_args) as cluster:
         cluster.start()
         security = cluster.client_security("bench" if tls_dir else None)
         # warm up: leader, producer id

@@ -36,8 +36,9 @@ WRITERS = [1, 16, 256]
 # writes per round for each writer count: ~5-10 s a round at the issue's rates
 WRITES = {1: 3_000, 16: 16_000, 256: 40_000}
 ROUNDS = 3
-# raftcore's figures by writer count, for the ratio the etcd benchmark of the same count records
-RAFTCORE: dict[int, dict] = {}
+# raftcore's figures by (event loop, writer count), for the ratios the etcd benchmark of the
+# same count records
+RAFTCORE: dict[tuple[str, int], dict] = {}
 
 Write = Callable[[int], Awaitable[object]]
 
@@ -104,15 +105,22 @@ def _total(writers: int, scale: float) -> int:
 # ---- raftcore ---------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def raftcore_cluster(tmp_path_factory):
-    with LocalCluster(tmp_path_factory.mktemp("raftcore"), 3) as cluster:
+@pytest.fixture(scope="module", params=["asyncio", "uvloop"])
+def raftcore_cluster(request, tmp_path_factory):
+    """The nodes on asyncio's event loop, then on uvloop's (``--event-loop uvloop``; skipped
+    without the uvloop package)."""
+    if request.param == "uvloop":
+        pytest.importorskip("uvloop", reason="--event-loop uvloop needs: pip install uvloop")
+    args = ["--event-loop", request.param]
+    with LocalCluster(tmp_path_factory.mktemp("raftcore"), 3, node_args=args) as cluster:
         cluster.start()
+        cluster.event_loop = request.param  # type: ignore[attr-defined]
         yield cluster
 
 
 @pytest.mark.parametrize("writers", WRITERS)
 def test_raftcore_small_writes(benchmark, raftcore_cluster, scale, writers):
+    loop_name = raftcore_cluster.event_loop
     value = b"r" * RECORD_BYTES
     loop = asyncio.new_event_loop()
     producers: list[Producer] = []
@@ -133,7 +141,7 @@ def test_raftcore_small_writes(benchmark, raftcore_cluster, scale, writers):
 
             return write
 
-        RAFTCORE[writers] = _run_rounds(
+        RAFTCORE[(loop_name, writers)] = _run_rounds(
             benchmark, loop, [make(p) for p in producers], _total(writers, scale)
         )
     finally:
@@ -178,10 +186,13 @@ def test_etcd_small_writes(benchmark, etcd_cluster, scale, writers):
             return write
 
         stats = _run_rounds(benchmark, loop, [make(c) for c in clients], _total(writers, scale))
-        ours = RAFTCORE.get(writers)
-        if ours is not None:  # raftcore ran first in this session: the side-by-side ratio
-            stats["raftcore_writes_per_s"] = ours["writes_per_s"]
-            stats["raftcore_over_etcd"] = round(ours["writes_per_s"] / stats["writes_per_s"], 2)
+        for loop_name in ("asyncio", "uvloop"):
+            ours = RAFTCORE.get((loop_name, writers))
+            if ours is not None:  # raftcore ran first in this session: the side-by-side ratio
+                prefix = "raftcore" if loop_name == "asyncio" else "raftcore_uvloop"
+                stats[f"{prefix}_writes_per_s"] = ours["writes_per_s"]
+                ratio = ours["writes_per_s"] / stats["writes_per_s"]
+                stats[f"{prefix}_over_etcd"] = round(ratio, 2)
     finally:
         loop.run_until_complete(_close_all(clients))
         loop.close()

@@ -19,7 +19,7 @@ def _cmd_node(args: argparse.Namespace) -> int:
     from raftcore.log import LogConfig
     from raftcore.node.config import NodeConfig, parse_endpoint, parse_voters
     from raftcore.node.preflight import check_data_dir
-    from raftcore.node.runner import run_node
+    from raftcore.node.runner import check_event_loop, run_node
     from raftcore.raft.config import QuorumConfig
     from raftcore.security.node_options import node_listener
     from raftcore.users_cli import sasl_listener_security
@@ -63,6 +63,7 @@ def _cmd_node(args: argparse.Namespace) -> int:
                 "without a state machine keeps its whole log)"
             )
         check_data_dir(config.data_dir)  # before anything is written there
+        check_event_loop(args.event_loop)
     except ValueError as exc:
         raise CommandLineError(str(exc)) from None
     return run_node(
@@ -70,6 +71,7 @@ def _cmd_node(args: argparse.Namespace) -> int:
         ready_file=args.ready_file,
         state_machine=args.state_machine,
         state_map_size=args.state_map_size,
+        event_loop=args.event_loop,
     )
 
 
@@ -139,6 +141,13 @@ def add_node_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
         type=types.positive_int,
         default=1000,
         help="with --flush interval: how often to fsync",
+    )
+    p.add_argument(
+        "--event-loop",
+        choices=("asyncio", "uvloop"),
+        default="asyncio",
+        help="the event loop the node runs on: asyncio's own, or uvloop's (libuv; faster "
+        "per request, see docs/benchmarks.md; needs pip install uvloop)",
     )
     p.add_argument(
         "--state-machine",

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import logging
 import os
 import signal
 import socket
 import sys
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from raftcore.node.config import NodeConfig
@@ -17,7 +19,7 @@ from raftcore.node.data_dir import STATE_DIR
 from raftcore.node.node import RaftNode
 from raftcore.node.preflight import bind_listener
 
-__all__ = ["run_node"]
+__all__ = ["EVENT_LOOPS", "check_event_loop", "run_node"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,10 +54,11 @@ async def _serve(
 
 
 def _listening_line(config: NodeConfig) -> str:
+    loop = type(asyncio.get_running_loop()).__module__.split(".")[0]  # asyncio, uvloop
     return (
         f"raftcore node {config.node_id} listening on {config.listen} "
         f"(voters {','.join(f'{k}@{v}' for k, v in sorted(config.voters.items()))}, "
-        f"data {config.data_dir}, cluster {config.cluster_id})"
+        f"data {config.data_dir}, cluster {config.cluster_id}, event loop {loop})"
     )
 
 
@@ -84,24 +87,47 @@ async def _serve_node(
         await node.stop()
 
 
+EVENT_LOOPS = ("asyncio", "uvloop")
+
+
+def check_event_loop(name: str) -> None:
+    """ValueError (one line for the CLI) unless ``name`` is an event loop this process has."""
+    if name not in EVENT_LOOPS:
+        raise ValueError(f"unknown event loop {name!r} (one of {', '.join(EVENT_LOOPS)})")
+    if name == "uvloop" and importlib.util.find_spec("uvloop") is None:
+        raise ValueError("--event-loop uvloop needs the uvloop package: pip install uvloop")
+
+
+def _runner(event_loop: str) -> Callable[[Coroutine[Any, Any, None]], None]:
+    check_event_loop(event_loop)
+    if event_loop == "uvloop":
+        import uvloop
+
+        return uvloop.run  # type: ignore[no-any-return]
+    return asyncio.run
+
+
 def run_node(
     config: NodeConfig,
     *,
     ready_file: str | None = None,
     state_machine: str = "none",
     state_map_size: int = 16 << 30,
+    event_loop: str = "asyncio",
 ) -> int:
     """Serve until SIGTERM/SIGINT. Returns the process exit status. ``state_machine``:
-    ``none`` or ``lmdb`` (see :func:`open_state_machine`).
+    ``none`` or ``lmdb`` (see :func:`open_state_machine`). ``event_loop``: ``asyncio`` or
+    ``uvloop`` (the uvloop package's libuv loop: the same node, less time per request).
 
     The listen address is bound first, before anything is written into the data directory:
     a port in use ends here with ListenError (``cannot listen on HOST:PORT: address already
     in use``) and the directory as it was."""
     assert config.listen is not None
+    run = _runner(event_loop)
     sock = bind_listener(config.listen)
     try:
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(_serve(config, ready_file, state_machine, state_map_size, sock))
+            run(_serve(config, ready_file, state_machine, state_map_size, sock))
     finally:
         sock.close()
     return 0
