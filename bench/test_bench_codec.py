@@ -14,6 +14,7 @@ small pieces as ``api.encode_response`` does and leaves the records uncopied.
 
 import pytest
 
+from raftcore.protocol.api import coalesce
 from raftcore.protocol.closure_codec import compile_closures
 from raftcore.protocol.schema import Reader, Writer, load_spec
 from raftcore.records import encode_batch
@@ -79,19 +80,7 @@ CASES = {
 def _encode(encode, obj) -> list:
     w = Writer()
     encode(obj, w)
-    out: list = []
-    small: list = []
-    for part in w.parts:  # as api.encode_response: small pieces joined, records left as they are
-        if len(part) >= 65536:
-            if small:
-                out.append(b"".join(small))
-                small = []
-            out.append(part)
-        else:
-            small.append(part)
-    if small:
-        out.append(b"".join(small))
-    return out
+    return coalesce(w.parts)  # as api.encode_response: small pieces joined, records as they are
 
 
 def _decode(decode, body: bytes):

@@ -260,9 +260,15 @@ def encode_response(
     if flexible_header:
         w.put(b"\x00")
     encode(body, w)
+    return coalesce(w.parts)
+
+
+def coalesce(parts: list[bytes | memoryview]) -> list[bytes | memoryview]:
+    """Small pieces joined, large ones (records read from the log) left as they are, uncopied:
+    how a frame's pieces go to the socket."""
     out: list[bytes | memoryview] = []
     small: list[bytes | memoryview] = []
-    for part in w.parts:
+    for part in parts:
         if len(part) >= _COALESCE_BELOW:
             if small:
                 out.append(b"".join(small))
