@@ -24,7 +24,15 @@ from collections.abc import Callable
 from typing import Any
 
 from raftcore.protocol.model import FieldSpec, StructSpec, _is_default
-from raftcore.protocol.wire import _I16, _I32, _ONE_BYTE, ProtocolError, Reader, Writer
+from raftcore.protocol.wire import (
+    _I16,
+    _I32,
+    ProtocolError,
+    Reader,
+    Writer,
+    uvarint_bytes,
+    uvarint_tail,
+)
 
 __all__ = ["compile_generated", "generate_source"]
 
@@ -47,36 +55,6 @@ def _truncated(what: str, pos: int, n: int, end: int) -> ProtocolError:
     return ProtocolError(f"truncated {what}: need {n} bytes at {pos}, {end - pos} left")
 
 
-def _uvarint_tail(buf: Any, pos: int, end: int, first: int) -> tuple[int, int]:
-    """The rest of an unsigned varint whose first byte (``first``, >= 0x80) is read."""
-    value = first & 0x7F
-    shift = 7
-    while True:
-        if pos >= end:
-            raise ProtocolError(f"truncated unsigned varint at {pos}")
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-        shift += 7
-        if shift > 28:
-            raise ProtocolError(f"unsigned varint too long at {pos}")
-
-
-def _uvarint_bytes(value: int) -> bytes:
-    if 0 <= value < 0x80:
-        return _ONE_BYTE[value]
-    if value < 0:
-        raise ProtocolError(f"unsigned varint of a negative value {value}")
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _fit_error(names: tuple[str, ...], types: tuple[str, ...], values: tuple) -> ProtocolError:
     """The error of the first value of a packed run that does not fit its type."""
     for name, t, v in zip(names, types, values, strict=True):
@@ -92,8 +70,8 @@ _NAMESPACE: dict[str, Any] = {
     "_StructError": struct.error,
     "_new": object.__new__,
     "_truncated": _truncated,
-    "_uvtail": _uvarint_tail,
-    "_uvb": _uvarint_bytes,
+    "_uvtail": uvarint_tail,
+    "_uvb": uvarint_bytes,
     "_fit_error": _fit_error,
     "_is_default": _is_default,
     "_unpack_from": struct.unpack_from,

@@ -90,20 +90,15 @@ class Reader:
         return s.unpack_from(self.buf, pos)[0]
 
     def uvarint(self) -> int:
-        value = shift = 0
-        buf, pos, end = self.buf, self.pos, self.end
-        while True:
-            if pos >= end:
-                raise ProtocolError(f"truncated unsigned varint at {self.pos}")
-            b = buf[pos]
-            pos += 1
-            value |= (b & 0x7F) << shift
-            if b < 0x80:
-                self.pos = pos
-                return value
-            shift += 7
-            if shift > 28:
-                raise ProtocolError(f"unsigned varint too long at {self.pos}")
+        pos = self.pos
+        if pos >= self.end:
+            raise ProtocolError(f"truncated unsigned varint at {pos}")
+        first = self.buf[pos]
+        if first < 0x80:
+            self.pos = pos + 1
+            return first
+        value, self.pos = uvarint_tail(self.buf, pos + 1, self.end, first)
+        return value
 
     def varint(self) -> int:
         raw = self.uvarint()
@@ -118,6 +113,39 @@ class Reader:
 
 
 _ONE_BYTE = [bytes((n,)) for n in range(0x80)]
+
+
+def uvarint_tail(buf: Any, pos: int, end: int, first: int) -> tuple[int, int]:
+    """The rest of an unsigned varint whose first byte (``first``, >= 0x80, at ``pos - 1``)
+    is read: (value, position after it). The generated codec reads the first byte inline."""
+    start = pos - 1
+    value = first & 0x7F
+    shift = 7
+    while True:
+        if pos >= end:
+            raise ProtocolError(f"truncated unsigned varint at {start}")
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 28:
+            raise ProtocolError(f"unsigned varint too long at {start}")
+
+
+def uvarint_bytes(value: int) -> bytes:
+    """An unsigned varint; most lengths and counts are one byte, made once."""
+    if 0 <= value < 0x80:
+        return _ONE_BYTE[value]
+    if value < 0:
+        raise ProtocolError(f"unsigned varint of a negative value {value}")
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 class Writer:
@@ -135,17 +163,7 @@ class Writer:
         self.size += len(data)
 
     def uvarint(self, value: int) -> None:
-        if 0 <= value < 0x80:  # most lengths and counts: one byte, made once
-            self.put(_ONE_BYTE[value])
-            return
-        if value < 0:
-            raise ProtocolError(f"unsigned varint of a negative value {value}")
-        out = bytearray()
-        while value >= 0x80:
-            out.append((value & 0x7F) | 0x80)
-            value >>= 7
-        out.append(value)
-        self.put(bytes(out))
+        self.put(uvarint_bytes(value))
 
     def varint(self, value: int) -> None:
         self.uvarint((value << 1) ^ (value >> 63))
