@@ -474,7 +474,7 @@ class RaftCore(LeaderRequests):
 
     def on_high_watermark_changed(self, now: int) -> None:
         """The leader's high watermark moved: held fetches that wait for it may go."""
-        self.purgatory.complete(now)
+        self.purgatory.high_watermark_moved(now)
 
     # ---- polling ------------------------------------------------------------------------------
 

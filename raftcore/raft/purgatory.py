@@ -55,6 +55,16 @@ class FetchPurgatory:
             return INF
         return now + self.core.config.high_watermark_linger_ms
 
+    def high_watermark_moved(self, now: int) -> None:
+        """The linger of each held fetch that had no high watermark to tell starts now;
+        then answer what can be answered."""
+        if not isinstance(self.core.quorum.state, LeaderState):
+            return
+        for p in self._parked:
+            if p.hw_due == INF:
+                p.hw_due = self._hw_due(p.request, now)
+        self.complete(now)
+
     def complete(self, now: int, *, expired_only: bool = False) -> None:
         """Answer the held fetches that can be answered (with ``expired_only``, only those
         whose wait, or high-watermark linger, is over); the rest stay."""
@@ -64,8 +74,6 @@ class FetchPurgatory:
         waiting = self._parked
         self._parked = []
         for p in waiting:
-            if p.hw_due == INF:
-                p.hw_due = self._hw_due(p.request, now)  # the high watermark moved since
             force = now >= p.deadline
             tell_hw = now >= p.hw_due
             if expired_only and not force and not tell_hw:
