@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import pytest
+from bench_helpers import percentiles, send_window
 
 from raftcore.client import Producer
 from raftcore.client.producer import MAX_IN_FLIGHT
@@ -43,16 +44,6 @@ GROUP = "3-node cluster, --flush always: commit 100-byte records in batches of {
 PEER = Path(__file__).parent / "peers" / "pysyncobj_node.py"
 
 
-def _percentiles(latencies: list[float]) -> dict[str, float]:
-    data = sorted(latencies)
-    if not data:
-        return {"p50_ms": float("nan"), "p99_ms": float("nan")}
-    return {
-        "p50_ms": round(data[len(data) // 2], 2),
-        "p99_ms": round(data[min(len(data) - 1, int(len(data) * 0.99))], 2),
-    }
-
-
 def _record_stats(benchmark, records: int, runs: list[tuple[float, list[float]]]) -> None:
     best = min(seconds for seconds, _ in runs)
     latencies = [lat for _, lats in runs for lat in lats]
@@ -61,7 +52,7 @@ def _record_stats(benchmark, records: int, runs: list[tuple[float, list[float]]]
             "records": records,
             "records_per_s": round(records / best),
             "mb_per_s": round(records * RECORD_BYTES / best / 1e6, 1),
-            **_percentiles(latencies),
+            **percentiles(latencies),
         }
     )
 
@@ -88,23 +79,8 @@ async def _raftcore_run(
         max_request_bytes=MAX_REQUEST_BYTES,
         security=security,
     ) as producer:
-        in_flight: set[asyncio.Future] = set()
-        started = time.perf_counter()
-        sent = 0
-        while sent < records or in_flight:
-            while sent < records and len(in_flight) < outstanding:
-                count = min(batch, records - sent)
-                fut = producer.send_nowait(payload[:count])
-                t = time.perf_counter()
-                fut.add_done_callback(
-                    lambda f, t=t: latencies.append((time.perf_counter() - t) * 1000)
-                )
-                in_flight.add(fut)
-                sent += count
-            done, in_flight = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
-            for fut in done:
-                fut.result()
-        return time.perf_counter() - started, latencies
+        seconds = await send_window(producer, payload, records, outstanding, latencies)
+        return seconds, latencies
 
 
 @pytest.mark.parametrize(

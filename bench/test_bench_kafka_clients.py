@@ -25,6 +25,7 @@ import subprocess
 import time
 
 import pytest
+from bench_helpers import send_window
 
 from raftcore.client import Consumer, Producer
 from raftcore.node.local_cluster import LocalCluster
@@ -107,18 +108,7 @@ async def _raftcore_produce(bootstrap: list[str], records: int, batch: int) -> f
     payload = [(None, bytes([n % 251]) * RECORD_BYTES) for n in range(batch)]
     async with Producer(bootstrap, max_in_flight=IN_FLIGHT) as producer:
         await producer.send(payload[:1])  # untimed warm-up: connection, producer id
-        in_flight: set[asyncio.Future] = set()
-        started = time.perf_counter()
-        sent = 0
-        while sent < records or in_flight:
-            while sent < records and len(in_flight) < IN_FLIGHT:
-                count = min(batch, records - sent)
-                in_flight.add(producer.send_nowait(payload[:count]))
-                sent += count
-            done, in_flight = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
-            for fut in done:
-                fut.result()
-        return time.perf_counter() - started
+        return await send_window(producer, payload, records, IN_FLIGHT)
 
 
 @pytest.mark.benchmark(group=GROUP)

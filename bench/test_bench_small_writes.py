@@ -26,6 +26,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 import pytest
+from bench_helpers import percentiles
 from peers.etcd_cluster import EtcdCluster, EtcdWriter, etcd_binary
 
 from raftcore.client import Producer
@@ -41,16 +42,6 @@ ROUNDS = 3
 RAFTCORE: dict[tuple[str, int], dict] = {}
 
 Write = Callable[[int], Awaitable[object]]
-
-
-def _percentiles(latencies: list[float]) -> dict[str, float]:
-    data = sorted(latencies)
-    if not data:
-        return {"p50_ms": float("nan"), "p99_ms": float("nan")}
-    return {
-        "p50_ms": round(data[len(data) // 2], 2),
-        "p99_ms": round(data[min(len(data) - 1, int(len(data) * 0.99))], 2),
-    }
 
 
 async def _drive(writes: list[Write], total: int, latencies: list[float]) -> float:
@@ -88,7 +79,7 @@ def _run_rounds(benchmark, loop, writes: list[Write], total: int) -> dict:
             "writes": total,
             "writes_per_s": round(total / median),
             "best_writes_per_s": round(total / best),
-            **_percentiles(latencies),
+            **percentiles(latencies),
         }
     )
     return benchmark.extra_info

@@ -1,0 +1,50 @@
+"""What several benchmarks share: a producer's sliding window of sends, and latency
+percentiles. (A helper module, not a benchmark: pytest collects only ``test_*.py``.)"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+
+def percentiles(latencies: list[float]) -> dict[str, float]:
+    """p50 and p99 (rounded to 0.01) of ``latencies``, NaN when there are none."""
+    data = sorted(latencies)
+    if not data:
+        return {"p50_ms": float("nan"), "p99_ms": float("nan")}
+    return {
+        "p50_ms": round(data[len(data) // 2], 2),
+        "p99_ms": round(data[min(len(data) - 1, int(len(data) * 0.99))], 2),
+    }
+
+
+async def send_window(
+    producer: Any,
+    payload: list,
+    records: int,
+    outstanding: int,
+    latencies: list[float] | None = None,
+) -> float:
+    """Send ``records`` records in sends of ``payload`` (the last one cut short), keeping up to
+    ``outstanding`` sends queued or in flight; with ``latencies``, each send's ms from queued
+    to acknowledged. Returns the seconds from the first send to the last acknowledgement."""
+    batch = len(payload)
+    in_flight: set[asyncio.Future] = set()
+    started = time.perf_counter()
+    sent = 0
+    while sent < records or in_flight:
+        while sent < records and len(in_flight) < outstanding:
+            count = min(batch, records - sent)
+            fut = producer.send_nowait(payload[:count])
+            if latencies is not None:
+                t = time.perf_counter()
+                fut.add_done_callback(
+                    lambda f, t=t: latencies.append((time.perf_counter() - t) * 1000)
+                )
+            in_flight.add(fut)
+            sent += count
+        done, in_flight = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+        for fut in done:
+            fut.result()
+    return time.perf_counter() - started
