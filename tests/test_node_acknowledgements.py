@@ -37,13 +37,25 @@ def produce_body(value: bytes, timeout_ms: int = 20_000):  # type: ignore[no-unt
     )
 
 
+async def stop_followers(nodes, leader):  # type: ignore[no-untyped-def]
+    """Stop every node but ``leader``; returns the stopped ones."""
+    stopped = [n for n in nodes if n is not leader]
+    for n in stopped:
+        await n.stop(timeout_s=0.1)
+    return stopped
+
+
+async def leader_without_followers(nodes):  # type: ignore[no-untyped-def]
+    """The leader, once its followers are stopped: nothing it appends can commit."""
+    leader = await leader_of(nodes)
+    await stop_followers(nodes, leader)
+    return leader
+
+
 def test_a_leader_that_loses_its_followers_answers_a_waiting_produce_not_leader_at_once(tmp_path):
     async def main():
         async with cluster(tmp_path) as nodes:
-            leader = await leader_of(nodes)
-            for n in nodes:
-                if n is not leader:
-                    await n.stop(timeout_s=0.1)
+            leader = await leader_without_followers(nodes)
             started = time.monotonic()
             resp = await raw_request(leader, ApiKey.PRODUCE, 10, produce_body(b"orphan"))
             elapsed = time.monotonic() - started
@@ -62,10 +74,7 @@ def test_a_leader_that_loses_its_followers_answers_a_waiting_produce_not_leader_
 def test_append_wait_raises_not_leader_when_leadership_ends_before_the_commit(tmp_path):
     async def main():
         async with cluster(tmp_path) as nodes:
-            leader = await leader_of(nodes)
-            for n in nodes:
-                if n is not leader:
-                    await n.stop(timeout_s=0.1)
+            leader = await leader_without_followers(nodes)
             with pytest.raises(NotLeaderError) as caught:
                 await asyncio.wait_for(leader.append([(b"k", b"orphan")], wait=True), 10)
             assert "were not committed in that epoch" in str(caught.value)
@@ -140,9 +149,7 @@ def test_after_a_delivery_timeout_the_producer_starts_a_new_session_and_writes_a
             try:
                 await producer.send([(b"k", b"first")])
                 old_id = producer.producer_id
-                stopped = [n for n in nodes if n is not leader]
-                for n in stopped:
-                    await n.stop(timeout_s=0.1)
+                stopped = await stop_followers(nodes, leader)
                 with pytest.raises(ProduceError) as caught:
                     await producer.send([(b"k", b"expires")])
                 assert caught.value.error_code == Errors.REQUEST_TIMED_OUT
@@ -166,10 +173,7 @@ def test_wait_committed_times_out_without_a_verdict_and_forgets_the_append(tmp_p
 
     async def main():
         async with cluster(tmp_path) as nodes:
-            leader = await leader_of(nodes)
-            for n in nodes:
-                if n is not leader:
-                    await n.stop(timeout_s=0.1)
+            leader = await leader_without_followers(nodes)
             appended = leader.append_batches(
                 encode_batch([(b"k", b"unanswered")], base_offset=0, leader_epoch=0)
             )
