@@ -17,7 +17,13 @@ from typing import IO, Any
 
 from raftcore.errors import RaftcoreError
 
-__all__ = ["LocalCluster", "free_ports", "new_cluster_id"]
+__all__ = [
+    "LocalCluster",
+    "free_ports",
+    "new_cluster_id",
+    "tls_client_security",
+    "tls_listener_args",
+]
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
@@ -40,6 +46,30 @@ def new_cluster_id() -> str:
     import base64
 
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def tls_listener_args(tls_dir: Path, node_id: int, endpoint: str) -> list[str]:
+    """``raftcore node`` arguments for an SSL listener at ``endpoint`` with the certificates
+    ``raftcore certs`` wrote into ``tls_dir`` (mutual TLS: ``ssl.client.auth=required``)."""
+    return [
+        f"--listeners=SSL://{endpoint}",
+        f"--ssl-certfile={tls_dir / f'node-{node_id}.pem'}",
+        f"--ssl-keyfile={tls_dir / f'node-{node_id}.key'}",
+        f"--ssl-cafile={tls_dir / 'ca.pem'}",
+    ]
+
+
+def tls_client_security(tls_dir: Path, client: str | None = None) -> Any:
+    """The :class:`~raftcore.security.ClientSecurity` of an SSL client trusting the CA in
+    ``tls_dir``, presenting ``client-<client>.pem/.key`` when ``client`` is named."""
+    from raftcore.security.config import ClientSecurity
+
+    return ClientSecurity(
+        protocol="SSL",
+        ssl_cafile=tls_dir / "ca.pem",
+        ssl_certfile=None if client is None else tls_dir / f"client-{client}.pem",
+        ssl_keyfile=None if client is None else tls_dir / f"client-{client}.key",
+    )
 
 
 class LocalCluster:
@@ -116,13 +146,7 @@ class LocalCluster:
     def _listener_args(self, node_id: int) -> list[str]:
         if self.tls_dir is None:
             return ["--listen", self.endpoint(node_id)]
-        d = self.tls_dir
-        return [
-            f"--listeners=SSL://{self.endpoint(node_id)}",
-            f"--ssl-certfile={d / f'node-{node_id}.pem'}",
-            f"--ssl-keyfile={d / f'node-{node_id}.key'}",
-            f"--ssl-cafile={d / 'ca.pem'}",
-        ]
+        return tls_listener_args(self.tls_dir, node_id, self.endpoint(node_id))
 
     def client_security(self, client: str | None = None) -> Any:
         """The :class:`~raftcore.security.ClientSecurity` of a client of this cluster: PLAINTEXT
@@ -131,13 +155,7 @@ class LocalCluster:
 
         if self.tls_dir is None:
             return ClientSecurity()
-        d = self.tls_dir
-        return ClientSecurity(
-            protocol="SSL",
-            ssl_cafile=d / "ca.pem",
-            ssl_certfile=None if client is None else d / f"client-{client}.pem",
-            ssl_keyfile=None if client is None else d / f"client-{client}.key",
-        )
+        return tls_client_security(self.tls_dir, client)
 
     def _ready_file(self, node_id: int) -> Path:
         return self.directory / f"node-{node_id}.ready"

@@ -5,6 +5,8 @@ of each; exits 1 at the first run with a violation, after printing its seed, its
 and the command that replays it. Needs root for network namespaces and nftables (partitions);
 without them every node runs on loopback and the partition nemesis is skipped, with the reason.
 ``--snapshots N`` runs the nodes with LMDB state machines and KIP-630 snapshots every N records.
+``--security SSL`` runs them with mutual TLS (every client presents a certificate too);
+``--security SASL_SSL`` with clients logging in by SCRAM-SHA-512 over TLS.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import signal
 import sys
 
 from .harness import RunConfig, format_result, replay_command, run_once
+from .security import MODES
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,6 +35,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="run the nodes with the LMDB state machine and a snapshot every N records "
         "(KIP-630), and check every replica's state and snapshots (default: off)",
+    )
+    p.add_argument(
+        "--security",
+        type=str.upper,
+        choices=MODES,
+        default="PLAINTEXT",
+        help="PLAINTEXT (default); SSL: mutual TLS between the nodes and from every client; "
+        "SASL_SSL: nodes by certificate, clients by SCRAM-SHA-512 over TLS",
     )
     p.add_argument("--keep", action="store_true", help="keep run directories of passed runs")
     p.add_argument("--dir", default=None, help="where run directories go (default: temp)")
@@ -61,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             pythonpath=args.nodes_from,
             loopback=args.loopback,
             snapshots=args.snapshots,
+            security=args.security,
         )
         result = run_once(config, log=lambda s: print(s, flush=True))
         print(format_result(result), flush=True)

@@ -20,12 +20,15 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from raftcore.security.config import ClientSecurity
+
 from .checker import NodeLog, Verdict, check, read_node_log
 from .history import History
 from .nemesis import FAULT_KINDS, Event, Nemesis
 from .network import make_network
 from .nodes import NODE_ARGS, NodeSet, snapshot_node_args
-from .probe import Prober, QuorumView, probe_once
+from .probe import Prober, QuorumView
+from .security import RunSecurity, make_run_security
 from .state_check import NodeState, read_node_state
 from .writers import CkWriter, RaftcoreWriter, Writer
 
@@ -47,6 +50,7 @@ class RunConfig:
     pythonpath: str | None = None  # run the nodes from another raftcore tree
     loopback: bool = False  # no namespaces even where they work (no partitions then)
     snapshots: int = 0  # > 0: LMDB state machines, a snapshot every this many records
+    security: str = "PLAINTEXT"  # or SSL (mutual TLS) or SASL_SSL (security.MODES)
 
 
 @dataclass
@@ -54,6 +58,7 @@ class RunResult:
     config: RunConfig
     run_dir: Path
     network: str = ""
+    listeners: set[str] = field(default_factory=set)  # the protocols the nodes said they spoke
     figures: dict[str, int] = field(default_factory=dict)
     violations: dict[str, list[str]] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
@@ -80,6 +85,8 @@ def replay_command(c: RunConfig) -> str:
         cmd += " --loopback"
     if c.snapshots:
         cmd += f" --snapshots {c.snapshots}"
+    if c.security != "PLAINTEXT":
+        cmd += f" --security {c.security}"
     if c.pythonpath:
         cmd += f" --nodes-from {c.pythonpath}"
     return cmd
@@ -91,9 +98,16 @@ def replay_command(c: RunConfig) -> str:
 class EpochMonitor(threading.Thread):
     """Probes every node about every 250 ms; keeps (t, highest epoch seen, leader)."""
 
-    def __init__(self, endpoints: dict[int, str], t0: float, interval_s: float = 0.25) -> None:
+    def __init__(
+        self,
+        endpoints: dict[int, str],
+        t0: float,
+        interval_s: float = 0.25,
+        security: ClientSecurity | None = None,
+    ) -> None:
         super().__init__(name="epoch-monitor", daemon=True)
         self.endpoints = endpoints
+        self.security = security
         self.t0 = t0
         self.interval_s = interval_s
         self.samples: list[tuple[float, int, int]] = []
@@ -104,7 +118,7 @@ class EpochMonitor(threading.Thread):
         asyncio.run(self._loop())
 
     async def _loop(self) -> None:
-        prober = Prober(self.endpoints)
+        prober = Prober(self.endpoints, security=self.security)
         try:
             top = -1
             while not self._halt.is_set():
@@ -145,7 +159,11 @@ def elections_by_kind(samples: list[tuple[float, int, int]], events: list[Event]
 
 
 def consume_confluent(
-    bootstrap: list[str], hw: int, logger: logging.Logger, timeout_s: float = 30.0
+    bootstrap: list[str],
+    hw: int,
+    logger: logging.Logger,
+    timeout_s: float = 30.0,
+    security: RunSecurity | None = None,
 ) -> list[tuple[int, bytes | None]]:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
@@ -161,6 +179,7 @@ def consume_confluent(
             # the log start may pass the consumer (snapshots): go on from the new start
             "auto.offset.reset": "earliest",
             "logger": logger,
+            **(security or RunSecurity()).confluent(),
         }
     )
     out: list[tuple[int, bytes | None]] = []
@@ -183,13 +202,17 @@ def consume_confluent(
         consumer.close()
 
 
-async def consume_raftcore(bootstrap: list[str], hw: int) -> list[tuple[int, bytes | None]]:
+async def consume_raftcore(
+    bootstrap: list[str], hw: int, security: ClientSecurity | None = None
+) -> list[tuple[int, bytes | None]]:
     from raftcore.client import Consumer
     from raftcore.client.consumer import ConsumeError
     from raftcore.error_codes import Errors
 
     out: list[tuple[int, bytes | None]] = []
-    async with Consumer(bootstrap, start="earliest", max_wait_ms=200) as consumer:
+    async with Consumer(
+        bootstrap, start="earliest", max_wait_ms=200, security=security
+    ) as consumer:
         while consumer.position is None or consumer.position < hw:
             try:
                 records = await consumer.poll()
@@ -218,7 +241,7 @@ def _client_logger(run_dir: Path) -> logging.Logger:
 def _wait_leader(nodes: NodeSet, timeout_s: float) -> QuorumView:
     deadline = time.monotonic() + timeout_s
     while True:
-        view = probe_once(nodes.network_endpoints(), timeout_s=1.0)
+        view = nodes.probe(1.0)
         if view.leader_id > 0:
             return view
         if time.monotonic() > deadline:
@@ -250,6 +273,10 @@ def run_once(config: RunConfig, log=print) -> RunResult:  # type: ignore[no-unty
         if config.partitions and not network.partitions:
             say(f"partition nemesis skipped: {network.reason}")
         node_args = NODE_ARGS + (snapshot_node_args(config.snapshots) if config.snapshots else [])
+        hosts = [network.endpoint(i).rpartition(":")[0] for i in node_ids]
+        security = make_run_security(config.security, run_dir, node_ids, hosts)
+        if security.mode != "PLAINTEXT":
+            say(f"security {security.mode}: certificates in {security.tls_dir}")
         nodes = NodeSet(
             run_dir,
             network,
@@ -257,11 +284,12 @@ def run_once(config: RunConfig, log=print) -> RunResult:  # type: ignore[no-unty
             node_args=node_args,
             pythonpath=config.pythonpath,
             start_monotonic=t0,
+            security=security,
         )
         nodes.start_all()
         view = _wait_leader(nodes, 30)
         say(f"leader elected: {view.summary()}")
-        monitor = EpochMonitor(nodes.network_endpoints(), t0)
+        monitor = EpochMonitor(nodes.network_endpoints(), t0, security=security.client())
         monitor.start()
 
         history = History(t0)
@@ -275,6 +303,7 @@ def run_once(config: RunConfig, log=print) -> RunResult:  # type: ignore[no-unty
                 max_count=count,
                 window=20,
                 client_log=client_log,
+                security=security,
             ),
             CkWriter(
                 "ck2",
@@ -284,9 +313,16 @@ def run_once(config: RunConfig, log=print) -> RunResult:  # type: ignore[no-unty
                 max_count=count,
                 window=20,
                 client_log=client_log,
+                security=security,
             ),
             RaftcoreWriter(
-                "rc1", nodes.bootstrap, history, rate=config.rate, max_count=count, window=5
+                "rc1",
+                nodes.bootstrap,
+                history,
+                rate=config.rate,
+                max_count=count,
+                window=5,
+                security=security,
             ),
         ]
         for w in writers:
@@ -316,7 +352,7 @@ def run_once(config: RunConfig, log=print) -> RunResult:  # type: ignore[no-unty
         prev_hw = None
         deadline = t_heal + config.converge_timeout_s
         while time.monotonic() < deadline:
-            view = probe_once(nodes.network_endpoints(), timeout_s=1.0)
+            view = nodes.probe(1.0)
             if view.converged(node_ids):
                 if prev_hw == view.high_watermark:
                     converged_view = view
@@ -326,7 +362,7 @@ def run_once(config: RunConfig, log=print) -> RunResult:  # type: ignore[no-unty
                 prev_hw = None
             time.sleep(0.25)
         if converged_view is None:
-            view = probe_once(nodes.network_endpoints(), timeout_s=1.0)
+            view = nodes.probe(1.0)
             result.violations["no-convergence"] = [
                 f"not converged {config.converge_timeout_s:g} s after the heal: {view.summary()}"
             ]
@@ -358,7 +394,7 @@ def run_once(config: RunConfig, log=print) -> RunResult:  # type: ignore[no-unty
             hw = converged_view.high_watermark
             try:
                 consumers["confluent-kafka consumer"] = consume_confluent(
-                    nodes.bootstrap, hw, client_log
+                    nodes.bootstrap, hw, client_log, security=security
                 )
             except Exception as exc:
                 result.violations.setdefault("consumer-failed", []).append(
@@ -366,7 +402,7 @@ def run_once(config: RunConfig, log=print) -> RunResult:  # type: ignore[no-unty
                 )
             try:
                 consumers["raftcore Consumer"] = asyncio.run(
-                    asyncio.wait_for(consume_raftcore(nodes.bootstrap, hw), 30)
+                    asyncio.wait_for(consume_raftcore(nodes.bootstrap, hw, security.client()), 30)
                 )
             except Exception as exc:
                 result.violations.setdefault("consumer-failed", []).append(f"raftcore: {exc!r}")
@@ -394,6 +430,7 @@ def run_once(config: RunConfig, log=print) -> RunResult:  # type: ignore[no-unty
             for i in node_ids:
                 for name, n in nodes.snapshot_counts(i).items():
                     result.figures[name] = result.figures.get(name, 0) + n
+        result.listeners = nodes.listener_protocols()
         for i in node_ids:
             problems = nodes.log_problems(i)
             if any(problems.values()):
@@ -446,7 +483,7 @@ def format_result(r: RunResult) -> str:
         f"seed {r.config.seed}, {r.config.nodes} nodes, {r.config.duration_s:g} s: "
         + ("PASS" if r.ok else "FAIL")
         + f" ({r.elapsed_s:.1f} s)",
-        f"  network:        {r.network}",
+        f"  network:        {r.network}; listeners {', '.join(sorted(r.listeners)) or '?'}",
     ]
     if f:
         lines += [

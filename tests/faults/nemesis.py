@@ -30,7 +30,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .nodes import NodeSet
-from .probe import probe_once
 
 __all__ = ["FAULT_KINDS", "Event", "Nemesis"]
 
@@ -121,7 +120,7 @@ class Nemesis:
         kind = rng.choice(kinds)
         picks = [rng.random() for _ in range(4)]  # the same draws whatever the kind
         hold = 1.0 + 2.0 * picks[3]
-        view = probe_once(self.nodes.network_endpoints(), timeout_s=0.8)
+        view = self.nodes.probe(0.8)
         leader = view.leader_id if view.leader_id in self.nodes.node_ids else -1
         ev = Event(self.now(), kind, leader=leader, epoch=view.leader_epoch)
         running = self.nodes.running()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -22,6 +23,8 @@ from typing import IO
 from raftcore.node.local_cluster import new_cluster_id
 
 from .network import Network
+from .probe import QuorumView, probe_once
+from .security import RunSecurity
 
 __all__ = ["NodeExited", "NodeSet", "SNAPSHOT_EVENTS", "snapshot_node_args"]
 
@@ -79,12 +82,14 @@ class NodeSet:
         node_args: list[str] | None = None,
         pythonpath: str | None = None,
         start_monotonic: float | None = None,
+        security: RunSecurity | None = None,
     ) -> None:
         self.run_dir = run_dir
         self.network = network
         self.node_ids = node_ids
         self.cluster_id = new_cluster_id()
         self.node_args = NODE_ARGS if node_args is None else node_args
+        self.security = security or RunSecurity()
         self.env = dict(os.environ)
         if pythonpath:
             self.env["PYTHONPATH"] = pythonpath
@@ -111,6 +116,11 @@ class NodeSet:
     def voters(self) -> str:
         return ",".join(f"{i}@{self.endpoint(i)}" for i in self.node_ids)
 
+    def probe(self, timeout_s: float = 1.0) -> QuorumView:
+        """What every node says of the quorum (:func:`probe.probe_once`), asked the way this
+        run's clients ask."""
+        return probe_once(self.network_endpoints(), timeout_s, self.security.client())
+
     def data_dir(self, node_id: int) -> Path:
         return self.run_dir / f"node-{node_id}"
 
@@ -130,8 +140,7 @@ class NodeSet:
             "node",
             "--id",
             str(node_id),
-            "--listen",
-            self.endpoint(node_id),
+            *self.security.listener_args(node_id, self.endpoint(node_id)),
             "--voters",
             self.voters,
             "--data-dir",
@@ -294,6 +303,18 @@ class NodeSet:
                 if marker in line:
                     counts[name] += 1
         return counts
+
+    def listener_protocols(self) -> set[str]:
+        """The security protocols the nodes' logs say they listened with (``SSL``...), so a
+        run can tell that its nodes really spoke what it asked for."""
+        found: set[str] = set()
+        for node_id in self.node_ids:
+            try:
+                text = self.log_file(node_id).read_text(errors="replace")
+            except FileNotFoundError:
+                continue
+            found.update(re.findall(r" listening on ([A-Z_]+)://", text))
+        return found
 
     def log_problems(self, node_id: int) -> dict[str, int]:
         """Counts of lines worth a look in a node's log (tracebacks, errors, warnings)."""

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from raftcore.client.connection import Connection
 from raftcore.error_codes import Errors
 from raftcore.protocol.api import ApiKey, request_spec
+from raftcore.security.config import ClientSecurity
+from raftcore.security.tls import client_context
 
 __all__ = ["NodeView", "Prober", "QuorumView"]
 
@@ -67,9 +69,16 @@ class Prober:
     """Persistent connections to each node (reopened after a failure); use from one event
     loop."""
 
-    def __init__(self, endpoints: dict[int, str], topic: str = "raftcore") -> None:
+    def __init__(
+        self,
+        endpoints: dict[int, str],
+        topic: str = "raftcore",
+        security: ClientSecurity | None = None,
+    ) -> None:
         self.endpoints = endpoints
         self.topic = topic
+        self.security = security or ClientSecurity()
+        self.ssl = client_context(self.security) if self.security.uses_tls else None
         self._conns: dict[int, Connection] = {}
 
     async def _conn(self, node_id: int, timeout_s: float) -> Connection:
@@ -77,7 +86,12 @@ class Prober:
         if conn is None or conn.closed:
             host, _, port = self.endpoints[node_id].rpartition(":")
             conn = await Connection.open(
-                host, int(port), timeout_s=timeout_s, client_id="rcf-probe"
+                host,
+                int(port),
+                timeout_s=timeout_s,
+                client_id="rcf-probe",
+                security=self.security,
+                ssl=self.ssl,
             )
             self._conns[node_id] = conn
         return conn
@@ -151,11 +165,13 @@ class Prober:
         self._conns.clear()
 
 
-def probe_once(endpoints: dict[int, str], timeout_s: float = 1.0) -> QuorumView:
+def probe_once(
+    endpoints: dict[int, str], timeout_s: float = 1.0, security: ClientSecurity | None = None
+) -> QuorumView:
     """A probe from synchronous code (its own event loop)."""
 
     async def go() -> QuorumView:
-        prober = Prober(endpoints)
+        prober = Prober(endpoints, security=security)
         try:
             return await asyncio.wait_for(prober.probe(timeout_s=timeout_s), timeout_s * 3 + 1)
         finally:

@@ -66,7 +66,7 @@ def _wait_for_leader(
 def _wait_converged(nodes: NodeSet, timeout_s: float = 30.0) -> QuorumView:
     deadline = time.monotonic() + timeout_s
     while True:
-        view = probe_once(nodes.network_endpoints(), timeout_s=1.0)
+        view = nodes.probe(1.0)
         if view.converged(nodes.node_ids):
             return view
         if time.monotonic() > deadline:

@@ -27,6 +27,7 @@ import threading
 import time
 
 from .history import Attempt, History
+from .security import RunSecurity
 
 __all__ = ["CkWriter", "RaftcoreWriter", "Writer"]
 
@@ -44,6 +45,7 @@ class Writer(threading.Thread):
         max_count: int,
         window: int,
         drain_s: float = 15.0,
+        security: RunSecurity | None = None,
     ) -> None:
         super().__init__(name=f"writer-{name}", daemon=True)
         self.writer = name
@@ -53,6 +55,7 @@ class Writer(threading.Thread):
         self.max_count = max_count
         self.window = window
         self.drain_s = drain_s
+        self.security = security or RunSecurity()
         self.stopping = threading.Event()
         self.seq = 0
         self.sessions = 0
@@ -102,6 +105,7 @@ class CkWriter(Writer):
         }
         if self.client_log is not None:
             conf["logger"] = self.client_log
+        conf.update(self.security.confluent())
         return conf
 
     def _run(self) -> None:
@@ -185,6 +189,7 @@ class RaftcoreWriter(Writer):
                 request_timeout_ms=3000,
                 delivery_timeout_ms=10000,
                 client_id=f"rcf-{self.writer}",
+                security=self.security.client(),
             )
             try:
                 await asyncio.wait_for(producer.start(), 15)
