@@ -21,7 +21,7 @@ from raftcore.client.connection import Connection, ConnectionClosed
 from raftcore.error_codes import Errors
 from raftcore.node import raft_wire
 from raftcore.node.config import Endpoint, NodeConfig
-from raftcore.node.local_cluster import free_ports
+from raftcore.node.local_cluster import free_ports, new_cluster_id
 from raftcore.node.node import RaftNode
 from raftcore.protocol.api import decode_response
 from raftcore.raft import QuorumConfig
@@ -268,7 +268,32 @@ def test_a_user_certificate_cannot_send_raft_rpcs(tmp_path, certs, message, capl
             assert body.error_code != Errors.CLUSTER_AUTHORIZATION_FAILED
 
     run(main())
-    assert "the connection is User:alice, not node-1" in caplog.text
+    assert "the connection is User:alice, not a node (CLUSTER_AUTHORIZATION_FAILED)" in caplog.text
+
+
+def test_a_user_certificate_is_refused_before_its_raft_request_is_read(tmp_path, certs):
+    """Kafka checks the CLUSTER_ACTION permission before it reads a raft request: a user's
+    Vote naming another cluster is answered CLUSTER_AUTHORIZATION_FAILED, not
+    INCONSISTENT_CLUSTER_ID, which would tell a stranger something about the cluster; the same
+    Vote from node 1 is read and refused for its cluster id."""
+    security = {i: node_tls(certs, i) for i in (1, 2, 3)}
+    stranger = replace(_vote(1), cluster_id=new_cluster_id())
+
+    async def main():
+        async with cluster(tmp_path, security) as nodes:
+            await leader_among(nodes)
+            _, body = await raw_request(nodes[1], stranger, client_tls(certs, "alice"))
+            assert body.error_code == Errors.CLUSTER_AUTHORIZATION_FAILED
+            node1 = ClientSecurity(
+                protocol="SSL",
+                ssl_cafile=certs / "ca.pem",
+                ssl_certfile=certs / "node-1.pem",
+                ssl_keyfile=certs / "node-1.key",
+            )
+            _, body = await raw_request(nodes[1], stranger, node1)
+            assert body.error_code == Errors.INCONSISTENT_CLUSTER_ID
+
+    run(main())
 
 
 def test_raft_rpcs_on_a_plaintext_listener_are_answered_as_before(tmp_path):

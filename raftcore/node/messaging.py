@@ -182,7 +182,7 @@ class Messaging:
             return gated
         api_key = header.request_api_key
         if api_key in RAFT_APIS or (api_key == ApiKey.FETCH and raft_wire.is_replica_fetch(body)):
-            refused = sasl.refuse_raft(self, conn, header)
+            refused = authorization.refuse_unless_node(self, conn, header)
             if refused is not None:
                 return refused
             return await self._handle_raft_request(header, body, conn)
@@ -221,15 +221,10 @@ class Messaging:
                 header.correlation_id,
                 raft_wire.error_response(self, api_key, version, code),
             )
-        if conn is not None and not authorization.may_send_raft(self, conn, api_key, source):
-            return encode_response(
-                api_key,
-                version,
-                header.correlation_id,
-                raft_wire.error_response(
-                    self, api_key, version, Errors.CLUSTER_AUTHORIZATION_FAILED
-                ),
-            )
+        if conn is not None:
+            refused = authorization.refuse_unless_that_node(self, conn, header, source)
+            if refused is not None:
+                return refused
         # The core's answer comes now (most requests) or later (a parked fetch); either way
         # _send hands it to the connection, which writes it in its turn: no task waits.
         later = Later()

@@ -1,13 +1,22 @@
-"""Who may send the Raft RPCs.
+"""Who may send the Raft RPCs: Vote, BeginQuorumEpoch, EndQuorumEpoch, FetchSnapshot and a
+replica's Fetch.
 
-On a TLS listener (SSL, SASL_SSL), Vote, BeginQuorumEpoch, EndQuorumEpoch, FetchSnapshot and
-a replica's Fetch are answered only when the connection's certificate names the node the request
-speaks for (the candidate of a Vote, the leader of Begin/EndQuorumEpoch, the replica of a Fetch
-or FetchSnapshot). Anything else -- a user's certificate, no certificate, node 3 with node 2's
-certificate claiming to be node 3 -- is answered with CLUSTER_AUTHORIZATION_FAILED and logged
-once per connection. On a SASL listener a node logs in as ``node-<id>`` (or proves it by its
-certificate on SASL_SSL) and the same rule holds. On a PLAINTEXT listener nothing is checked (a
-PLAINTEXT cluster trusts its network, as before).
+On a TLS or SASL listener (SSL, SASL_PLAINTEXT, SASL_SSL) only a node may, and only for itself.
+A connection is a node's when its certificate names ``node-<id>`` (TLS), or when it logged in as
+``node-<id>`` with the inter-node password (SASL; on SASL_SSL the certificate is enough). The
+check has two steps, both here:
+
+1. :func:`refuse_unless_node`, before the request is decoded: a connection that is not a node's
+   (a user's certificate, no certificate, a user's login) is answered
+   CLUSTER_AUTHORIZATION_FAILED whatever it sent, as Kafka checks the CLUSTER_ACTION permission
+   before it reads the request.
+2. :func:`refuse_unless_that_node`, once the request is decoded: the node must be the one the
+   request speaks for (the candidate of a Vote, the leader of Begin/EndQuorumEpoch, the replica
+   of a Fetch or FetchSnapshot); node 3 holding node 2's certificate and claiming to be node 3
+   is answered CLUSTER_AUTHORIZATION_FAILED.
+
+Each refusal is logged once per connection (a peer retries every few milliseconds). On a
+PLAINTEXT listener nothing is checked: a PLAINTEXT cluster trusts its network.
 """
 
 from __future__ import annotations
@@ -15,9 +24,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from raftcore.protocol.api import ApiKey
+from raftcore.error_codes import Errors
+from raftcore.protocol.api import ApiKey, encode_response
 
-__all__ = ["may_send_raft"]
+__all__ = ["refuse_unless_node", "refuse_unless_that_node"]
 
 logger = logging.getLogger(__name__)
 
@@ -29,28 +39,55 @@ _CLAIMS: dict[int, str] = {
     ApiKey.FETCH_SNAPSHOT: "a FetchSnapshot from replica",
 }
 
+Answer = list[bytes | memoryview]
 
-def may_send_raft(node: Any, conn: Any, api_key: int, source: int) -> bool:
-    """True when ``conn`` may send raft request ``api_key`` speaking for node ``source``."""
+
+def _checked(node: Any) -> bool:
     security = node.config.security
-    if not (security.uses_tls or security.uses_sasl):
-        return True
+    return bool(security.uses_tls or security.uses_sasl)
+
+
+def refuse_unless_node(node: Any, conn: Any, header: Any) -> Answer | None:
+    """Step 1: the refusal of a raft RPC from a connection that is not a node's, or None."""
+    if not _checked(node) or conn.principal.kind == "node":
+        return None
+    key = header.request_api_key
+    _log_once(node, conn, f"{ApiKey(key).name}", "a node")
+    return _refusal(node, header)
+
+
+def refuse_unless_that_node(node: Any, conn: Any, header: Any, source: int) -> Answer | None:
+    """Step 2: the refusal of a raft RPC speaking for node ``source`` from a connection that is
+    not that node's, or None."""
     principal = conn.principal
-    if principal.kind == "node" and principal.node_id == source:
-        return True
-    if not getattr(conn, "raft_refusal_logged", False):
-        conn.raft_refusal_logged = True  # once per connection: a peer retries every few ms
-        logger.warning(
-            "%s refusing %s %d from %s: the connection is %s, not node-%d "
-            "(CLUSTER_AUTHORIZATION_FAILED)",
-            node.prefix,
-            _CLAIMS.get(api_key, f"API {api_key} for node"),
-            source,
-            _address(conn.peer),
-            principal,
-            source,
-        )
-    return False
+    if not _checked(node) or (principal.kind == "node" and principal.node_id == source):
+        return None
+    key = header.request_api_key
+    _log_once(node, conn, f"{_CLAIMS.get(key, f'API {key} for node')} {source}", f"node-{source}")
+    return _refusal(node, header)
+
+
+def _refusal(node: Any, header: Any) -> Answer:
+    from raftcore.node import raft_wire  # the node's wire module imports the security package
+
+    key = header.request_api_key
+    version = header.request_api_version
+    body = raft_wire.error_response(node, key, version, Errors.CLUSTER_AUTHORIZATION_FAILED)
+    return encode_response(key, version, header.correlation_id, body)
+
+
+def _log_once(node: Any, conn: Any, what: str, wanted: str) -> None:
+    if getattr(conn, "raft_refusal_logged", False):
+        return
+    conn.raft_refusal_logged = True
+    logger.warning(
+        "%s refusing %s from %s: the connection is %s, not %s (CLUSTER_AUTHORIZATION_FAILED)",
+        node.prefix,
+        what,
+        _address(conn.peer),
+        conn.principal,
+        wanted,
+    )
 
 
 def _address(peer: Any) -> str:

@@ -25,10 +25,8 @@ kafka-python and aiokafka all use v1 + SaslAuthenticate when the broker offers i
 Who a connection is: ``conn.principal`` becomes ``User:<name>`` after a login, or
 ``Node:node-<id>`` when a node logged in with the inter-node password (the nodes of a cluster
 share it: ``sasl_node_password``; the users file cannot hold ``node-<id>`` names). A
-connection whose TLS certificate already made it a node (SASL_SSL) need not log in. Raft RPCs
-(Vote, BeginQuorumEpoch, EndQuorumEpoch, FetchSnapshot, a replica Fetch) on a SASL listener are
-answered CLUSTER_AUTHORIZATION_FAILED unless the connection is a node's, as Kafka answers a
-principal without the CLUSTER_ACTION permission.
+connection whose TLS certificate already made it a node (SASL_SSL) need not log in. Who may
+send raft RPCs is decided in :mod:`raftcore.security.authorization`, for SASL and TLS alike.
 """
 
 from __future__ import annotations
@@ -57,7 +55,6 @@ __all__ = [
     "check_listener",
     "gate",
     "parse_plain",
-    "refuse_raft",
 ]
 
 logger = logging.getLogger(__name__)
@@ -400,23 +397,3 @@ def gate(node: Any, conn: Any, header: Any, body: Any) -> Any:
         )
     during = "authentication" if session.state == AUTHENTICATE else "handshake"
     raise CloseConnection(f"unexpected {name} request during SASL {during}")
-
-
-def refuse_raft(node: Any, conn: Any, header: Any) -> list[bytes | memoryview] | None:
-    """On a SASL listener, a raft RPC from a connection that is not a node's is answered
-    CLUSTER_AUTHORIZATION_FAILED (None: serve it)."""
-    if node.sasl is None or conn.principal.kind == "node":
-        return None
-    from raftcore.node import raft_wire
-
-    key = header.request_api_key
-    version = header.request_api_version
-    logger.warning(
-        "%s refusing %s from %s (%s): raft RPCs are for the nodes",
-        node.prefix,
-        ApiKey(key).name,
-        conn.peer,
-        conn.principal,
-    )
-    body = raft_wire.error_response(node, key, version, Errors.CLUSTER_AUTHORIZATION_FAILED)
-    return encode_response(key, version, header.correlation_id, body)
