@@ -89,19 +89,32 @@ def test_with_snapshots_every_acknowledged_write_is_in_every_state_machine(tmp_p
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("security", ["SSL", "SASL_SSL"])
-def test_over_tls_every_acknowledged_write_survives_a_seeded_nemesis(security, tmp_path):
+@pytest.mark.parametrize(("security", "event_loop"), [("SSL", "asyncio"), ("SASL_SSL", "uvloop")])
+def test_over_tls_every_acknowledged_write_survives_a_seeded_nemesis(
+    security, event_loop, tmp_path
+):
     """The same kills, pauses and partitions with the nodes on TLS listeners: mutual TLS
     between the nodes (a restarted node proves itself again), the confluent-kafka and raftcore
-    clients presenting a certificate (SSL) or logging in with SCRAM over TLS (SASL_SSL). The
-    nodes must say they listened with that protocol, so a run cannot pass in plaintext."""
+    clients presenting a certificate (SSL) or logging in with SCRAM over TLS (SASL_SSL); the
+    second run on uvloop's event loop. The nodes must say they listened with that protocol on
+    that loop, so a run cannot pass in plaintext or on the default loop by mistake."""
+    if event_loop == "uvloop":
+        pytest.importorskip("uvloop", reason="uvloop is in the test extra")
     result = run_once(
-        RunConfig(seed=7, duration_s=15, nodes=3, security=security, base_dir=str(tmp_path))
+        RunConfig(
+            seed=7,
+            duration_s=15,
+            nodes=3,
+            security=security,
+            event_loop=event_loop,
+            base_dir=str(tmp_path),
+        )
     )
     report = format_result(result)
     print(report)
     assert not _namespaces_left()
     assert result.listeners == {security}, report
+    assert result.event_loops == {event_loop}, report
     assert result.ok, report
     assert result.figures["acknowledged"] > 0, report
 

@@ -44,6 +44,12 @@ def main(argv: list[str] | None = None) -> int:
         help="PLAINTEXT (default); SSL: mutual TLS between the nodes and from every client; "
         "SASL_SSL: nodes by certificate, clients by SCRAM-SHA-512 over TLS",
     )
+    p.add_argument(
+        "--event-loop",
+        choices=("asyncio", "uvloop"),
+        default="asyncio",
+        help="the nodes' event loop (default asyncio; uvloop needs the uvloop package)",
+    )
     p.add_argument("--keep", action="store_true", help="keep run directories of passed runs")
     p.add_argument("--dir", default=None, help="where run directories go (default: temp)")
     p.add_argument("--keep-going", action="store_true", help="run every seed even after a failure")
@@ -73,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             loopback=args.loopback,
             snapshots=args.snapshots,
             security=args.security,
+            event_loop=args.event_loop,
         )
         result = run_once(config, log=lambda s: print(s, flush=True))
         print(format_result(result), flush=True)

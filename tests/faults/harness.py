@@ -51,6 +51,7 @@ class RunConfig:
     loopback: bool = False  # no namespaces even where they work (no partitions then)
     snapshots: int = 0  # > 0: LMDB state machines, a snapshot every this many records
     security: str = "PLAINTEXT"  # or SSL (mutual TLS) or SASL_SSL (security.MODES)
+    event_loop: str = "asyncio"  # the nodes' event loop (raftcore node --event-loop)
 
 
 @dataclass
@@ -59,6 +60,7 @@ class RunResult:
     run_dir: Path
     network: str = ""
     listeners: set[str] = field(default_factory=set)  # the protocols the nodes said they spoke
+    event_loops: set[str] = field(default_factory=set)  # the loops the nodes said they ran
     figures: dict[str, int] = field(default_factory=dict)
     violations: dict[str, list[str]] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
@@ -87,6 +89,8 @@ def replay_command(c: RunConfig) -> str:
         cmd += f" --snapshots {c.snapshots}"
     if c.security != "PLAINTEXT":
         cmd += f" --security {c.security}"
+    if c.event_loop != "asyncio":
+        cmd += f" --event-loop {c.event_loop}"
     if c.pythonpath:
         cmd += f" --nodes-from {c.pythonpath}"
     return cmd
@@ -273,6 +277,7 @@ def run_once(config: RunConfig, log=print) -> RunResult:  # type: ignore[no-unty
         if config.partitions and not network.partitions:
             say(f"partition nemesis skipped: {network.reason}")
         node_args = NODE_ARGS + (snapshot_node_args(config.snapshots) if config.snapshots else [])
+        node_args += ["--event-loop", config.event_loop]
         hosts = [network.endpoint(i).rpartition(":")[0] for i in node_ids]
         security = make_run_security(config.security, run_dir, node_ids, hosts)
         if security.mode != "PLAINTEXT":
@@ -431,6 +436,7 @@ def run_once(config: RunConfig, log=print) -> RunResult:  # type: ignore[no-unty
                 for name, n in nodes.snapshot_counts(i).items():
                     result.figures[name] = result.figures.get(name, 0) + n
         result.listeners = nodes.listener_protocols()
+        result.event_loops = nodes.event_loops()
         for i in node_ids:
             problems = nodes.log_problems(i)
             if any(problems.values()):
@@ -483,7 +489,9 @@ def format_result(r: RunResult) -> str:
         f"seed {r.config.seed}, {r.config.nodes} nodes, {r.config.duration_s:g} s: "
         + ("PASS" if r.ok else "FAIL")
         + f" ({r.elapsed_s:.1f} s)",
-        f"  network:        {r.network}; listeners {', '.join(sorted(r.listeners)) or '?'}",
+        f"  network:        {r.network}",
+        f"  nodes:          listeners {', '.join(sorted(r.listeners)) or '?'}; event loop "
+        f"{', '.join(sorted(r.event_loops)) or '?'}",
     ]
     if f:
         lines += [

@@ -307,13 +307,20 @@ class NodeSet:
     def listener_protocols(self) -> set[str]:
         """The security protocols the nodes' logs say they listened with (``SSL``...), so a
         run can tell that its nodes really spoke what it asked for."""
+        return self._said(r" listening on ([A-Z_]+)://")
+
+    def event_loops(self) -> set[str]:
+        """The event loops the nodes' listening lines name (``asyncio``, ``uvloop``)."""
+        return self._said(r", event loop (\w+)\)")
+
+    def _said(self, pattern: str) -> set[str]:
         found: set[str] = set()
         for node_id in self.node_ids:
             try:
                 text = self.log_file(node_id).read_text(errors="replace")
             except FileNotFoundError:
                 continue
-            found.update(re.findall(r" listening on ([A-Z_]+)://", text))
+            found.update(re.findall(pattern, text))
         return found
 
     def log_problems(self, node_id: int) -> dict[str, int]:
