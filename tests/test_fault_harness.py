@@ -42,26 +42,39 @@ def _namespaces_left() -> list[str]:
 # ---- the seeded runs ---------------------------------------------------------------------------
 
 
+# SSL: mutual TLS between the nodes (a restarted node proves itself again), the confluent-kafka
+# and raftcore clients presenting a certificate; SASL_SSL: the clients log in with SCRAM over
+# TLS, and the nodes run on uvloop's event loop.
+SEEDED_RUNS = {
+    "seed1-3nodes": {"seed": 1, "nodes": 3},
+    "seed2-5nodes": {"seed": 2, "nodes": 5},
+    "seed3-3nodes-no-partitions": {"seed": 3, "nodes": 3, "partitions": False},
+    "seed7-3nodes-ssl": {"seed": 7, "nodes": 3, "duration_s": 15, "security": "SSL"},
+    "seed7-3nodes-sasl-ssl-uvloop": {
+        "seed": 7,
+        "nodes": 3,
+        "duration_s": 15,
+        "security": "SASL_SSL",
+        "event_loop": "uvloop",
+    },
+}
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize(
-    ("seed", "nodes", "partitions"),
-    [(1, 3, True), (2, 5, True), (3, 3, False)],
-    ids=["seed1-3nodes", "seed2-5nodes", "seed3-3nodes-no-partitions"],
-)
-def test_every_acknowledged_write_survives_a_seeded_nemesis(seed, nodes, partitions, tmp_path):
-    result = run_once(
-        RunConfig(
-            seed=seed,
-            duration_s=25,
-            nodes=nodes,
-            partitions=partitions,
-            base_dir=str(tmp_path),
-        )
-    )
+@pytest.mark.parametrize("run", SEEDED_RUNS.values(), ids=SEEDED_RUNS.keys())
+def test_every_acknowledged_write_survives_a_seeded_nemesis(run, tmp_path):
+    """Kills, pauses and partitions; the nodes must say they listened with the run's protocol on
+    its event loop, so a TLS run cannot pass in plaintext or on the default loop by mistake."""
+    config = RunConfig(**{"duration_s": 25, **run}, base_dir=str(tmp_path))
+    if config.event_loop == "uvloop":
+        pytest.importorskip("uvloop", reason="uvloop is in the test extra")
+    result = run_once(config)
     report = format_result(result)
     print(report)
     assert not _namespaces_left()
+    assert result.listeners == {config.security}, report
+    assert result.event_loops == {config.event_loop}, report
     assert result.ok, report
     assert result.figures["acknowledged"] > 0, report
 
@@ -85,38 +98,6 @@ def test_with_snapshots_every_acknowledged_write_is_in_every_state_machine(tmp_p
     assert f["snapshots_taken"] > 0 and f["log_start_moves"] > 0, report
     assert f["log_start_min"] > 0 and f["snapshot_files"] > 0, report
     assert f["state_pairs"] >= f["acknowledged"], report
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(180)
-@pytest.mark.parametrize(("security", "event_loop"), [("SSL", "asyncio"), ("SASL_SSL", "uvloop")])
-def test_over_tls_every_acknowledged_write_survives_a_seeded_nemesis(
-    security, event_loop, tmp_path
-):
-    """The same kills, pauses and partitions with the nodes on TLS listeners: mutual TLS
-    between the nodes (a restarted node proves itself again), the confluent-kafka and raftcore
-    clients presenting a certificate (SSL) or logging in with SCRAM over TLS (SASL_SSL); the
-    second run on uvloop's event loop. The nodes must say they listened with that protocol on
-    that loop, so a run cannot pass in plaintext or on the default loop by mistake."""
-    if event_loop == "uvloop":
-        pytest.importorskip("uvloop", reason="uvloop is in the test extra")
-    result = run_once(
-        RunConfig(
-            seed=7,
-            duration_s=15,
-            nodes=3,
-            security=security,
-            event_loop=event_loop,
-            base_dir=str(tmp_path),
-        )
-    )
-    report = format_result(result)
-    print(report)
-    assert not _namespaces_left()
-    assert result.listeners == {security}, report
-    assert result.event_loops == {event_loop}, report
-    assert result.ok, report
-    assert result.figures["acknowledged"] > 0, report
 
 
 # ---- issue 9, the manual scenario --------------------------------------------------------------

@@ -21,7 +21,7 @@ from raftcore.client.connection import Connection, ConnectionClosed
 from raftcore.error_codes import Errors
 from raftcore.node import raft_wire
 from raftcore.node.config import Endpoint, NodeConfig
-from raftcore.node.local_cluster import free_ports, new_cluster_id
+from raftcore.node.local_cluster import free_ports, new_cluster_id, tls_client_security
 from raftcore.node.node import RaftNode
 from raftcore.protocol.api import decode_response
 from raftcore.raft import QuorumConfig
@@ -63,11 +63,15 @@ def node_tls(certs: Path, node_id: int, auth: str = "required", **kw) -> Listene
 
 
 def client_tls(certs: Path, client: str | None = "alice") -> ClientSecurity:
-    return ClientSecurity(
-        protocol="SSL",
-        ssl_cafile=certs / "ca.pem",
-        ssl_certfile=None if client is None else certs / f"client-{client}.pem",
-        ssl_keyfile=None if client is None else certs / f"client-{client}.key",
+    return tls_client_security(certs, client)
+
+
+def as_node(certs: Path, node_id: int) -> ClientSecurity:
+    """A client presenting node ``node_id``'s own certificate."""
+    return replace(
+        client_tls(certs, None),
+        ssl_certfile=certs / f"node-{node_id}.pem",
+        ssl_keyfile=certs / f"node-{node_id}.key",
     )
 
 
@@ -258,13 +262,7 @@ def test_a_user_certificate_cannot_send_raft_rpcs(tmp_path, certs, message, capl
             _, body = await raw_request(target, message, client_tls(certs, "alice"))
             assert body.error_code == Errors.CLUSTER_AUTHORIZATION_FAILED
             # the same request with node 1's certificate is answered (by the Raft core)
-            node1 = ClientSecurity(
-                protocol="SSL",
-                ssl_cafile=certs / "ca.pem",
-                ssl_certfile=certs / "node-1.pem",
-                ssl_keyfile=certs / "node-1.key",
-            )
-            _, body = await raw_request(target, message, node1)
+            _, body = await raw_request(target, message, as_node(certs, 1))
             assert body.error_code != Errors.CLUSTER_AUTHORIZATION_FAILED
 
     run(main())
@@ -284,13 +282,7 @@ def test_a_user_certificate_is_refused_before_its_raft_request_is_read(tmp_path,
             await leader_among(nodes)
             _, body = await raw_request(nodes[1], stranger, client_tls(certs, "alice"))
             assert body.error_code == Errors.CLUSTER_AUTHORIZATION_FAILED
-            node1 = ClientSecurity(
-                protocol="SSL",
-                ssl_cafile=certs / "ca.pem",
-                ssl_certfile=certs / "node-1.pem",
-                ssl_keyfile=certs / "node-1.key",
-            )
-            _, body = await raw_request(nodes[1], stranger, node1)
+            _, body = await raw_request(nodes[1], stranger, as_node(certs, 1))
             assert body.error_code == Errors.INCONSISTENT_CLUSTER_ID
 
     run(main())
@@ -304,6 +296,41 @@ def test_raft_rpcs_on_a_plaintext_listener_are_answered_as_before(tmp_path):
             assert body.error_code == Errors.NONE
 
     run(main())
+
+
+@pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
+def test_a_tls_listener_reads_a_client_hello_sent_the_moment_it_connects(
+    tmp_path, certs, loop_name
+):
+    """A client sends its ClientHello as soon as it connects. The listener must put TLS on the
+    socket before it reads from it, or the hello lands where TLS never sees it and the
+    handshake stalls until the client gives up (on uvloop, with the client on the node's own
+    loop, it always did). The cluster elects a leader over TLS on that loop, then twenty
+    connections in a row must each finish their handshake within 2 s."""
+    if loop_name == "uvloop":
+        new_loop = pytest.importorskip(
+            "uvloop", reason="uvloop is in the test extra"
+        ).new_event_loop
+    else:
+        new_loop = asyncio.new_event_loop
+    security = {i: node_tls(certs, i) for i in (1, 2, 3)}
+
+    async def main():
+        async with cluster(tmp_path, security) as nodes:
+            await leader_among(nodes)
+            ctx = client_context(client_tls(certs))
+            ep = nodes[0].config.listen
+            for _ in range(20):
+                _, writer = await asyncio.wait_for(
+                    asyncio.open_connection(ep.host, ep.port, ssl=ctx), 2
+                )
+                writer.close()
+
+    loop = new_loop()
+    try:
+        loop.run_until_complete(asyncio.wait_for(main(), 45))
+    finally:
+        loop.close()
 
 
 # ---- refusals ----------------------------------------------------------------------------------

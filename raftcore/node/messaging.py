@@ -23,8 +23,8 @@ from raftcore.protocol.api import (
     encode_response,
 )
 from raftcore.raft import Outbound
-from raftcore.security import authorization, sasl, tls
-from raftcore.security.config import ANONYMOUS
+from raftcore.security import authorization, sasl
+from raftcore.security.config import ANONYMOUS, Principal
 
 __all__ = ["RAFT_APIS", "Messaging"]
 
@@ -136,13 +136,14 @@ class Messaging:
 
     # ---- inbound connections ---------------------------------------------------------------------
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        principal = ANONYMOUS
-        if self._tls_context is not None:  # TLS first: who the connection is (raftcore.security)
-            proved = await tls.accept(writer, self._tls_context, self.prefix)
-            if proved is None:
-                return
-            principal = proved
+    async def _accept(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        principal: Principal = ANONYMOUS,
+    ) -> None:
+        """A new connection; on a TLS listener, after its handshake, with the principal its
+        certificate proved (raftcore.node.tls_listener)."""
         conn = ServerConnection(
             reader, writer, self._counted_frame, self.config.max_frame_bytes, self.prefix
         )

@@ -45,6 +45,7 @@ from raftcore.node.producer_ids import NODE_ID_BITS
 from raftcore.node.producer_state import ProducerStateManager
 from raftcore.node.producer_tracker import ProducerStateTracker
 from raftcore.node.snapshotter import Snapshotter, snapshot_source
+from raftcore.node.tls_listener import serve_tls
 from raftcore.node.transport import PeerConnection, ServerConnection
 from raftcore.raft import (
     Appended,
@@ -219,7 +220,16 @@ class RaftNode(Messaging):
                 )
                 peer.start()
                 self._peers[peer_id] = peer
-        if listen_socket is not None:
+        if self._tls_context is not None:  # TLS before the first byte is read (tls_listener)
+            self._server = await serve_tls(
+                self._accept,
+                self._tls_context,
+                self.prefix,
+                sock=listen_socket,
+                host=cfg.listen.host,
+                port=cfg.listen.port,
+            )
+        elif listen_socket is not None:
             self._server = await asyncio.start_server(self._accept, sock=listen_socket)
         else:
             self._server = await asyncio.start_server(

@@ -3,8 +3,8 @@
 - The listener (:func:`server_context`): TLS 1.2+, the node's certificate and key, and the
   cluster's CA for client certificates, asked for as ``ssl.client.auth`` says (``required``:
   a client without one fails the handshake; ``requested``: asked, not required; ``none``).
-  The handshake runs in :func:`accept` (not in ``asyncio.start_server``, which drops a failed
-  handshake silently) so that a failure is one log line naming the address.
+  The handshake runs in :mod:`raftcore.node.tls_listener`, before a byte is read, and a failure
+  is one log line naming the address.
 - Who a connection is (:func:`principal_of`): a certificate that names ``node-<id>`` (its
   subject CN, or a ``DNS:node-<id>`` subject alternative name) is that node; any other
   verified certificate is the user its CN names; no certificate is anonymous.
@@ -32,7 +32,6 @@ __all__ = [
     "HANDSHAKE_TIMEOUT_S",
     "PeerIdentityError",
     "PeerTls",
-    "accept",
     "check_listener_security",
     "client_context",
     "node_name",
@@ -94,8 +93,6 @@ def _load_ca(ctx: ssl.SSLContext, cafile: Path | None, what: str) -> None:
 def server_context(sec: ListenerSecurity) -> ssl.SSLContext:
     """The listener's context; ValueError (one line, naming the file) when a file is missing
     or the key does not match the certificate."""
-    if not hasattr(asyncio.StreamWriter, "start_tls"):  # the handshake runs in accept()
-        raise ValueError("an SSL listener needs Python 3.11 or newer (StreamWriter.start_tls)")
     if sec.ssl_certfile is None:
         raise ValueError("an SSL listener needs a certificate (--ssl-certfile)")
     if sec.ssl_client_auth not in _CLIENT_AUTH:
@@ -199,28 +196,6 @@ def principal_of(cert: dict[str, Any] | None) -> Principal:
         node_id = ids.pop()
         return Principal("node", node_name(node_id), node_id)
     return Principal("user", cn or (dns[0] if dns else "unknown"))
-
-
-async def accept(
-    writer: asyncio.StreamWriter, context: ssl.SSLContext, prefix: str
-) -> Principal | None:
-    """The TLS handshake of an accepted connection (server side), and who it proved to be;
-    None when the handshake failed (one log line, the connection closed)."""
-    peer = writer.get_extra_info("peername")
-    try:
-        await writer.start_tls(context, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S)
-    except (OSError, asyncio.TimeoutError, EOFError) as exc:
-        reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
-        logger.warning("%s TLS handshake failed from %s: %s", prefix, _address(peer), reason)
-        writer.close()
-        return None
-    return principal_of(writer.get_extra_info("peercert"))
-
-
-def _address(peer: Any) -> str:
-    if isinstance(peer, tuple) and len(peer) >= 2:
-        return f"{peer[0]}:{peer[1]}"
-    return str(peer)
 
 
 class PeerTls:

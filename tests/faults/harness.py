@@ -299,36 +299,11 @@ def run_once(config: RunConfig, log=print) -> RunResult:  # type: ignore[no-unty
 
         history = History(t0)
         count = int(config.rate * (config.duration_s + 10))
+        each = {"rate": config.rate, "max_count": count, "security": security}
         writers = [
-            CkWriter(
-                "ck1",
-                nodes.bootstrap,
-                history,
-                rate=config.rate,
-                max_count=count,
-                window=20,
-                client_log=client_log,
-                security=security,
-            ),
-            CkWriter(
-                "ck2",
-                nodes.bootstrap,
-                history,
-                rate=config.rate,
-                max_count=count,
-                window=20,
-                client_log=client_log,
-                security=security,
-            ),
-            RaftcoreWriter(
-                "rc1",
-                nodes.bootstrap,
-                history,
-                rate=config.rate,
-                max_count=count,
-                window=5,
-                security=security,
-            ),
+            CkWriter("ck1", nodes.bootstrap, history, window=20, client_log=client_log, **each),
+            CkWriter("ck2", nodes.bootstrap, history, window=20, client_log=client_log, **each),
+            RaftcoreWriter("rc1", nodes.bootstrap, history, window=5, **each),
         ]
         for w in writers:
             w.start()
