@@ -12,6 +12,7 @@ from raftcore.client.admin import QuorumInfo
 from raftcore.errors import RaftcoreError
 from raftcore.log import SegmentedLog
 from raftcore.node.local_cluster import LocalCluster
+from raftcore.security.config import ClientSecurity
 
 # Short timeouts keep failovers fast in tests; the defaults are Kafka's.
 FAST = ["--election-timeout-ms", "500", "--fetch-timeout-ms", "1000"]
@@ -25,10 +26,16 @@ def run(coro, timeout_s: float = 60.0):  # type: ignore[no-untyped-def]
     return asyncio.run(asyncio.wait_for(coro, timeout_s))
 
 
-async def produce(bootstrap: list[str], first: int, count: int, batch: int = 100) -> list[int]:
+async def produce(
+    bootstrap: list[str],
+    first: int,
+    count: int,
+    batch: int = 100,
+    security: ClientSecurity | None = None,
+) -> list[int]:
     """Write records key(first)..key(first+count-1); their offsets."""
     offsets: list[int] = []
-    async with Producer(bootstrap, request_timeout_ms=5000) as producer:
+    async with Producer(bootstrap, request_timeout_ms=5000, security=security) as producer:
         futures = []
         for start in range(first, first + count, batch):
             recs = [(key(n), b"v" * 20) for n in range(start, min(first + count, start + batch))]
@@ -52,7 +59,10 @@ async def consume_all(bootstrap: list[str], expected: int, timeout_s: float = 30
 
 
 async def quorum(cluster: LocalCluster, timeout_s: float = 20.0) -> QuorumInfo:
-    return await describe_quorum(cluster.bootstrap, timeout_s=timeout_s)
+    """DescribeQuorum, asked over TLS with the client certificate ``client-test`` when the
+    cluster runs TLS (``raftcore certs --clients test``)."""
+    security = cluster.client_security(None if cluster.tls_dir is None else "test")
+    return await describe_quorum(cluster.bootstrap, timeout_s=timeout_s, security=security)
 
 
 async def wait_caught_up(

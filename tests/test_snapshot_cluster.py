@@ -21,6 +21,7 @@ from raftcore.node.config import Endpoint, NodeConfig
 from raftcore.node.local_cluster import free_ports
 from raftcore.node.node import RaftNode
 from raftcore.raft.messages import FetchSnapshotResponse
+from raftcore.security.certs import make_certs
 from raftcore.statemachine import DictStateMachine, LmdbStateMachine
 
 pytestmark = pytest.mark.timeout(240)
@@ -477,13 +478,16 @@ def test_a_download_resumes_from_its_position_after_a_lost_connection(tmp_path):
     run(main(), timeout_s=220)
 
 
+@pytest.mark.parametrize("transport", ["plaintext", "mutual-tls"])
 def test_node_processes_with_lmdb_snapshots_bring_a_follower_down_past_the_log_start_back(
-    tmp_path,
+    tmp_path, transport
 ):
     """The command line end to end (``raftcore node --state-machine lmdb --snapshot-...``,
     through LocalCluster's node_args): a follower SIGKILLed while writes go on falls behind
     the leader's log start (max replication lag 1 s); restarted, it catches up by snapshot and
-    log, and its LMDB state equals the leader's. Every process is ended by its pid."""
+    log, and its LMDB state equals the leader's. Again with mutual TLS between the nodes, so
+    FetchSnapshot crosses an authenticated TLS connection. Every process is ended by its
+    pid."""
     from cluster_helpers import FAST as FAST_ARGS
     from cluster_helpers import produce, quorum, wait_caught_up, wait_for
 
@@ -496,13 +500,18 @@ def test_node_processes_with_lmdb_snapshots_bring_a_follower_down_past_the_log_s
         "--snapshot-min-records=3000",
         "--max-replication-lag-ms=1000",
     ]
-    with LocalCluster(tmp_path / "cluster", node_args=args) as cluster:
+    tls_dir = None
+    if transport == "mutual-tls":
+        tls_dir = tmp_path / "certs"
+        make_certs(tls_dir, [1, 2, 3], clients=["test"])
+    with LocalCluster(tmp_path / "cluster", node_args=args, tls_dir=tls_dir) as cluster:
         cluster.start()
+        security = cluster.client_security(None if tls_dir is None else "test")
         leader = run(quorum(cluster)).leader_id
         follower = next(i for i in cluster.node_ids if i != leader)
-        run(produce(cluster.bootstrap, 0, 5000, batch=500))
+        run(produce(cluster.bootstrap, 0, 5000, batch=500, security=security))
         cluster.kill(follower)
-        end = max(run(produce(cluster.bootstrap, 5000, 15_000, batch=500))) + 1
+        end = max(run(produce(cluster.bootstrap, 5000, 15_000, batch=500, security=security))) + 1
         leader_log = cluster.data_dir(leader) / "log"
 
         def leader_start() -> int:
