@@ -355,6 +355,11 @@ def run_once(config: RunConfig, log=print) -> RunResult:  # type: ignore[no-unty
         result.events = nemesis.events
         result.nemesis_counts = dict(Counter(ev.kind for ev in nemesis.events))
         result.elections = dict(elections_by_kind(monitor.samples, nemesis.events))
+        follower_faults = {
+            k: n for k, n in result.elections.items() if k in ("kill-follower", "pause-follower")
+        }
+        if follower_faults:  # with pre-vote a follower's fault costs no election: worth a look
+            result.notes.append(f"epoch increases during follower-only faults: {follower_faults}")
         if monitor.samples:
             result.epochs = (monitor.samples[0][1], monitor.samples[-1][1])
         for err in nemesis.errors:
