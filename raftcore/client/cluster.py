@@ -181,6 +181,10 @@ class ClusterClient:
         while True:
             candidates = list(dict.fromkeys([*self.nodes.values(), *self.bootstrap]))
             random.shuffle(candidates)
+            # each address gets a share of the budget, not all that is left: a silent one
+            # (a hung node: the kernel accepts, nothing answers) must not keep the others
+            # from being asked
+            share = budget / len(candidates)
             failures: dict[Endpoint, BaseException] = {}
             for endpoint in candidates:
                 left = deadline - loop.time()
@@ -188,7 +192,7 @@ class ClusterClient:
                     failures[endpoint] = reasons.get(endpoint, asyncio.TimeoutError())
                     continue
                 try:
-                    if await asyncio.wait_for(self._metadata_from(endpoint), left):
+                    if await asyncio.wait_for(self._metadata_from(endpoint), min(left, share)):
                         return
                 except SaslAuthenticationError:
                     raise  # wrong credentials stay wrong: no retry

@@ -1,0 +1,96 @@
+"""A client among nodes that do not answer (issue 12's audit, on real processes): a hung node
+(SIGSTOPped: the kernel accepts its connections, nothing answers) must not cost the client
+the other nodes, a hung leader must not hold describe-quorum past its --timeout-ms, and a
+node that closes every connection unanswered (a plaintext client at a TLS or SASL listener)
+is a lasting answer, not a reason to retry until the timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from raftcore.client import admin
+from raftcore.client import cluster as cluster_module
+from raftcore.client.cluster import ClusterClient, LeaderHint, UnreachableError
+from raftcore.errors import RaftcoreError
+from raftcore.node import Endpoint, NodeConfig, RaftNode
+from raftcore.node.local_cluster import free_ports
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A listening socket nobody accepts from: connections open, requests go unanswered."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        yield silent.getsockname()[1]
+
+
+@pytest.fixture
+def closing_port() -> Iterator[int]:
+    """A listener that reads a little of each connection and closes it unanswered."""
+    with socket.socket() as closer:
+        closer.bind(("127.0.0.1", 0))
+        closer.listen(8)
+        closer.settimeout(0.1)
+        stop = threading.Event()
+
+        def close_each() -> None:
+            while not stop.is_set():
+                try:
+                    conn, _ = closer.accept()
+                except OSError:
+                    continue
+                with conn:
+                    conn.settimeout(1.0)
+                    with contextlib.suppress(OSError):
+                        conn.recv(64)
+
+        thread = threading.Thread(target=close_each, daemon=True)
+        thread.start()
+        try:
+            yield closer.getsockname()[1]
+        finally:
+            stop.set()
+            thread.join(5)
+
+
+def test_a_silent_bootstrap_address_does_not_cost_the_client_the_answering_one(
+    silent_port: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the silent address asked first, Metadata must still reach the live node well
+    within the timeout: each address gets a share of it, not the whole. (A SIGSTOPped node
+    among three bootstrap addresses failed describe-quorum 'cannot reach A (timed out),
+    B (timed out), C (timed out)' two runs in three, the live nodes never asked.)"""
+    monkeypatch.setattr(cluster_module.random, "shuffle", lambda items: None)
+    (port,) = free_ports(1)
+
+    async def scenario() -> float:
+        config = NodeConfig(1, {1: Endpoint("127.0.0.1", port)}, str(tmp_path / "n1"), "c")
+        node = RaftNode(config)
+        await node.start()
+        try:
+            while not node.is_leader():
+                await asyncio.sleep(0.02)
+            client = ClusterClient(
+                [f"127.0.0.1:{silent_port}", f"127.0.0.1:{port}"], request_timeout_ms=4000
+            )
+            started = time.monotonic()
+            try:
+                await client.refresh_metadata()
+            finally:
+                await client.close()
+            assert client.leader == LeaderHint(1, client.leader.epoch)  # type: ignore[union-attr]
+            return time.monotonic() - started
+        finally:
+            await node.stop()
+
+    elapsed = asyncio.run(asyncio.wait_for(scenario(), 30))
+    assert elapsed < 3.0, f"found the leader after {elapsed:.2f} s"
