@@ -94,3 +94,33 @@ def test_a_silent_bootstrap_address_does_not_cost_the_client_the_answering_one(
 
     elapsed = asyncio.run(asyncio.wait_for(scenario(), 30))
     assert elapsed < 3.0, f"found the leader after {elapsed:.2f} s"
+
+
+def test_describe_quorum_gives_up_on_a_silent_leader_at_its_timeout_naming_it(
+    silent_port: int,
+) -> None:
+    """The leader the nodes name stops answering (SIGSTOP): describe-quorum --timeout-ms 800
+    must end near 0.8 s, naming the leader and its address; it waited for the connection's
+    own 30 s request timeout and said only 'no leader answered DescribeQuorum in time'."""
+    silent = Endpoint("127.0.0.1", silent_port)
+
+    async def scenario() -> tuple[str, float]:
+        client = ClusterClient([str(silent)], request_timeout_ms=800)
+
+        async def metadata_names_the_silent_leader(timeout_s: float | None = None) -> None:
+            client.nodes = {2: silent}
+            client.leader = LeaderHint(2, 7)
+
+        client.refresh_metadata = metadata_names_the_silent_leader  # type: ignore[method-assign]
+        started = time.monotonic()
+        try:
+            await admin.describe_quorum_with(client, timeout_s=0.8)
+        except RaftcoreError as exc:
+            return str(exc), time.monotonic() - started
+        finally:
+            await client.close()
+        raise AssertionError("no error")
+
+    message, elapsed = asyncio.run(asyncio.wait_for(scenario(), 10))
+    assert elapsed < 2.0, f"gave up after {elapsed:.2f} s"
+    assert f"node 2 at {silent}" in message and "timed out" in message, message
