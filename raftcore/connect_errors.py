@@ -42,7 +42,7 @@ def describe(exc: BaseException) -> str:
     text = str(exc)
     if text.startswith("cannot reach ") and text.endswith(")") and " (" in text:
         return text[text.index(" (") + 2 : -1]  # already says why (a TLS handshake)
-    if text.startswith("connection to ") and (" closed" in text or " lost" in text):
+    if _closed_unanswered(exc):
         # what a client that speaks plaintext to a TLS listener, or lacks the certificate it
         # requires, sees: the node closes the connection unanswered
         return (
@@ -59,10 +59,17 @@ def describe(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+def _closed_unanswered(exc: BaseException) -> bool:
+    """The node closed the connection without answering (the client's ConnectionClosed)."""
+    text = str(exc)
+    return text.startswith("connection to ") and (" closed" in text or " lost" in text)
+
+
 def is_immediate(exc: BaseException) -> bool:
     """True when the attempt failed at once and for a lasting reason: refused, no route, no
-    such host. False for a timeout or a connection that was lost after it opened."""
-    if isinstance(exc, socket.gaierror):
+    such host, or closed unanswered (a plaintext client at a TLS or SASL listener, a missing
+    client certificate: the next attempt is closed too). False for a timeout or a reset."""
+    if isinstance(exc, socket.gaierror) or _closed_unanswered(exc):
         return True
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
         return False

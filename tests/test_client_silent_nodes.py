@@ -124,3 +124,25 @@ def test_describe_quorum_gives_up_on_a_silent_leader_at_its_timeout_naming_it(
     message, elapsed = asyncio.run(asyncio.wait_for(scenario(), 10))
     assert elapsed < 2.0, f"gave up after {elapsed:.2f} s"
     assert f"node 2 at {silent}" in message and "timed out" in message, message
+
+
+def test_a_node_that_closes_every_connection_fails_the_client_fast(closing_port: int) -> None:
+    """A plaintext client at a TLS listener (or without the client certificate or SASL
+    login it requires) is closed unanswered, every time: that is as lasting as a refusal,
+    so a client that no node ever answered gives up after its short grace, as for a
+    refusal, not at its timeout (it retried for 10 s, the node logging each attempt)."""
+
+    async def refresh() -> tuple[str, float]:
+        client = ClusterClient([f"127.0.0.1:{closing_port}"], request_timeout_ms=8000)
+        started = time.monotonic()
+        try:
+            await client.refresh_metadata()
+        except UnreachableError as exc:
+            return str(exc), time.monotonic() - started
+        finally:
+            await client.close()
+        raise AssertionError("no error")
+
+    message, elapsed = asyncio.run(asyncio.wait_for(refresh(), 20))
+    assert elapsed < 2.5, f"gave up after {elapsed:.2f} s"
+    assert "the node closed the connection" in message, message

@@ -51,7 +51,8 @@ class ClusterClient:
     Retries to a leader the client already knew back off exponentially with jitter.
 
     A client that no node has answered yet gives up after ``unreachable_grace_ms`` when
-    every address refuses at once (a dead or mistyped address fails in well under 2 s rather
+    every address refuses at once, or closes the connection unanswered (a dead or mistyped
+    address, or the wrong security protocol, fails in well under 2 s rather
     than at the timeout); once a node has answered, refusals are retried until the deadline,
     as during a leader change or a restart.
     """
