@@ -139,8 +139,10 @@ def voter_list(text: str) -> str:
 def _endpoint_problem(text: str) -> str:
     """Why ``text`` is not ``host:port``, in the user's terms."""
     host, sep, port = text.rpartition(":")
-    if not sep or not port or not host:
+    if not sep or not port:
         return f"expected host:port, got {text!r} (no port)"
+    if not host:
+        return f"expected host:port, got {text!r} (no host)"
     if not port.isdigit():
         return f"expected host:port, got {text!r} (the port is not a number)"
     return f"expected host:port, got {text!r} (the port must be in 1..65535)"

@@ -65,6 +65,7 @@ def node(*extra: str, node_id: str = "1", voters: str = "1@h:1") -> list[str]:
 
 BAD_ARGUMENTS = [
     (["consume", "--bootstrap", "localhost"], "--bootstrap", "no port"),
+    (["consume", "--bootstrap", ":9092"], "--bootstrap", "(no host)"),
     (["consume", "--bootstrap", "h:0"], "--bootstrap", "1..65535"),
     (["consume", "--bootstrap", "h:70000"], "--bootstrap", "1..65535"),
     (["consume", "--bootstrap", "h:9091,h:x"], "--bootstrap", "not a number"),
@@ -83,6 +84,7 @@ BAD_ARGUMENTS = [
     (node(node_id="-1"), "--id", "-1"),
     (node(node_id="x"), "--id", "'x'"),
     (node(voters="1@h"), "--voters", "no port"),
+    (node(voters="1@:9091"), "--voters", "(no host)"),
     (node(voters="one@h:1"), "--voters", "id@host:port"),
     (node(voters="1@h:1,1@h:2"), "--voters", "twice"),
     (node("--listen=h"), "--listen", "no port"),
