@@ -54,7 +54,10 @@ def _poll_leader(core: RaftCore, state: LeaderState, now: int) -> float:
         return now
     if state.check_quorum_expired(now):
         core.resign_leadership(
-            state, now, f"no majority fetched within {core.config.check_quorum_timeout_ms} ms"
+            state,
+            now,
+            f"no majority fetched within {core.config.check_quorum_timeout_ms} ms; "
+            f"not heard from: {state.voters_not_fetched(now)}",
         )
         return now
     if state.update_local_state(core.log.flushed_offset, now):
