@@ -6,6 +6,8 @@ the epoch; a replica cut off from the others therefore keeps its epoch and canno
 election when it comes back.
 """
 
+import logging
+
 from raft_harness import CLUSTER, Harness, log_with
 
 from raftcore.error_codes import Errors
@@ -50,6 +52,19 @@ def fetch_once(h):
 
 
 # ---- the Prospective: asking first ---------------------------------------------------------
+
+
+def test_a_follower_that_loses_its_leader_says_which_leader_at_info(caplog):
+    """A hung or partitioned leader refuses nothing, so no connection warning names it; the
+    node's log at its default level said only 'leader is now unknown'."""
+    h = follower()
+    caplog.set_level(logging.INFO, logger="raftcore.raft")
+    h.advance(h.config.fetch_timeout_ms)
+    assert isinstance(h.state, ProspectiveState)
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert f"no fetch response from leader 2 within {h.config.fetch_timeout_ms} ms" in "".join(
+        lines
+    ), lines
 
 
 def test_a_follower_whose_fetch_times_out_asks_for_pre_votes_in_its_own_epoch():

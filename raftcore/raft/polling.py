@@ -119,12 +119,13 @@ def start_election_backoff(core: RaftCore, state: CandidateState, now: int, reas
 def _poll_follower(core: RaftCore, state: FollowerState, now: int) -> float:
     if state.fetch_expired(now):
         if core.quorum.is_voter:
+            why = f"no fetch response from leader {state.leader} within "
+            why += f"{core.config.fetch_timeout_ms} ms"
+            # the operator's one line on losing the leader (the transition is logged at
+            # debug): a hung or partitioned leader refuses nothing, so nothing else names it
+            logger.info("%s %s; asking the voters for pre-votes", core.prefix, why)
             # KIP-996: ask first; the epoch rises only if a majority lost the leader too.
-            core.transition_to_prospective(
-                now,
-                f"no fetch response from leader {state.leader} "
-                f"within {core.config.fetch_timeout_ms} ms",
-            )
+            core.transition_to_prospective(now, why)
             return now
         # An observer never stands; it asks a voter who leads now (a new leader does not
         # tell observers), while still trying the leader it knows.
