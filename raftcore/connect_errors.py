@@ -14,6 +14,7 @@ import errno
 import os
 import re
 import socket
+import ssl
 
 __all__ = ["describe", "is_immediate"]
 
@@ -39,6 +40,13 @@ def describe(exc: BaseException) -> str:
     """A short reason: ``connection refused``, ``timed out``, ``unknown host``, ..."""
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
         return "timed out"
+    if isinstance(exc, ssl.SSLError):
+        # its errno is 1 for every OpenSSL error (strerror: "operation not permitted"), and
+        # str() of one raised with a message is the repr of its arguments
+        if getattr(exc, "reason", None):
+            return f"TLS handshake failed: {exc.reason}"
+        if len(exc.args) == 1 and isinstance(exc.args[0], str):
+            return exc.args[0]
     text = str(exc)
     if text.startswith("cannot reach ") and text.endswith(")") and " (" in text:
         return text[text.index(" (") + 2 : -1]  # already says why (a TLS handshake)

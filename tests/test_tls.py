@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from raftcore import connect_errors
 from raftcore.client import Consumer, Producer
 from raftcore.client.connection import Connection, ConnectionClosed
 from raftcore.error_codes import Errors
@@ -28,7 +29,7 @@ from raftcore.raft import QuorumConfig
 from raftcore.raft.messages import FetchRequest, Outbound, VoteRequest
 from raftcore.security import ClientSecurity, ListenerSecurity, Principal
 from raftcore.security.certs import make_certs
-from raftcore.security.tls import client_context, principal_of
+from raftcore.security.tls import PeerIdentityError, client_context, principal_of
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -222,6 +223,11 @@ def test_a_peer_whose_certificate_another_ca_signed_fails_the_handshake(
     assert "[node 3] node 1 at 127.0.0.1:" in caplog.text
     assert "CERTIFICATE_VERIFY_FAILED" in caplog.text
     assert not [r for r in caplog.records if r.exc_info], "a handshake failure is one line"
+    # node 3's reachability line says why, not the SSL error's errno 1 ('operation not
+    # permitted'): the others were up before it, so the handshake was its first failure
+    assert "[node 3] cannot reach voter 1 at 127.0.0.1:" in caplog.text
+    assert "(TLS handshake failed: CERTIFICATE_VERIFY_FAILED); retrying" in caplog.text
+    assert "operation not permitted" not in caplog.text
 
 
 def test_a_node_holding_another_nodes_certificate_is_refused_both_ways(tmp_path, certs, caplog):
@@ -245,6 +251,14 @@ def test_a_node_holding_another_nodes_certificate_is_refused_both_ways(tmp_path,
     assert "the connection is Node:node-2, not node-3 (CLUSTER_AUTHORIZATION_FAILED)" in text
     assert "node 3 at 127.0.0.1:" in text
     assert "its certificate names Node:node-2, not node-3: refusing it" in text
+
+
+def test_a_peer_refused_for_its_certificate_is_named_by_the_reason_not_a_tuple():
+    """What a node's reachability line (and a client's 'cannot reach') says of a peer whose
+    certificate names another node: the reason, as text. str() of an ssl.SSLError is the
+    repr of its arguments, so it read "(('its certificate names ...',))"."""
+    reason = "its certificate names Node:node-2, not node-3: refusing it"
+    assert connect_errors.describe(PeerIdentityError(reason)) == reason
 
 
 @pytest.mark.parametrize("message", [_vote(1), _replica_fetch(1)], ids=["vote", "replica-fetch"])
