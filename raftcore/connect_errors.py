@@ -73,11 +73,18 @@ def _closed_unanswered(exc: BaseException) -> bool:
     return text.startswith("connection to ") and (" closed" in text or " lost" in text)
 
 
+def _handshake_failed(exc: BaseException) -> bool:
+    """The client's TLS handshake failed (``cannot reach H:P (TLS handshake failed: ...)``):
+    an untrusted certificate, or a listener that does not speak TLS, fails the next one too."""
+    return str(exc).startswith("cannot reach ") and "(TLS handshake failed: " in str(exc)
+
+
 def is_immediate(exc: BaseException) -> bool:
     """True when the attempt failed at once and for a lasting reason: refused, no route, no
-    such host, or closed unanswered (a plaintext client at a TLS or SASL listener, a missing
-    client certificate: the next attempt is closed too). False for a timeout or a reset."""
-    if isinstance(exc, socket.gaierror) or _closed_unanswered(exc):
+    such host, closed unanswered (a plaintext client at a TLS or SASL listener, a missing
+    client certificate: the next attempt is closed too), or a failed TLS handshake. False for
+    a timeout or a reset."""
+    if isinstance(exc, socket.gaierror) or _closed_unanswered(exc) or _handshake_failed(exc):
         return True
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
         return False

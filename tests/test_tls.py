@@ -413,3 +413,33 @@ def test_the_job_source_and_the_exactly_once_writer_reach_a_mutual_tls_cluster(t
             assert batch.last_offset == result.last_offset
 
     run(main())
+
+
+def test_a_client_that_does_not_trust_the_nodes_certificate_fails_fast(certs, other_ca):
+    """A client given another CA (or a node's certificate it cannot verify) fails every
+    handshake the same way: it says so after its short grace, as for a refused connection;
+    it retried for its whole timeout (10 s for the CLI) before saying it."""
+    from raftcore.client.cluster import ClusterClient, UnreachableError
+    from raftcore.security.tls import server_context
+
+    async def main() -> tuple[str, float]:
+        context = server_context(node_tls(certs, 1, auth="requested"))
+        server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0, ssl=context)
+        port = server.sockets[0].getsockname()[1]
+        client = ClusterClient(
+            [f"127.0.0.1:{port}"], request_timeout_ms=8000, security=client_tls(other_ca)
+        )
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            await client.refresh_metadata()
+        except UnreachableError as exc:
+            return str(exc), loop.time() - started
+        finally:
+            await client.close()
+            server.close()
+        raise AssertionError("no error")
+
+    message, elapsed = run(main())
+    assert "(TLS handshake failed: CERTIFICATE_VERIFY_FAILED)" in message, message
+    assert elapsed < 2.5, f"gave up after {elapsed:.2f} s"
