@@ -443,3 +443,39 @@ def test_a_client_that_does_not_trust_the_nodes_certificate_fails_fast(certs, ot
     message, elapsed = run(main())
     assert "(TLS handshake failed: CERTIFICATE_VERIFY_FAILED)" in message, message
     assert elapsed < 2.5, f"gave up after {elapsed:.2f} s"
+
+
+def test_a_client_closing_right_after_the_handshake_logs_no_asyncio_warning(certs, caplog):
+    """A peer that checks a node's certificate and hangs up at once (a node refusing a voter
+    that holds another node's certificate, a TLS health check) made the accepting node log
+    asyncio's "returning true from eof_received() has no effect when using ssl", a WARNING
+    that names nothing, once per connection: the end of stream reached the stream protocol
+    before start_tls had told it that it runs over TLS."""
+    from raftcore.security.tls import accept, server_context
+
+    caplog.set_level(logging.WARNING)
+
+    async def main() -> int:
+        context = server_context(node_tls(certs, 1, auth="requested"))
+        done = 0
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal done
+            if await accept(writer, context, "[node 1]") is not None:
+                await reader.read(16)
+                writer.close()
+            done += 1
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = client_context(replace(client_tls(certs, None), ssl_check_hostname=False))
+        for _ in range(5):
+            _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client)
+            writer.close()
+        while done < 5:
+            await asyncio.sleep(0.01)
+        server.close()
+        return done
+
+    assert run(main()) == 5
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []

@@ -207,6 +207,13 @@ async def accept(
     """The TLS handshake of an accepted connection (server side), and who it proved to be;
     None when the handshake failed (one log line, the connection closed)."""
     peer = writer.get_extra_info("peername")
+    # The stream protocol learns that it runs over TLS only once start_tls returns; a peer
+    # that hangs up right after the handshake (a node refusing the certificate it saw) gets
+    # its end of stream there first, and asyncio warns "returning true from eof_received()
+    # has no effect when using ssl" for each. Tell it now: the transport closes either way.
+    protocol = getattr(writer, "_protocol", None)
+    if protocol is not None and hasattr(protocol, "_over_ssl"):
+        protocol._over_ssl = True
     try:
         await writer.start_tls(context, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S)
     except (OSError, asyncio.TimeoutError, EOFError) as exc:
