@@ -56,6 +56,15 @@ def positive_int(text: str) -> int:
     return value
 
 
+def map_size(text: str) -> int:
+    """An LMDB map size: at least 1 MiB (a smaller map cannot hold the state machine's
+    tables, and LMDB's MDB_MAP_FULL at start read like a bug)."""
+    value = _int(text)
+    if value < 1 << 20:
+        raise argparse.ArgumentTypeError(f"must be >= 1048576 (1 MiB), got {value}")
+    return value
+
+
 def port(text: str) -> int:
     """A TCP port, 1 to 65535."""
     value = _int(text)

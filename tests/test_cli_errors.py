@@ -91,6 +91,7 @@ BAD_ARGUMENTS = [
     (node("--election-timeout-ms=0"), "--election-timeout-ms", ">= 1"),
     (node("--segment-bytes=1G"), "--segment-bytes", "'1G'"),
     (node("--snapshot-min-records=-1"), "--snapshot-min-records", ">= 0"),
+    (node("--state-machine=lmdb", "--state-map-size=1"), "--state-map-size", ">= 1048576"),
     (["dump-log", ".", "--segment", "-1"], "--segment", ">= 0"),
     (["storage-demo", "--records", "0"], "--records", ">= 1"),
     (["demo", "--batch", "x"], "--batch", "'x'"),
