@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from raftcore.client import admin
+from raftcore.client import ProduceError, Producer, admin
 from raftcore.client import cluster as cluster_module
 from raftcore.client.cluster import ClusterClient, LeaderHint, UnreachableError
 from raftcore.errors import RaftcoreError
@@ -146,3 +146,35 @@ def test_a_node_that_closes_every_connection_fails_the_client_fast(closing_port:
     message, elapsed = asyncio.run(asyncio.wait_for(refresh(), 20))
     assert elapsed < 2.5, f"gave up after {elapsed:.2f} s"
     assert "the node closed the connection" in message, message
+
+
+def test_an_idempotent_producer_asks_a_silent_leader_for_its_id_only_its_request_timeout(
+    silent_port: int,
+) -> None:
+    """InitProducerId to a hung leader waited the connection's own 30 s, not the producer's
+    request timeout: `raftcore produce` (--timeout-ms 10000) with a SIGSTOPped leader took
+    30.6 s though a new leader was elected within 3 s."""
+    silent = Endpoint("127.0.0.1", silent_port)
+
+    async def scenario() -> float:
+        producer = Producer(
+            [str(silent)], request_timeout_ms=800, delivery_timeout_ms=500, idempotent=True
+        )
+
+        async def metadata_names_the_silent_leader(timeout_s: float | None = None) -> None:
+            producer.cluster.nodes = {2: silent}
+            producer.cluster.leader = LeaderHint(2, 7)
+
+        producer.cluster.refresh_metadata = metadata_names_the_silent_leader  # type: ignore[method-assign]
+        await metadata_names_the_silent_leader()
+        started = time.monotonic()
+        try:
+            await producer._init_producer_id()
+        except ProduceError:
+            return time.monotonic() - started
+        finally:
+            await producer.cluster.close()
+        raise AssertionError("no error")
+
+    elapsed = asyncio.run(asyncio.wait_for(scenario(), 10))
+    assert elapsed < 2.0, f"gave up after {elapsed:.2f} s"
