@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from raftcore.client import ProduceError, Producer, admin
+from raftcore.client import Consumer, ProduceError, Producer, admin
 from raftcore.client import cluster as cluster_module
 from raftcore.client.cluster import ClusterClient, LeaderHint, UnreachableError
 from raftcore.errors import RaftcoreError
@@ -174,6 +174,57 @@ def test_an_idempotent_producer_asks_a_silent_leader_for_its_id_only_its_request
             return time.monotonic() - started
         finally:
             await producer.cluster.close()
+        raise AssertionError("no error")
+
+    elapsed = asyncio.run(asyncio.wait_for(scenario(), 10))
+    assert elapsed < 2.0, f"gave up after {elapsed:.2f} s"
+
+
+def test_a_consumer_asks_a_silent_leader_for_an_offset_only_its_request_timeout(
+    silent_port: int,
+) -> None:
+    """ListOffsets to a hung leader waited the connection's own 30 s: `raftcore consume`
+    (--timeout-ms 10000) with a SIGSTOPped leader took 30.6 s to print its first record."""
+    silent = Endpoint("127.0.0.1", silent_port)
+
+    async def scenario() -> float:
+        consumer = Consumer([str(silent)], request_timeout_ms=800)
+        consumer.cluster.nodes = {2: silent}
+        consumer.cluster.leader = LeaderHint(2, 7)
+        started = time.monotonic()
+        try:
+            await consumer.list_offset(-2)  # EARLIEST
+        except asyncio.TimeoutError:
+            return time.monotonic() - started
+        finally:
+            await consumer.cluster.close()
+        raise AssertionError("no error")
+
+    elapsed = asyncio.run(asyncio.wait_for(scenario(), 10))
+    assert elapsed < 2.0, f"gave up after {elapsed:.2f} s"
+
+
+def test_the_exactly_once_writer_asks_a_silent_leader_only_until_its_deadline(
+    silent_port: int,
+) -> None:
+    """DescribeProducers (where an exactly-once write resumes) to a hung leader waited the
+    connection's own 30 s, past the caller's timeout."""
+    from raftcore.client.resumable import ExactlyOnceError, last_sequence
+
+    silent = Endpoint("127.0.0.1", silent_port)
+
+    async def scenario() -> float:
+        client = ClusterClient([str(silent)], request_timeout_ms=5000)
+        client.nodes = {2: silent}
+        client.leader = LeaderHint(2, 7)
+        client.refresh_metadata = lambda timeout_s=None: asyncio.sleep(0)  # type: ignore[method-assign]
+        started = time.monotonic()
+        try:
+            await last_sequence(client, "raftcore", 1, timeout_s=0.8)
+        except ExactlyOnceError:
+            return time.monotonic() - started
+        finally:
+            await client.close()
         raise AssertionError("no error")
 
     elapsed = asyncio.run(asyncio.wait_for(scenario(), 10))
