@@ -67,6 +67,27 @@ def test_a_follower_that_loses_its_leader_says_which_leader_at_info(caplog):
     ), lines
 
 
+def test_a_follower_cut_off_from_a_leader_the_others_follow_says_so_every_30_s_not_each_time(
+    caplog,
+):
+    """Its pre-votes are rejected (the others still hear the leader), it follows the same
+    leader again and times out again: one INFO line, then one per 30 s."""
+    h = follower(request_timeout_ms=200)
+    caplog.set_level(logging.INFO, logger="raftcore.raft")
+    for _ in range(25):  # 25 rounds of about 2.2 s
+        h.advance(h.config.fetch_timeout_ms)
+        assert isinstance(h.state, ProspectiveState)
+        h.grant_pre_votes(2, 3, granted=False)
+        assert isinstance(h.state, FollowerState) and h.state.leader == 2
+        h.advance(200)
+    lines = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno >= logging.INFO and "no fetch response from leader 2" in r.getMessage()
+    ]
+    assert len(lines) == 2, lines  # at the start and once 30 s later
+
+
 def test_a_follower_whose_fetch_times_out_asks_for_pre_votes_in_its_own_epoch():
     """Kafka's buildVoteRequest sends quorum.epoch() for a pre-vote: the epoch is not raised
     to ask, and nothing is written."""
