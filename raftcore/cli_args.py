@@ -56,6 +56,15 @@ def positive_int(text: str) -> int:
     return value
 
 
+def map_size(text: str) -> int:
+    """An LMDB map size: at least 1 MiB (a smaller map cannot hold the state machine's
+    tables, and LMDB's MDB_MAP_FULL at start read like a bug)."""
+    value = _int(text)
+    if value < 1 << 20:
+        raise argparse.ArgumentTypeError(f"must be >= 1048576 (1 MiB), got {value}")
+    return value
+
+
 def port(text: str) -> int:
     """A TCP port, 1 to 65535."""
     value = _int(text)
@@ -139,8 +148,10 @@ def voter_list(text: str) -> str:
 def _endpoint_problem(text: str) -> str:
     """Why ``text`` is not ``host:port``, in the user's terms."""
     host, sep, port = text.rpartition(":")
-    if not sep or not port or not host:
+    if not sep or not port:
         return f"expected host:port, got {text!r} (no port)"
+    if not host:
+        return f"expected host:port, got {text!r} (no host)"
     if not port.isdigit():
         return f"expected host:port, got {text!r} (the port is not a number)"
     return f"expected host:port, got {text!r} (the port must be in 1..65535)"

@@ -14,6 +14,7 @@ import errno
 import os
 import re
 import socket
+import ssl
 
 __all__ = ["describe", "is_immediate"]
 
@@ -39,10 +40,17 @@ def describe(exc: BaseException) -> str:
     """A short reason: ``connection refused``, ``timed out``, ``unknown host``, ..."""
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
         return "timed out"
+    if isinstance(exc, ssl.SSLError):
+        # its errno is 1 for every OpenSSL error (strerror: "operation not permitted"), and
+        # str() of one raised with a message is the repr of its arguments
+        if getattr(exc, "reason", None):
+            return f"TLS handshake failed: {exc.reason}"
+        if len(exc.args) == 1 and isinstance(exc.args[0], str):
+            return exc.args[0]
     text = str(exc)
     if text.startswith("cannot reach ") and text.endswith(")") and " (" in text:
         return text[text.index(" (") + 2 : -1]  # already says why (a TLS handshake)
-    if text.startswith("connection to ") and (" closed" in text or " lost" in text):
+    if _closed_unanswered(exc):
         # what a client that speaks plaintext to a TLS listener, or lacks the certificate it
         # requires, sees: the node closes the connection unanswered
         return (
@@ -59,10 +67,24 @@ def describe(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+def _closed_unanswered(exc: BaseException) -> bool:
+    """The node closed the connection without answering (the client's ConnectionClosed)."""
+    text = str(exc)
+    return text.startswith("connection to ") and (" closed" in text or " lost" in text)
+
+
+def _handshake_failed(exc: BaseException) -> bool:
+    """The client's TLS handshake failed (``cannot reach H:P (TLS handshake failed: ...)``):
+    an untrusted certificate, or a listener that does not speak TLS, fails the next one too."""
+    return str(exc).startswith("cannot reach ") and "(TLS handshake failed: " in str(exc)
+
+
 def is_immediate(exc: BaseException) -> bool:
     """True when the attempt failed at once and for a lasting reason: refused, no route, no
-    such host. False for a timeout or a connection that was lost after it opened."""
-    if isinstance(exc, socket.gaierror):
+    such host, closed unanswered (a plaintext client at a TLS or SASL listener, a missing
+    client certificate: the next attempt is closed too), or a failed TLS handshake. False for
+    a timeout or a reset."""
+    if isinstance(exc, socket.gaierror) or _closed_unanswered(exc) or _handshake_failed(exc):
         return True
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
         return False

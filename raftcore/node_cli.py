@@ -158,7 +158,7 @@ def add_node_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
     )
     p.add_argument(
         "--state-map-size",
-        type=types.positive_int,
+        type=types.map_size,
         default=16 << 30,
         help="the LMDB map size in bytes",
     )

@@ -65,6 +65,7 @@ def node(*extra: str, node_id: str = "1", voters: str = "1@h:1") -> list[str]:
 
 BAD_ARGUMENTS = [
     (["consume", "--bootstrap", "localhost"], "--bootstrap", "no port"),
+    (["consume", "--bootstrap", ":9092"], "--bootstrap", "(no host)"),
     (["consume", "--bootstrap", "h:0"], "--bootstrap", "1..65535"),
     (["consume", "--bootstrap", "h:70000"], "--bootstrap", "1..65535"),
     (["consume", "--bootstrap", "h:9091,h:x"], "--bootstrap", "not a number"),
@@ -83,12 +84,14 @@ BAD_ARGUMENTS = [
     (node(node_id="-1"), "--id", "-1"),
     (node(node_id="x"), "--id", "'x'"),
     (node(voters="1@h"), "--voters", "no port"),
+    (node(voters="1@:9091"), "--voters", "(no host)"),
     (node(voters="one@h:1"), "--voters", "id@host:port"),
     (node(voters="1@h:1,1@h:2"), "--voters", "twice"),
     (node("--listen=h"), "--listen", "no port"),
     (node("--election-timeout-ms=0"), "--election-timeout-ms", ">= 1"),
     (node("--segment-bytes=1G"), "--segment-bytes", "'1G'"),
     (node("--snapshot-min-records=-1"), "--snapshot-min-records", ">= 0"),
+    (node("--state-machine=lmdb", "--state-map-size=1"), "--state-map-size", ">= 1048576"),
     (["dump-log", ".", "--segment", "-1"], "--segment", ">= 0"),
     (["storage-demo", "--records", "0"], "--records", ">= 1"),
     (["demo", "--batch", "x"], "--batch", "'x'"),

@@ -87,6 +87,30 @@ def test_a_port_in_use_fails_with_one_line_and_writes_nothing(
     assert contents(data) == ([] if existing else None)
 
 
+@pytest.mark.parametrize("existing", [False, True], ids=["absent", "empty"])
+def test_a_metrics_port_in_use_fails_with_one_line_and_writes_nothing(
+    tmp_path: Path, existing: bool
+) -> None:
+    """The metrics port is bound with the listener, before the data directory is touched:
+    a node whose --metrics-port was taken left meta.properties and log/ behind."""
+    data = tmp_path / "data"
+    if existing:
+        data.mkdir()
+    (port,) = free_ports(1)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        metrics = taken.getsockname()[1]
+        proc = start_node(node_argv(data, port, f"--metrics-port={metrics}"), tmp_path)
+        code, err = finish(proc)
+    assert code != 0
+    assert err.strip().splitlines() == [
+        f"raftcore node: [node 1] cannot serve metrics on 127.0.0.1:{metrics}: "
+        "Address already in use"
+    ], err
+    assert contents(data) == ([] if existing else None)
+
+
 def test_a_file_as_the_data_directory_is_one_line_not_errno_17(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

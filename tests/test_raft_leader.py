@@ -1,6 +1,8 @@
 """KIP-595 leadership: the epoch's first record, the high watermark, BeginQuorumEpoch, check
 quorum, and graceful resignation with EndQuorumEpoch."""
 
+import logging
+
 from raft_harness import CLUSTER, Harness, log_with
 
 from raftcore.error_codes import Errors
@@ -141,6 +143,26 @@ def test_the_leader_resigns_when_no_majority_fetched_within_one_and_a_half_fetch
     assert isinstance(h.state, LeaderState)
     h.advance(1)
     assert isinstance(h.state, ResignedState)
+
+
+def test_a_leader_resigning_on_check_quorum_names_the_voters_it_did_not_hear_from(caplog):
+    """An operator whose leader resigned must learn which voters went silent (a hung or
+    partitioned node refuses nothing, so no connection error names it): the log said only
+    'no majority fetched within 3000 ms'."""
+    h = Harness(voters=(1, 2, 3, 4, 5), fetch_timeout_ms=2000)
+    h.become_leader()
+    h.fetch(2, h.log.end_offset, h.epoch)
+    h.fetch(3, h.log.end_offset, h.epoch)  # a majority: the check-quorum round starts over
+    h.advance(1000)
+    h.fetch(3, h.log.end_offset, h.epoch)  # only 3 in the new round
+    caplog.set_level(logging.INFO, logger="raftcore.raft.core")
+    h.advance(2000)
+    assert isinstance(h.state, ResignedState)
+    (line,) = [r.getMessage() for r in caplog.records if "resigned epoch" in r.getMessage()]
+    assert line.endswith(
+        "not heard from: voter 2 (last fetched 3000 ms ago), voter 4 (never fetched), "
+        "voter 5 (never fetched)"
+    ), line
 
 
 def test_fetches_from_a_majority_keep_the_leader_in_office():

@@ -6,6 +6,8 @@ the epoch; a replica cut off from the others therefore keeps its epoch and canno
 election when it comes back.
 """
 
+import logging
+
 from raft_harness import CLUSTER, Harness, log_with
 
 from raftcore.error_codes import Errors
@@ -50,6 +52,40 @@ def fetch_once(h):
 
 
 # ---- the Prospective: asking first ---------------------------------------------------------
+
+
+def test_a_follower_that_loses_its_leader_says_which_leader_at_info(caplog):
+    """A hung or partitioned leader refuses nothing, so no connection warning names it; the
+    node's log at its default level said only 'leader is now unknown'."""
+    h = follower()
+    caplog.set_level(logging.INFO, logger="raftcore.raft")
+    h.advance(h.config.fetch_timeout_ms)
+    assert isinstance(h.state, ProspectiveState)
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert f"no fetch response from leader 2 within {h.config.fetch_timeout_ms} ms" in "".join(
+        lines
+    ), lines
+
+
+def test_a_follower_cut_off_from_a_leader_the_others_follow_says_so_every_30_s_not_each_time(
+    caplog,
+):
+    """Its pre-votes are rejected (the others still hear the leader), it follows the same
+    leader again and times out again: one INFO line, then one per 30 s."""
+    h = follower(request_timeout_ms=200)
+    caplog.set_level(logging.INFO, logger="raftcore.raft")
+    for _ in range(25):  # 25 rounds of about 2.2 s
+        h.advance(h.config.fetch_timeout_ms)
+        assert isinstance(h.state, ProspectiveState)
+        h.grant_pre_votes(2, 3, granted=False)
+        assert isinstance(h.state, FollowerState) and h.state.leader == 2
+        h.advance(200)
+    lines = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno >= logging.INFO and "no fetch response from leader 2" in r.getMessage()
+    ]
+    assert len(lines) == 2, lines  # at the start and once 30 s later
 
 
 def test_a_follower_whose_fetch_times_out_asks_for_pre_votes_in_its_own_epoch():

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from raftcore import connect_errors
 from raftcore.client import Consumer, Producer
 from raftcore.client.connection import Connection, ConnectionClosed
 from raftcore.error_codes import Errors
@@ -28,7 +29,7 @@ from raftcore.raft import QuorumConfig
 from raftcore.raft.messages import FetchRequest, Outbound, VoteRequest
 from raftcore.security import ClientSecurity, ListenerSecurity, Principal
 from raftcore.security.certs import make_certs
-from raftcore.security.tls import client_context, principal_of
+from raftcore.security.tls import PeerIdentityError, client_context, principal_of
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -226,6 +227,11 @@ def test_a_peer_whose_certificate_another_ca_signed_fails_the_handshake(
     assert "[node 3] node 1 at 127.0.0.1:" in caplog.text
     assert "CERTIFICATE_VERIFY_FAILED" in caplog.text
     assert not [r for r in caplog.records if r.exc_info], "a handshake failure is one line"
+    # node 3's reachability line says why, not the SSL error's errno 1 ('operation not
+    # permitted'): the others were up before it, so the handshake was its first failure
+    assert "[node 3] cannot reach voter 1 at 127.0.0.1:" in caplog.text
+    assert "(TLS handshake failed: CERTIFICATE_VERIFY_FAILED); retrying" in caplog.text
+    assert "operation not permitted" not in caplog.text
 
 
 def test_a_node_holding_another_nodes_certificate_is_refused_both_ways(tmp_path, certs, caplog):
@@ -249,6 +255,14 @@ def test_a_node_holding_another_nodes_certificate_is_refused_both_ways(tmp_path,
     assert "the connection is Node:node-2, not node-3 (CLUSTER_AUTHORIZATION_FAILED)" in text
     assert "node 3 at 127.0.0.1:" in text
     assert "its certificate names Node:node-2, not node-3: refusing it" in text
+
+
+def test_a_peer_refused_for_its_certificate_is_named_by_the_reason_not_a_tuple():
+    """What a node's reachability line (and a client's 'cannot reach') says of a peer whose
+    certificate names another node: the reason, as text. str() of an ssl.SSLError is the
+    repr of its arguments, so it read "(('its certificate names ...',))"."""
+    reason = "its certificate names Node:node-2, not node-3: refusing it"
+    assert connect_errors.describe(PeerIdentityError(reason)) == reason
 
 
 @pytest.mark.parametrize("message", [_vote(1), _replica_fetch(1)], ids=["vote", "replica-fetch"])
@@ -451,3 +465,72 @@ def test_the_job_source_and_the_exactly_once_writer_reach_a_mutual_tls_cluster(t
             assert batch.last_offset == result.last_offset
 
     run(main())
+
+
+def test_a_client_that_does_not_trust_the_nodes_certificate_fails_fast(certs, other_ca):
+    """A client given another CA (or a node's certificate it cannot verify) fails every
+    handshake the same way: it says so after its short grace, as for a refused connection;
+    it retried for its whole timeout (10 s for the CLI) before saying it."""
+    from raftcore.client.cluster import ClusterClient, UnreachableError
+    from raftcore.security.tls import server_context
+
+    async def main() -> tuple[str, float]:
+        context = server_context(node_tls(certs, 1, auth="requested"))
+        server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0, ssl=context)
+        port = server.sockets[0].getsockname()[1]
+        client = ClusterClient(
+            [f"127.0.0.1:{port}"], request_timeout_ms=8000, security=client_tls(other_ca)
+        )
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            await client.refresh_metadata()
+        except UnreachableError as exc:
+            return str(exc), loop.time() - started
+        finally:
+            await client.close()
+            server.close()
+        raise AssertionError("no error")
+
+    message, elapsed = run(main())
+    assert "(TLS handshake failed: CERTIFICATE_VERIFY_FAILED)" in message, message
+    assert elapsed < 2.5, f"gave up after {elapsed:.2f} s"
+
+
+def test_a_client_closing_right_after_the_handshake_logs_no_asyncio_warning(certs, caplog):
+    """A peer that checks a node's certificate and hangs up at once (a node refusing a voter
+    that holds another node's certificate, a TLS health check) made the accepting node log
+    asyncio's "returning true from eof_received() has no effect when using ssl", a WARNING
+    that names nothing, once per connection: the end of stream reached the stream protocol
+    before start_tls had told it that it runs over TLS. (The listener now wraps the socket in
+    TLS before reading, raftcore.node.tls_listener, so the protocol knows from the start.)"""
+    from raftcore.node.tls_listener import serve_tls
+    from raftcore.security.tls import server_context
+
+    caplog.set_level(logging.WARNING)
+
+    async def main() -> int:
+        context = server_context(node_tls(certs, 1, auth="requested"))
+        done = 0
+
+        async def handle(
+            reader: asyncio.StreamReader, writer: asyncio.StreamWriter, principal: Principal
+        ) -> None:
+            nonlocal done
+            await reader.read(16)
+            writer.close()
+            done += 1
+
+        server = await serve_tls(handle, context, "[node 1]", host="127.0.0.1", port=0)
+        port = server.sockets[0].getsockname()[1]
+        client = client_context(replace(client_tls(certs, None), ssl_check_hostname=False))
+        for _ in range(5):
+            _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client)
+            writer.close()
+        while done < 5:
+            await asyncio.sleep(0.01)
+        server.close()
+        return done
+
+    assert run(main()) == 5
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from raftcore.client.cluster import ClusterClient
 from raftcore.client.connection import ConnectionClosed
+from raftcore.connect_errors import describe
 from raftcore.error_codes import Errors, error_name
 from raftcore.errors import RaftcoreError
 from raftcore.protocol.api import ApiKey, request_spec
@@ -75,17 +76,27 @@ async def describe_quorum_with(
     asks again and again on the same connections)."""
     deadline = time.monotonic() + timeout_s
     attempt = 0
+    why = ""  # the last attempt's leader and what went wrong, for the final message
     while True:
         await cluster.refresh_metadata(max(0.1, deadline - time.monotonic()))
+        leader = cluster.leader
         try:
-            info = await _describe_once(cluster, topic)
-        except (ConnectionClosed, OSError, asyncio.TimeoutError, _NotLeader):
+            # bounded by what is left: a silent leader (a hung process) must not hold the
+            # caller past its timeout (the connection's own request timeout is 30 s)
+            info = await asyncio.wait_for(
+                _describe_once(cluster, topic), max(0.1, deadline - time.monotonic())
+            )
+        except (ConnectionClosed, OSError, asyncio.TimeoutError, _NotLeader) as exc:
             info = None
+            if leader is not None and leader.leader_id in cluster.nodes:
+                where = cluster.nodes[leader.leader_id]
+                reason = "not the leader any more" if isinstance(exc, _NotLeader) else None
+                why = f": node {leader.leader_id} at {where} ({reason or describe(exc)})"
         if info is not None:
             return info
         attempt += 1
         if time.monotonic() > deadline:
-            raise RaftcoreError("no leader answered DescribeQuorum in time")
+            raise RaftcoreError(f"no leader answered DescribeQuorum within {timeout_s:g} s{why}")
         await asyncio.sleep(cluster.backoff_s(attempt))
 
 

@@ -51,7 +51,8 @@ class ClusterClient:
     Retries to a leader the client already knew back off exponentially with jitter.
 
     A client that no node has answered yet gives up after ``unreachable_grace_ms`` when
-    every address refuses at once (a dead or mistyped address fails in well under 2 s rather
+    every address refuses at once, or closes the connection unanswered (a dead or mistyped
+    address, or the wrong security protocol, fails in well under 2 s rather
     than at the timeout); once a node has answered, refusals are retried until the deadline,
     as during a leader change or a restart.
     """
@@ -181,6 +182,10 @@ class ClusterClient:
         while True:
             candidates = list(dict.fromkeys([*self.nodes.values(), *self.bootstrap]))
             random.shuffle(candidates)
+            # each address gets a share of the budget, not all that is left: a silent one
+            # (a hung node: the kernel accepts, nothing answers) must not keep the others
+            # from being asked
+            share = budget / len(candidates)
             failures: dict[Endpoint, BaseException] = {}
             for endpoint in candidates:
                 left = deadline - loop.time()
@@ -188,7 +193,7 @@ class ClusterClient:
                     failures[endpoint] = reasons.get(endpoint, asyncio.TimeoutError())
                     continue
                 try:
-                    if await asyncio.wait_for(self._metadata_from(endpoint), left):
+                    if await asyncio.wait_for(self._metadata_from(endpoint), min(left, share)):
                         return
                 except SaslAuthenticationError:
                     raise  # wrong credentials stay wrong: no retry

@@ -177,7 +177,12 @@ class Consumer:
                 )
             ],
         )
-        resp = await conn.request(ApiKey.LIST_OFFSETS, LIST_OFFSETS_VERSION, body)
+        resp = await conn.request(
+            ApiKey.LIST_OFFSETS,
+            LIST_OFFSETS_VERSION,
+            body,
+            timeout_s=self.cluster.request_timeout_s,  # a hung leader: not the default 30 s
+        )
         part = resp.topics[0].partitions[0]
         if part.error_code != Errors.NONE:
             raise ConnectionClosed(f"ListOffsets: {error_name(part.error_code)}")

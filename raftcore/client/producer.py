@@ -503,7 +503,12 @@ class Producer:
         while True:
             try:
                 conn, _ = await self.cluster.leader_connection()
-                resp = await conn.request(ApiKey.INIT_PRODUCER_ID, INIT_PRODUCER_ID_VERSION, body)
+                resp = await conn.request(
+                    ApiKey.INIT_PRODUCER_ID,
+                    INIT_PRODUCER_ID_VERSION,
+                    body,
+                    timeout_s=self.request_timeout_ms / 1000,  # a hung leader: not 30 s
+                )
                 if resp.error_code == Errors.NONE:
                     self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
                     return

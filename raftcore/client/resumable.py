@@ -95,7 +95,12 @@ async def last_sequence(
         error = Errors.NETWORK_EXCEPTION
         try:
             conn, _ = await cluster.leader_connection()
-            resp = await conn.request(ApiKey.DESCRIBE_PRODUCERS, DESCRIBE_PRODUCERS_VERSION, body)
+            resp = await conn.request(
+                ApiKey.DESCRIBE_PRODUCERS,
+                DESCRIBE_PRODUCERS_VERSION,
+                body,
+                timeout_s=min(cluster.request_timeout_s, max(0.1, deadline - time.monotonic())),
+            )
             part = resp.topics[0].partitions[0]
             error = part.error_code
             if error == Errors.NONE:

@@ -18,22 +18,43 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from raftcore.errors import RaftcoreError
+from raftcore.node.config import Endpoint, NodeConfig
+from raftcore.node.preflight import ListenError, bind_listener
 
 if TYPE_CHECKING:
     from raftcore.node.node import RaftNode
 
-__all__ = ["MetricsServer", "serve_metrics"]
+__all__ = ["MetricsServer", "bind_metrics", "serve_metrics"]
 
 logger = logging.getLogger(__name__)
 
 MAX_HEAD_BYTES = 16 * 1024
 READ_TIMEOUT_S = 10.0
+
+
+def bind_metrics(config: NodeConfig) -> socket.socket | None:
+    """The metrics socket, bound before the node writes anything (``raftcore node`` does
+    this with its listener: a port in use must leave the data directory as it was);
+    None without a metrics port. RaftcoreError, one line, when it cannot be bound."""
+    if config.metrics_port is None:
+        return None
+    assert config.listen is not None
+    host = config.metrics_host or config.listen.host
+    try:
+        return bind_listener(Endpoint(host, config.metrics_port))
+    except ListenError as exc:
+        reason = str(exc).rpartition(": ")[2]
+        raise RaftcoreError(
+            f"[node {config.node_id}] cannot serve metrics on {host}:{config.metrics_port}: "
+            f"{reason[:1].upper()}{reason[1:]}"
+        ) from None
 
 
 async def serve_metrics(node: RaftNode) -> MetricsServer:
@@ -43,7 +64,7 @@ async def serve_metrics(node: RaftNode) -> MetricsServer:
     host = cfg.metrics_host or cfg.listen.host
     server = MetricsServer(node.metrics.text, node.prefix)
     try:
-        node.metrics_address = await server.start(host, cfg.metrics_port)
+        node.metrics_address = await server.start(host, cfg.metrics_port, node.metrics_socket)
     except OSError as exc:
         await node._close()
         raise RaftcoreError(
@@ -63,9 +84,15 @@ class MetricsServer:
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
 
-    async def start(self, host: str, port: int) -> tuple[str, int]:
-        """Listen; the address bound (port 0 picks a free one). OSError if it cannot."""
-        self._server = await asyncio.start_server(self._serve, host, port, limit=MAX_HEAD_BYTES)
+    async def start(
+        self, host: str, port: int, sock: socket.socket | None = None
+    ) -> tuple[str, int]:
+        """Listen (on ``sock`` when it is bound already); the address bound (port 0 picks a
+        free one). OSError if it cannot."""
+        if sock is not None:
+            self._server = await asyncio.start_server(self._serve, sock=sock, limit=MAX_HEAD_BYTES)
+        else:
+            self._server = await asyncio.start_server(self._serve, host, port, limit=MAX_HEAD_BYTES)
         bound = self._server.sockets[0].getsockname()
         return bound[0], bound[1]
 

@@ -131,6 +131,8 @@ class RaftNode(Messaging):
         self.metrics = NodeMetrics(self)  # docs/metrics.md
         self._metrics_server: MetricsServer | None = None
         self.metrics_address: tuple[str, int] | None = None  # where they are served
+        # bound by the runner before anything is written (metrics_http.bind_metrics), or None
+        self.metrics_socket: socket.socket | None = None
         # SASL logins on the listener (None without SASL): reads the users file now
         self.sasl = SaslAuthenticator.for_node(config, self.prefix)
         self._tls_context: Any = None  # the listener's, on SSL / SASL_SSL (raftcore.security.tls)

@@ -16,6 +16,7 @@ from typing import Any
 
 from raftcore.node.config import NodeConfig
 from raftcore.node.data_dir import STATE_DIR
+from raftcore.node.metrics_http import bind_metrics
 from raftcore.node.node import RaftNode
 from raftcore.node.preflight import bind_listener
 
@@ -42,11 +43,14 @@ async def _serve(
     ready_file: str | None,
     state_machine: str,
     map_size: int,
+    *,
     listen_socket: socket.socket | None = None,
+    metrics_socket: socket.socket | None = None,
 ) -> None:
     machine = open_state_machine(config, state_machine, map_size)
     try:
         node = RaftNode(config, state_machine=machine)
+        node.metrics_socket = metrics_socket
         await _serve_node(node, config, ready_file, listen_socket)
     finally:
         if machine is not None:
@@ -121,13 +125,29 @@ def run_node(
 
     The listen address is bound first, before anything is written into the data directory:
     a port in use ends here with ListenError (``cannot listen on HOST:PORT: address already
-    in use``) and the directory as it was."""
+    in use``) and the directory as it was; so does the metrics port."""
     assert config.listen is not None
     run = _runner(event_loop)
     sock = bind_listener(config.listen)
     try:
+        metrics_sock = bind_metrics(config)
+    except BaseException:
+        sock.close()
+        raise
+    try:
         with contextlib.suppress(KeyboardInterrupt):
-            run(_serve(config, ready_file, state_machine, state_map_size, sock))
+            run(
+                _serve(
+                    config,
+                    ready_file,
+                    state_machine,
+                    state_map_size,
+                    listen_socket=sock,
+                    metrics_socket=metrics_sock,
+                )
+            )
     finally:
         sock.close()
+        if metrics_sock is not None:
+            metrics_sock.close()
     return 0

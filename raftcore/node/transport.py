@@ -104,6 +104,9 @@ class ServerConnection:
         self.max_frame_bytes = max_frame_bytes
         self.max_in_flight = max_in_flight
         self.peer = writer.get_extra_info("peername")
+        # the client as the log names it: host:port (peername is a tuple)
+        peer = self.peer
+        self.address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.name = name
         # who the connection proved to be (a TLS certificate, a SASL login): raftcore.security
         self.principal: Principal = ANONYMOUS
@@ -147,7 +150,7 @@ class ServerConnection:
 
     def _on_lost(self, exc: BaseException | None) -> None:
         if isinstance(exc, FrameTooLarge):
-            logger.warning("%s closing connection from %s: %s", self.name, self.peer, exc)
+            logger.warning("%s closing connection from %s: %s", self.name, self.address, exc)
         self.close()
 
     def _on_writable(self) -> None:
@@ -178,11 +181,11 @@ class ServerConnection:
         try:
             result = await self.handler(self, frame)
         except CloseConnection as exc:
-            logger.warning("%s closing connection from %s: %s", self.name, self.peer, exc)
+            logger.warning("%s closing connection from %s: %s", self.name, self.address, exc)
             result = CLOSE
         except Exception:
             logger.exception(
-                "%s request from %s failed; closing the connection", self.name, self.peer
+                "%s request from %s failed; closing the connection", self.name, self.address
             )
             result = CLOSE
         if slot.done():
@@ -211,7 +214,7 @@ class ServerConnection:
                 if self._receiver.writing_paused:  # over the high-water mark: resume_writing
                     self._write_blocked = True
             if last is not None:
-                logger.info("%s closing connection from %s: %s", self.name, self.peer, last)
+                logger.info("%s closing connection from %s: %s", self.name, self.address, last)
                 self.close()  # the transport still sends what was written
                 return
         if self._receiver.paused and not self._full() and not self.closed:

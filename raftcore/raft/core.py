@@ -136,6 +136,8 @@ class RaftCore(LeaderRequests):
         self._correlation = 0
         self.purgatory = FetchPurgatory(self)
         self.shutting_down = False
+        # ((leader, epoch), now) of the last INFO line about fetches from the leader timing out
+        self.leader_lost_logged: tuple[tuple[int, int], int] | None = None
         self._started = False
 
     # ---- public state ------------------------------------------------------------------------

@@ -35,6 +35,8 @@ logger = logging.getLogger(__name__)
 INF = float("inf")
 # Kafka's RETRY_BACKOFF_BASE_MS: the unit of the randomized election backoff.
 ELECTION_BACKOFF_BASE_MS = 100
+# How often a voter that keeps losing its leader's fetches says so at INFO.
+LEADER_LOST_LOG_EVERY_MS = 30_000
 
 
 def poll(core: RaftCore, now: int) -> float:
@@ -54,7 +56,10 @@ def _poll_leader(core: RaftCore, state: LeaderState, now: int) -> float:
         return now
     if state.check_quorum_expired(now):
         core.resign_leadership(
-            state, now, f"no majority fetched within {core.config.check_quorum_timeout_ms} ms"
+            state,
+            now,
+            f"no majority fetched within {core.config.check_quorum_timeout_ms} ms; "
+            f"not heard from: {state.voters_not_fetched(now)}",
         )
         return now
     if state.update_local_state(core.log.flushed_offset, now):
@@ -116,12 +121,21 @@ def start_election_backoff(core: RaftCore, state: CandidateState, now: int, reas
 def _poll_follower(core: RaftCore, state: FollowerState, now: int) -> float:
     if state.fetch_expired(now):
         if core.quorum.is_voter:
+            why = f"no fetch response from leader {state.leader} within "
+            why += f"{core.config.fetch_timeout_ms} ms"
+            # the operator's line on losing the leader (the transition is logged at debug): a
+            # hung or partitioned leader refuses nothing, so nothing else names it. Once per
+            # leader and epoch, then every 30 s: cut off from a leader the others still
+            # follow, a voter loses its pre-vote and times out again every fetch timeout.
+            key = (state.leader, state.epoch)
+            last = core.leader_lost_logged
+            if last is None or last[0] != key or now - last[1] >= LEADER_LOST_LOG_EVERY_MS:
+                core.leader_lost_logged = (key, now)
+                logger.info("%s %s; asking the voters for pre-votes", core.prefix, why)
+            else:
+                logger.debug("%s %s; asking the voters for pre-votes", core.prefix, why)
             # KIP-996: ask first; the epoch rises only if a majority lost the leader too.
-            core.transition_to_prospective(
-                now,
-                f"no fetch response from leader {state.leader} "
-                f"within {core.config.fetch_timeout_ms} ms",
-            )
+            core.transition_to_prospective(now, why)
             return now
         # An observer never stands; it asks a voter who leads now (a new leader does not
         # tell observers), while still trying the leader it knows.

@@ -173,6 +173,19 @@ class LeaderState(EpochState):
             self.fetched_voters.clear()
             self.check_quorum_deadline = now + self.check_quorum_timeout_ms
 
+    def voters_not_fetched(self, now: int) -> str:
+        """The voters missing from the current check-quorum round, with when each last
+        fetched: ``voter 3 (last fetched 4100 ms ago), voter 4 (never fetched)``, for the
+        operator told that the leader resigned."""
+        parts = []
+        for voter in sorted(self.voter_states):
+            if voter == self.local_id or voter in self.fetched_voters:
+                continue
+            last = self.voter_states[voter].last_fetch_ms
+            when = "never fetched" if last < 0 else f"last fetched {now - last} ms ago"
+            parts.append(f"voter {voter} ({when})")
+        return ", ".join(parts)
+
     def check_quorum_expired(self, now: int) -> bool:
         if len(self.voter_states) == 1:
             return False  # a lone voter never loses its quorum

@@ -1,0 +1,231 @@
+"""A client among nodes that do not answer (issue 12's audit, on real processes): a hung node
+(SIGSTOPped: the kernel accepts its connections, nothing answers) must not cost the client
+the other nodes, a hung leader must not hold describe-quorum past its --timeout-ms, and a
+node that closes every connection unanswered (a plaintext client at a TLS or SASL listener)
+is a lasting answer, not a reason to retry until the timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from raftcore.client import Consumer, ProduceError, Producer, admin
+from raftcore.client import cluster as cluster_module
+from raftcore.client.cluster import ClusterClient, LeaderHint, UnreachableError
+from raftcore.errors import RaftcoreError
+from raftcore.node import Endpoint, NodeConfig, RaftNode
+from raftcore.node.local_cluster import free_ports
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A listening socket nobody accepts from: connections open, requests go unanswered."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        yield silent.getsockname()[1]
+
+
+@pytest.fixture
+def closing_port() -> Iterator[int]:
+    """A listener that reads a little of each connection and closes it unanswered."""
+    with socket.socket() as closer:
+        closer.bind(("127.0.0.1", 0))
+        closer.listen(8)
+        closer.settimeout(0.1)
+        stop = threading.Event()
+
+        def close_each() -> None:
+            while not stop.is_set():
+                try:
+                    conn, _ = closer.accept()
+                except OSError:
+                    continue
+                with conn:
+                    conn.settimeout(1.0)
+                    with contextlib.suppress(OSError):
+                        conn.recv(64)
+
+        thread = threading.Thread(target=close_each, daemon=True)
+        thread.start()
+        try:
+            yield closer.getsockname()[1]
+        finally:
+            stop.set()
+            thread.join(5)
+
+
+def test_a_silent_bootstrap_address_does_not_cost_the_client_the_answering_one(
+    silent_port: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the silent address asked first, Metadata must still reach the live node well
+    within the timeout: each address gets a share of it, not the whole. (A SIGSTOPped node
+    among three bootstrap addresses failed describe-quorum 'cannot reach A (timed out),
+    B (timed out), C (timed out)' two runs in three, the live nodes never asked.)"""
+    monkeypatch.setattr(cluster_module.random, "shuffle", lambda items: None)
+    (port,) = free_ports(1)
+
+    async def scenario() -> float:
+        config = NodeConfig(1, {1: Endpoint("127.0.0.1", port)}, str(tmp_path / "n1"), "c")
+        node = RaftNode(config)
+        await node.start()
+        try:
+            while not node.is_leader():
+                await asyncio.sleep(0.02)
+            client = ClusterClient(
+                [f"127.0.0.1:{silent_port}", f"127.0.0.1:{port}"], request_timeout_ms=4000
+            )
+            started = time.monotonic()
+            try:
+                await client.refresh_metadata()
+            finally:
+                await client.close()
+            assert client.leader == LeaderHint(1, client.leader.epoch)  # type: ignore[union-attr]
+            return time.monotonic() - started
+        finally:
+            await node.stop()
+
+    elapsed = asyncio.run(asyncio.wait_for(scenario(), 30))
+    assert elapsed < 3.0, f"found the leader after {elapsed:.2f} s"
+
+
+def test_describe_quorum_gives_up_on_a_silent_leader_at_its_timeout_naming_it(
+    silent_port: int,
+) -> None:
+    """The leader the nodes name stops answering (SIGSTOP): describe-quorum --timeout-ms 800
+    must end near 0.8 s, naming the leader and its address; it waited for the connection's
+    own 30 s request timeout and said only 'no leader answered DescribeQuorum in time'."""
+    silent = Endpoint("127.0.0.1", silent_port)
+
+    async def scenario() -> tuple[str, float]:
+        client = ClusterClient([str(silent)], request_timeout_ms=800)
+
+        async def metadata_names_the_silent_leader(timeout_s: float | None = None) -> None:
+            client.nodes = {2: silent}
+            client.leader = LeaderHint(2, 7)
+
+        client.refresh_metadata = metadata_names_the_silent_leader  # type: ignore[method-assign]
+        started = time.monotonic()
+        try:
+            await admin.describe_quorum_with(client, timeout_s=0.8)
+        except RaftcoreError as exc:
+            return str(exc), time.monotonic() - started
+        finally:
+            await client.close()
+        raise AssertionError("no error")
+
+    message, elapsed = asyncio.run(asyncio.wait_for(scenario(), 10))
+    assert elapsed < 2.0, f"gave up after {elapsed:.2f} s"
+    assert f"node 2 at {silent}" in message and "timed out" in message, message
+
+
+def test_a_node_that_closes_every_connection_fails_the_client_fast(closing_port: int) -> None:
+    """A plaintext client at a TLS listener (or without the client certificate or SASL
+    login it requires) is closed unanswered, every time: that is as lasting as a refusal,
+    so a client that no node ever answered gives up after its short grace, as for a
+    refusal, not at its timeout (it retried for 10 s, the node logging each attempt)."""
+
+    async def refresh() -> tuple[str, float]:
+        client = ClusterClient([f"127.0.0.1:{closing_port}"], request_timeout_ms=8000)
+        started = time.monotonic()
+        try:
+            await client.refresh_metadata()
+        except UnreachableError as exc:
+            return str(exc), time.monotonic() - started
+        finally:
+            await client.close()
+        raise AssertionError("no error")
+
+    message, elapsed = asyncio.run(asyncio.wait_for(refresh(), 20))
+    assert elapsed < 2.5, f"gave up after {elapsed:.2f} s"
+    assert "the node closed the connection" in message, message
+
+
+def test_an_idempotent_producer_asks_a_silent_leader_for_its_id_only_its_request_timeout(
+    silent_port: int,
+) -> None:
+    """InitProducerId to a hung leader waited the connection's own 30 s, not the producer's
+    request timeout: `raftcore produce` (--timeout-ms 10000) with a SIGSTOPped leader took
+    30.6 s though a new leader was elected within 3 s."""
+    silent = Endpoint("127.0.0.1", silent_port)
+
+    async def scenario() -> float:
+        producer = Producer(
+            [str(silent)], request_timeout_ms=800, delivery_timeout_ms=500, idempotent=True
+        )
+
+        async def metadata_names_the_silent_leader(timeout_s: float | None = None) -> None:
+            producer.cluster.nodes = {2: silent}
+            producer.cluster.leader = LeaderHint(2, 7)
+
+        producer.cluster.refresh_metadata = metadata_names_the_silent_leader  # type: ignore[method-assign]
+        await metadata_names_the_silent_leader()
+        started = time.monotonic()
+        try:
+            await producer._init_producer_id()
+        except ProduceError:
+            return time.monotonic() - started
+        finally:
+            await producer.cluster.close()
+        raise AssertionError("no error")
+
+    elapsed = asyncio.run(asyncio.wait_for(scenario(), 10))
+    assert elapsed < 2.0, f"gave up after {elapsed:.2f} s"
+
+
+def test_a_consumer_asks_a_silent_leader_for_an_offset_only_its_request_timeout(
+    silent_port: int,
+) -> None:
+    """ListOffsets to a hung leader waited the connection's own 30 s: `raftcore consume`
+    (--timeout-ms 10000) with a SIGSTOPped leader took 30.6 s to print its first record."""
+    silent = Endpoint("127.0.0.1", silent_port)
+
+    async def scenario() -> float:
+        consumer = Consumer([str(silent)], request_timeout_ms=800)
+        consumer.cluster.nodes = {2: silent}
+        consumer.cluster.leader = LeaderHint(2, 7)
+        started = time.monotonic()
+        try:
+            await consumer.list_offset(-2)  # EARLIEST
+        except asyncio.TimeoutError:
+            return time.monotonic() - started
+        finally:
+            await consumer.cluster.close()
+        raise AssertionError("no error")
+
+    elapsed = asyncio.run(asyncio.wait_for(scenario(), 10))
+    assert elapsed < 2.0, f"gave up after {elapsed:.2f} s"
+
+
+def test_the_exactly_once_writer_asks_a_silent_leader_only_until_its_deadline(
+    silent_port: int,
+) -> None:
+    """DescribeProducers (where an exactly-once write resumes) to a hung leader waited the
+    connection's own 30 s, past the caller's timeout."""
+    from raftcore.client.resumable import ExactlyOnceError, last_sequence
+
+    silent = Endpoint("127.0.0.1", silent_port)
+
+    async def scenario() -> float:
+        client = ClusterClient([str(silent)], request_timeout_ms=5000)
+        client.nodes = {2: silent}
+        client.leader = LeaderHint(2, 7)
+        client.refresh_metadata = lambda timeout_s=None: asyncio.sleep(0)  # type: ignore[method-assign]
+        started = time.monotonic()
+        try:
+            await last_sequence(client, "raftcore", 1, timeout_s=0.8)
+        except ExactlyOnceError:
+            return time.monotonic() - started
+        finally:
+            await client.close()
+        raise AssertionError("no error")
+
+    elapsed = asyncio.run(asyncio.wait_for(scenario(), 10))
+    assert elapsed < 2.0, f"gave up after {elapsed:.2f} s"
