@@ -304,6 +304,8 @@ class Producer:
             if outcome == "moved":
                 self.immediate_retries += 1
                 continue  # KIP-951: a newer leader is known, go there at once
+            if outcome == "timeout":  # a hung leader: not the same one again at once
+                await self.cluster.leader_timed_out()
             attempt += 1
             self.retries += 1
             self.cluster.request_refresh()
@@ -359,7 +361,8 @@ class Producer:
         """Send the unanswered batches, then the queued sends, to the leader, keeping up to
         ``max_in_flight`` requests unanswered, until none is left or one fails. 'ok' when all
         were answered or one failed after others succeeded (resend at once), 'moved' when a
-        newer leader was learned, 'retry' otherwise."""
+        newer leader was learned, 'timeout' when the leader left a request unanswered for the
+        request timeout, 'retry' otherwise."""
         try:
             conn, leader = await self.cluster.leader_connection()
         except (NoLeaderError, ConnectionClosed, OSError, asyncio.TimeoutError) as exc:
@@ -431,7 +434,8 @@ class Producer:
         if answer.cancelled() or exc is not None:
             logger.debug("produce to node %d failed: %s", leader_id, exc)
             self.cluster.request_refresh()
-            return "retry"
+            # unanswered for the request timeout: the sender asks the others who leads now
+            return "timeout" if isinstance(exc, asyncio.TimeoutError) else "retry"
         if self.acks == 0:
             self._complete(batch, -1)
             return "ok"
