@@ -304,3 +304,39 @@ def test_a_producer_whose_leader_went_silent_asks_the_others_before_resending(
 
     elapsed = asyncio.run(asyncio.wait_for(scenario(), 30))
     assert elapsed < 1.7, f"acknowledged after {elapsed:.2f} s"
+
+
+def test_an_idempotent_producer_whose_leader_went_silent_asks_the_others_first(
+    silent_port: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """InitProducerId timed out on a hung leader: the metadata refresh that follows asks the
+    other nodes first (it gave the hung node its share of the timeout first: raftcore
+    produce with a SIGSTOPped leader took 13.8 s with --timeout-ms 10000)."""
+    monkeypatch.setattr(cluster_module.random, "shuffle", lambda items: None)
+    (port,) = free_ports(1)
+    silent = Endpoint("127.0.0.1", silent_port)
+
+    async def scenario() -> float:
+        config = NodeConfig(1, {1: Endpoint("127.0.0.1", port)}, str(tmp_path / "n1"), "c")
+        node = RaftNode(config)
+        await node.start()
+        try:
+            while not node.is_leader():
+                await asyncio.sleep(0.02)
+            producer = Producer([f"127.0.0.1:{port}"], request_timeout_ms=3000)
+            cluster = producer.cluster
+            try:
+                await cluster.refresh_metadata()
+                epoch = cluster.leader.epoch  # type: ignore[union-attr]
+                cluster.nodes = {2: silent, 1: Endpoint("127.0.0.1", port)}
+                cluster.leader = LeaderHint(2, epoch)
+                started = time.monotonic()
+                await producer._init_producer_id()
+                return time.monotonic() - started
+            finally:
+                await cluster.close()
+        finally:
+            await node.stop()
+
+    elapsed = asyncio.run(asyncio.wait_for(scenario(), 30))
+    assert elapsed < 3.8, f"a producer id after {elapsed:.2f} s"

@@ -505,6 +505,7 @@ class Producer:
         attempt = 0
         deadline = time.monotonic() + self.delivery_timeout_s
         while True:
+            timed_out = False
             try:
                 conn, _ = await self.cluster.leader_connection()
                 resp = await conn.request(
@@ -520,8 +521,12 @@ class Producer:
             except (NoLeaderError, ConnectionClosed, OSError, asyncio.TimeoutError) as exc:
                 error = Errors.NETWORK_EXCEPTION
                 logger.debug("InitProducerId failed: %s", exc)
+                timed_out = isinstance(exc, asyncio.TimeoutError)
             attempt += 1
             if time.monotonic() > deadline:
                 raise ProduceError(error, "could not get a producer id")
-            await self.cluster.refresh_metadata()
+            if timed_out:  # a hung leader: the others are asked first who leads now
+                await self.cluster.leader_timed_out()
+            else:
+                await self.cluster.refresh_metadata()
             await asyncio.sleep(self.cluster.backoff_s(attempt))
