@@ -23,6 +23,9 @@ import asyncio
 import logging
 import re
 import ssl
+import time
+import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -201,11 +204,43 @@ def principal_of(cert: dict[str, Any] | None) -> Principal:
     return Principal("user", cn or (dns[0] if dns else "unknown"))
 
 
+# per listener (its context): (client host, reason) -> [when last logged, not logged since]
+_handshake_log: weakref.WeakKeyDictionary[ssl.SSLContext, dict[tuple[str, str], list[float]]]
+_handshake_log = weakref.WeakKeyDictionary()
+HANDSHAKE_LOG_EVERY_S = 30.0
+
+
+def _log_handshake_failure(
+    context: ssl.SSLContext, prefix: str, peer: Any, reason: str, now: float
+) -> None:
+    """One WARNING per client host and reason, then one per 30 s with the count of those
+    not logged: a client retrying a refused handshake (librdkafka every ~50 ms, a refused
+    node every second) logged a line per attempt."""
+    host = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
+    key = (host, reason)
+    log = _handshake_log.setdefault(context, {})
+    seen = log.get(key)
+    if seen is not None and now - seen[0] < HANDSHAKE_LOG_EVERY_S:
+        seen[1] += 1
+        logger.debug("%s TLS handshake failed from %s: %s", prefix, _address(peer), reason)
+        return
+    more = f" (and {int(seen[1])} more from {host} since)" if seen and seen[1] else ""
+    if len(log) > 4096:  # many hosts: forget the old ones
+        log.clear()
+    log[key] = [now, 0]
+    logger.warning("%s TLS handshake failed from %s: %s%s", prefix, _address(peer), reason, more)
+
+
 async def accept(
-    writer: asyncio.StreamWriter, context: ssl.SSLContext, prefix: str
+    writer: asyncio.StreamWriter,
+    context: ssl.SSLContext,
+    prefix: str,
+    *,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Principal | None:
     """The TLS handshake of an accepted connection (server side), and who it proved to be;
-    None when the handshake failed (one log line, the connection closed)."""
+    None when the handshake failed (logged, at most once per 30 s per client host and
+    reason; the connection closed)."""
     peer = writer.get_extra_info("peername")
     # The stream protocol learns that it runs over TLS only once start_tls returns; a peer
     # that hangs up right after the handshake (a node refusing the certificate it saw) gets
@@ -218,7 +253,7 @@ async def accept(
         await writer.start_tls(context, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S)
     except (OSError, asyncio.TimeoutError, EOFError) as exc:
         reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
-        logger.warning("%s TLS handshake failed from %s: %s", prefix, _address(peer), reason)
+        _log_handshake_failure(context, prefix, peer, reason, clock())
         writer.close()
         return None
     return principal_of(writer.get_extra_info("peercert"))
