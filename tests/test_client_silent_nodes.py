@@ -229,3 +229,114 @@ def test_the_exactly_once_writer_asks_a_silent_leader_only_until_its_deadline(
 
     elapsed = asyncio.run(asyncio.wait_for(scenario(), 10))
     assert elapsed < 2.0, f"gave up after {elapsed:.2f} s"
+
+
+def test_a_consumer_whose_leader_went_silent_asks_the_others_before_retrying(
+    silent_port: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After its request to the leader timed out, the consumer must learn the new leader
+    from another node before it retries: it retried the stale leader while a background
+    refresh was still asking the silent node first, and `raftcore consume` with a
+    SIGSTOPped leader took two request timeouts (20.8 s) instead of one."""
+    monkeypatch.setattr(cluster_module.random, "shuffle", lambda items: None)
+    (port,) = free_ports(1)
+    silent = Endpoint("127.0.0.1", silent_port)
+
+    async def scenario() -> float:
+        config = NodeConfig(1, {1: Endpoint("127.0.0.1", port)}, str(tmp_path / "n1"), "c")
+        node = RaftNode(config)
+        await node.start()
+        try:
+            while not node.is_leader():
+                await asyncio.sleep(0.02)
+            consumer = Consumer([f"127.0.0.1:{port}"], request_timeout_ms=1000)
+            await consumer.start()
+            epoch = consumer.cluster.leader.epoch  # type: ignore[union-attr]
+            # what it knew a moment ago: leader 2, now hung (the silent node listed first)
+            consumer.cluster.nodes = {2: silent, 1: Endpoint("127.0.0.1", port)}
+            consumer.cluster.leader = LeaderHint(2, epoch)
+            started = time.monotonic()
+            try:
+                await consumer.poll()
+            finally:
+                await consumer.close()
+            return time.monotonic() - started
+        finally:
+            await node.stop()
+
+    elapsed = asyncio.run(asyncio.wait_for(scenario(), 30))
+    assert elapsed < 1.7, f"first poll after {elapsed:.2f} s"
+
+
+def test_a_producer_whose_leader_went_silent_asks_the_others_before_resending(
+    silent_port: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The producer's side of the same rule: after a Produce to the leader timed out, it
+    learns the new leader before it sends again (it resent to the stale one)."""
+    monkeypatch.setattr(cluster_module.random, "shuffle", lambda items: None)
+    (port,) = free_ports(1)
+    silent = Endpoint("127.0.0.1", silent_port)
+
+    async def scenario() -> float:
+        config = NodeConfig(1, {1: Endpoint("127.0.0.1", port)}, str(tmp_path / "n1"), "c")
+        node = RaftNode(config)
+        await node.start()
+        try:
+            while not node.is_leader():
+                await asyncio.sleep(0.02)
+            producer = Producer([f"127.0.0.1:{port}"], request_timeout_ms=1000, idempotent=False)
+            cluster = producer.cluster
+            await cluster.refresh_metadata()
+            epoch = cluster.leader.epoch  # type: ignore[union-attr]
+            cluster.nodes = {2: silent, 1: Endpoint("127.0.0.1", port)}  # leader 2, now hung
+            cluster.leader = LeaderHint(2, epoch)
+
+            async def start_keeping_what_it_knew(timeout_s: float | None = None) -> None:
+                cluster._refresh_task = asyncio.ensure_future(cluster._refresh_loop())
+
+            cluster.start = start_keeping_what_it_knew  # type: ignore[method-assign]
+            started = time.monotonic()
+            async with producer:
+                await producer.send([(b"k", b"v")])
+            return time.monotonic() - started
+        finally:
+            await node.stop()
+
+    elapsed = asyncio.run(asyncio.wait_for(scenario(), 30))
+    assert elapsed < 1.7, f"acknowledged after {elapsed:.2f} s"
+
+
+def test_an_idempotent_producer_whose_leader_went_silent_asks_the_others_first(
+    silent_port: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """InitProducerId timed out on a hung leader: the metadata refresh that follows asks the
+    other nodes first (it gave the hung node its share of the timeout first: raftcore
+    produce with a SIGSTOPped leader took 13.8 s with --timeout-ms 10000)."""
+    monkeypatch.setattr(cluster_module.random, "shuffle", lambda items: None)
+    (port,) = free_ports(1)
+    silent = Endpoint("127.0.0.1", silent_port)
+
+    async def scenario() -> float:
+        config = NodeConfig(1, {1: Endpoint("127.0.0.1", port)}, str(tmp_path / "n1"), "c")
+        node = RaftNode(config)
+        await node.start()
+        try:
+            while not node.is_leader():
+                await asyncio.sleep(0.02)
+            producer = Producer([f"127.0.0.1:{port}"], request_timeout_ms=3000)
+            cluster = producer.cluster
+            try:
+                await cluster.refresh_metadata()
+                epoch = cluster.leader.epoch  # type: ignore[union-attr]
+                cluster.nodes = {2: silent, 1: Endpoint("127.0.0.1", port)}
+                cluster.leader = LeaderHint(2, epoch)
+                started = time.monotonic()
+                await producer._init_producer_id()
+                return time.monotonic() - started
+            finally:
+                await cluster.close()
+        finally:
+            await node.stop()
+
+    elapsed = asyncio.run(asyncio.wait_for(scenario(), 30))
+    assert elapsed < 3.8, f"a producer id after {elapsed:.2f} s"

@@ -534,3 +534,49 @@ def test_a_client_closing_right_after_the_handshake_logs_no_asyncio_warning(cert
 
     assert run(main()) == 5
     assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
+
+
+def test_a_client_retrying_a_failing_handshake_is_logged_once_per_30_s(certs, caplog):
+    """librdkafka retries a refused handshake every ~50 ms and a refused node every second:
+    the node logged a WARNING per attempt. One line per client host and reason, then the
+    count of the others once 30 s have passed."""
+    from raftcore.node.tls_listener import serve_tls
+    from raftcore.security import tls
+
+    caplog.set_level(logging.DEBUG, logger="raftcore.node.tls_listener")
+    now = [1000.0]
+
+    def failures() -> int:
+        return sum("TLS handshake failed from" in r.getMessage() for r in caplog.records)
+
+    async def main() -> int:
+        context = tls.server_context(node_tls(certs, 1))  # client certificates required
+
+        async def handle(reader, writer, principal):  # type: ignore[no-untyped-def]
+            writer.close()  # never reached: every handshake fails
+
+        server = await serve_tls(
+            handle, context, "[node 1]", host="127.0.0.1", port=0, clock=lambda: now[0]
+        )
+        port = server.sockets[0].getsockname()[1]
+        client = client_context(replace(client_tls(certs, None), ssl_check_hostname=False))
+        for attempt in range(6):
+            now[0] += 30.0 if attempt == 4 else 1.0  # the 5th attempt: 33 s after the 1st
+            with contextlib.suppress(OSError, ssl.SSLError):
+                _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client)
+                await asyncio.sleep(0.05)
+                writer.close()
+            while failures() <= attempt:
+                await asyncio.sleep(0.01)
+        server.close()
+        return failures()
+
+    assert run(main()) == 6
+    lines = [
+        (r.levelname, r.getMessage())
+        for r in caplog.records
+        if "TLS handshake failed from 127.0.0.1:" in r.getMessage() and r.levelno > logging.DEBUG
+    ]
+    assert [level for level, _ in lines] == ["WARNING", "WARNING"], lines
+    assert "PEER_DID_NOT_RETURN_A_CERTIFICATE" in lines[0][1]
+    assert lines[1][1].endswith("(and 3 more from 127.0.0.1 since)"), lines[1][1]

@@ -94,6 +94,8 @@ class ClusterClient:
         self._refreshed = asyncio.Event()
         self.leader_moves = 0
         self.metadata_requests = 0
+        # addresses whose last request timed out (a hung node): asked last for metadata
+        self.silent: set[Endpoint] = set()
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -167,6 +169,16 @@ class ClusterClient:
     def request_refresh(self) -> None:
         self._refresh_wanted.set()
 
+    async def leader_timed_out(self) -> None:
+        """A request to the leader went unanswered for the request timeout (a hung or cut
+        off node): ask the other nodes who leads now, before the caller retries -- a retry
+        on the stale leader would wait a whole timeout again."""
+        leader = self.leader
+        if leader is not None and leader.leader_id in self.nodes:
+            self.silent.add(self.nodes[leader.leader_id])
+        with contextlib.suppress(NoLeaderError, RaftcoreError, OSError):
+            await self.refresh_metadata()
+
     async def refresh_metadata(self, timeout_s: float | None = None) -> None:
         """Ask the nodes, known ones first, until one answers with a leader. Each attempt is
         bounded by what is left of ``timeout_s`` (default: the request timeout)."""
@@ -182,6 +194,7 @@ class ClusterClient:
         while True:
             candidates = list(dict.fromkeys([*self.nodes.values(), *self.bootstrap]))
             random.shuffle(candidates)
+            candidates.sort(key=lambda ep: ep in self.silent)  # a hung node last
             # each address gets a share of the budget, not all that is left: a silent one
             # (a hung node: the kernel accepts, nothing answers) must not keep the others
             # from being asked
@@ -193,7 +206,11 @@ class ClusterClient:
                     failures[endpoint] = reasons.get(endpoint, asyncio.TimeoutError())
                     continue
                 try:
-                    if await asyncio.wait_for(self._metadata_from(endpoint), min(left, share)):
+                    answered = await asyncio.wait_for(
+                        self._metadata_from(endpoint), min(left, share)
+                    )
+                    self.silent.discard(endpoint)
+                    if answered:
                         return
                 except SaslAuthenticationError:
                     raise  # wrong credentials stay wrong: no retry

@@ -147,6 +147,8 @@ class Consumer:
             except (NoLeaderError, ConnectionClosed, OSError, asyncio.TimeoutError) as exc:
                 logger.debug("fetch failed: %s", exc)
                 outcome, data = "retry", None
+                if isinstance(exc, asyncio.TimeoutError):
+                    await self.cluster.leader_timed_out()
             if outcome == "ok":
                 self._attempt = 0
                 return position, data

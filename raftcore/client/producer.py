@@ -304,6 +304,8 @@ class Producer:
             if outcome == "moved":
                 self.immediate_retries += 1
                 continue  # KIP-951: a newer leader is known, go there at once
+            if outcome == "timeout":  # a hung leader: not the same one again at once
+                await self.cluster.leader_timed_out()
             attempt += 1
             self.retries += 1
             self.cluster.request_refresh()
@@ -359,7 +361,8 @@ class Producer:
         """Send the unanswered batches, then the queued sends, to the leader, keeping up to
         ``max_in_flight`` requests unanswered, until none is left or one fails. 'ok' when all
         were answered or one failed after others succeeded (resend at once), 'moved' when a
-        newer leader was learned, 'retry' otherwise."""
+        newer leader was learned, 'timeout' when the leader left a request unanswered for the
+        request timeout, 'retry' otherwise."""
         try:
             conn, leader = await self.cluster.leader_connection()
         except (NoLeaderError, ConnectionClosed, OSError, asyncio.TimeoutError) as exc:
@@ -431,7 +434,8 @@ class Producer:
         if answer.cancelled() or exc is not None:
             logger.debug("produce to node %d failed: %s", leader_id, exc)
             self.cluster.request_refresh()
-            return "retry"
+            # unanswered for the request timeout: the sender asks the others who leads now
+            return "timeout" if isinstance(exc, asyncio.TimeoutError) else "retry"
         if self.acks == 0:
             self._complete(batch, -1)
             return "ok"
@@ -501,6 +505,7 @@ class Producer:
         attempt = 0
         deadline = time.monotonic() + self.delivery_timeout_s
         while True:
+            timed_out = False
             try:
                 conn, _ = await self.cluster.leader_connection()
                 resp = await conn.request(
@@ -516,8 +521,12 @@ class Producer:
             except (NoLeaderError, ConnectionClosed, OSError, asyncio.TimeoutError) as exc:
                 error = Errors.NETWORK_EXCEPTION
                 logger.debug("InitProducerId failed: %s", exc)
+                timed_out = isinstance(exc, asyncio.TimeoutError)
             attempt += 1
             if time.monotonic() > deadline:
                 raise ProduceError(error, "could not get a producer id")
-            await self.cluster.refresh_metadata()
+            if timed_out:  # a hung leader: the others are asked first who leads now
+                await self.cluster.leader_timed_out()
+            else:
+                await self.cluster.refresh_metadata()
             await asyncio.sleep(self.cluster.backoff_s(attempt))

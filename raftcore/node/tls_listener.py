@@ -11,7 +11,9 @@ leader resigned for want of fetches).
 
 Here each socket goes through ``loop.connect_accepted_socket(ssl=...)``, which puts TLS on it
 before reading, on either loop. Why not ``asyncio.start_server(ssl=...)``: it drops a failed
-handshake silently; here a failure is one log line naming the address, as before.
+handshake silently; here a failure is a WARNING naming the address and OpenSSL's reason, once
+per client host and reason, then once per 30 s with the count of those not logged (librdkafka
+retries a refused handshake every ~50 ms, a refused node every second).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import asyncio
 import logging
 import socket
 import ssl
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -33,6 +36,8 @@ logger = logging.getLogger(__name__)
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, Principal], Awaitable[None]]
 
 ACCEPT_ERROR_PAUSE_S = 0.1  # after an accept error (EMFILE...), before the next accept
+HANDSHAKE_LOG_EVERY_S = 30.0  # per client host and reason
+FAILURES_REMEMBERED = 4096  # (host, reason) pairs; beyond that the old ones are forgotten
 
 
 class TlsServer:
@@ -41,12 +46,20 @@ class TlsServer:
     ``asyncio.Server`` has them."""
 
     def __init__(
-        self, sock: socket.socket, context: ssl.SSLContext, handler: Handler, prefix: str
+        self,
+        sock: socket.socket,
+        context: ssl.SSLContext,
+        handler: Handler,
+        prefix: str,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._sock = sock
         self._context = context
         self._handler = handler
         self._prefix = prefix
+        self._clock = clock
+        # (client host, reason) -> [when last logged, failures not logged since]
+        self._failures: dict[tuple[str, str], list[float]] = {}
         self._accepting: asyncio.Task[None] | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
@@ -97,13 +110,27 @@ class TlsServer:
             )
         except (OSError, asyncio.TimeoutError, EOFError) as exc:
             reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
-            logger.warning(
-                "%s TLS handshake failed from %s: %s", self._prefix, _address(address), reason
-            )
+            self._log_failure(address, reason)
             return  # the transport closed the socket, which it owned
         writer = asyncio.StreamWriter(transport, protocol, reader, loop)
         principal = principal_of(transport.get_extra_info("peercert"))
         await self._handler(reader, writer, principal)
+
+    def _log_failure(self, address: Any, reason: str) -> None:
+        host = str(address[0]) if isinstance(address, tuple) and address else str(address)
+        key = (host, reason)
+        now = self._clock()
+        seen = self._failures.get(key)
+        line = f"{self._prefix} TLS handshake failed from {_address(address)}: {reason}"
+        if seen is not None and now - seen[0] < HANDSHAKE_LOG_EVERY_S:
+            seen[1] += 1
+            logger.debug("%s", line)
+            return
+        more = f" (and {int(seen[1])} more from {host} since)" if seen and seen[1] else ""
+        if len(self._failures) >= FAILURES_REMEMBERED:
+            self._failures.clear()
+        self._failures[key] = [now, 0]
+        logger.warning("%s%s", line, more)
 
 
 async def serve_tls(
@@ -114,12 +141,13 @@ async def serve_tls(
     sock: socket.socket | None = None,
     host: str | None = None,
     port: int | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> TlsServer:
     """A started :class:`TlsServer` on ``sock`` (bound and listening), or on a new socket
     bound to ``host:port``."""
     if sock is None:
         sock = socket.create_server((host or "", port or 0))
-    server = TlsServer(sock, context, handler, prefix)
+    server = TlsServer(sock, context, handler, prefix, clock)
     server.start()
     return server
 
