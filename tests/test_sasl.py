@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import re
 import struct
 import time
 from pathlib import Path
@@ -287,6 +289,29 @@ def test_bad_credentials_get_58_with_kafkas_message_then_a_close(tmp_path):
             assert await raw.closed()
 
     run(main())
+
+
+def test_a_client_retrying_a_wrong_password_is_logged_once_per_30_s_naming_host_port(
+    tmp_path, caplog
+):
+    """librdkafka retries a refused login every ~50 ms (98 times in 5 s, by hand): the node
+    logged each one, naming the client as a Python tuple. One INFO line per client host,
+    mechanism and reason, naming it host:port; the rest at DEBUG until 30 s have passed."""
+    caplog.set_level(logging.DEBUG, logger="raftcore.security.sasl")
+
+    async def main():
+        async with cluster(tmp_path, security(tmp_path)) as nodes:
+            for _ in range(5):
+                raw = await Raw.open(nodes[0])
+                answer = await raw.login_plain("alice", "wrong")
+                assert answer.error_code == Errors.SASL_AUTHENTICATION_FAILED
+                assert await raw.closed()
+
+    run(main())
+    failed = [r for r in caplog.records if "failed PLAIN login from" in r.getMessage()]
+    assert len(failed) == 5
+    assert [r.levelname for r in failed] == ["INFO"] + ["DEBUG"] * 4
+    assert re.search(r"failed PLAIN login from 127\.0\.0\.1:\d+: ", failed[0].getMessage())
 
 
 def test_after_login_requests_are_served_and_sasl_requests_get_illegal_sasl_state(tmp_path):

@@ -26,6 +26,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from raftcore.log_limit import RepeatLimiter
 from raftcore.security.config import Principal
 from raftcore.security.tls import HANDSHAKE_TIMEOUT_S, principal_of
 
@@ -37,7 +38,6 @@ Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, Principal], Awai
 
 ACCEPT_ERROR_PAUSE_S = 0.1  # after an accept error (EMFILE...), before the next accept
 HANDSHAKE_LOG_EVERY_S = 30.0  # per client host and reason
-FAILURES_REMEMBERED = 4096  # (host, reason) pairs; beyond that the old ones are forgotten
 
 
 class TlsServer:
@@ -57,9 +57,7 @@ class TlsServer:
         self._context = context
         self._handler = handler
         self._prefix = prefix
-        self._clock = clock
-        # (client host, reason) -> [when last logged, failures not logged since]
-        self._failures: dict[tuple[str, str], list[float]] = {}
+        self._failures = RepeatLimiter(HANDSHAKE_LOG_EVERY_S, clock=clock)
         self._accepting: asyncio.Task[None] | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
@@ -118,19 +116,12 @@ class TlsServer:
 
     def _log_failure(self, address: Any, reason: str) -> None:
         host = str(address[0]) if isinstance(address, tuple) and address else str(address)
-        key = (host, reason)
-        now = self._clock()
-        seen = self._failures.get(key)
         line = f"{self._prefix} TLS handshake failed from {_address(address)}: {reason}"
-        if seen is not None and now - seen[0] < HANDSHAKE_LOG_EVERY_S:
-            seen[1] += 1
+        left_out = self._failures.admit((host, reason))
+        if left_out is None:
             logger.debug("%s", line)
-            return
-        more = f" (and {int(seen[1])} more from {host} since)" if seen and seen[1] else ""
-        if len(self._failures) >= FAILURES_REMEMBERED:
-            self._failures.clear()
-        self._failures[key] = [now, 0]
-        logger.warning("%s%s", line, more)
+        else:
+            logger.warning("%s%s", line, RepeatLimiter.since(left_out, host))
 
 
 async def serve_tls(

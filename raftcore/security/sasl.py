@@ -41,6 +41,7 @@ from typing import Any
 
 from raftcore.error_codes import Errors
 from raftcore.errors import RaftcoreError
+from raftcore.log_limit import RepeatLimiter
 from raftcore.protocol.api import ApiKey, encode_response, response_spec
 from raftcore.security.config import ListenerSecurity, Principal
 from raftcore.security.scram import ScramCredential, ScramError, ScramServer, make_credential
@@ -63,6 +64,7 @@ SASL_APIS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 # Kafka's sasl.server.max.receive.size: the largest frame before the login completes
 MAX_RECEIVE_BEFORE_LOGIN = 512 * 1024
 PASS: Any = object()  # the request goes on to be served
+LOGIN_FAILURE_LOG_EVERY_S = 30.0  # per client host, mechanism and reason
 
 PLAIN_FAILED = "Authentication failed: Invalid username or password"  # Kafka's PlainSaslServer
 SCRAM_FAILED = (  # Kafka's SaslServerAuthenticator, for a SaslException of any SCRAM mechanism
@@ -180,6 +182,7 @@ class SaslAuthenticator:
         self._sessions: weakref.WeakKeyDictionary[Any, _Session] = weakref.WeakKeyDictionary()
         self.logins = 0
         self.failures = 0
+        self._failed_logins = RepeatLimiter(LOGIN_FAILURE_LOG_EVERY_S)
         self.max_frame_bytes = 100 * 1024 * 1024  # the node's, once logged in (for_node)
 
     @classmethod
@@ -265,9 +268,14 @@ class SaslAuthenticator:
             token = self._evaluate(session, bytes(body.auth_bytes))
         except SaslLoginFailed as exc:
             self.failures += 1
-            logger.info(
-                "%s failed %s login from %s: %s", self.prefix, session.mechanism, conn.peer, exc.log
-            )
+            address = getattr(conn, "address", str(conn.peer))
+            host = address.rpartition(":")[0] or address
+            line = f"{self.prefix} failed {session.mechanism} login from {address}: {exc.log}"
+            left_out = self._failed_logins.admit((host, session.mechanism, exc.log))
+            if left_out is None:  # a client retrying a wrong password: once per 30 s
+                logger.debug("%s", line)
+            else:
+                logger.info("%s%s", line, RepeatLimiter.since(left_out, host))
             answer = cls(
                 error_code=Errors.SASL_AUTHENTICATION_FAILED,
                 error_message=exc.message,
@@ -286,7 +294,7 @@ class SaslAuthenticator:
                 "%s %s logged in from %s (%s)",
                 self.prefix,
                 conn.principal,
-                conn.peer,
+                getattr(conn, "address", conn.peer),
                 session.mechanism,
             )
         answer = cls(
