@@ -62,6 +62,21 @@ def closing_port() -> Iterator[int]:
             thread.join(5)
 
 
+@contextlib.asynccontextmanager
+async def lone_leader(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A one-node cluster in this process, once it leads; its port."""
+    (port,) = free_ports(1)
+    config = NodeConfig(1, {1: Endpoint("127.0.0.1", port)}, str(tmp_path / "n1"), "c")
+    node = RaftNode(config)
+    await node.start()
+    try:
+        while not node.is_leader():
+            await asyncio.sleep(0.02)
+        yield port
+    finally:
+        await node.stop()
+
+
 def test_a_silent_bootstrap_address_does_not_cost_the_client_the_answering_one(
     silent_port: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -70,15 +85,9 @@ def test_a_silent_bootstrap_address_does_not_cost_the_client_the_answering_one(
     among three bootstrap addresses failed describe-quorum 'cannot reach A (timed out),
     B (timed out), C (timed out)' two runs in three, the live nodes never asked.)"""
     monkeypatch.setattr(cluster_module.random, "shuffle", lambda items: None)
-    (port,) = free_ports(1)
 
     async def scenario() -> float:
-        config = NodeConfig(1, {1: Endpoint("127.0.0.1", port)}, str(tmp_path / "n1"), "c")
-        node = RaftNode(config)
-        await node.start()
-        try:
-            while not node.is_leader():
-                await asyncio.sleep(0.02)
+        async with lone_leader(tmp_path) as port:
             client = ClusterClient(
                 [f"127.0.0.1:{silent_port}", f"127.0.0.1:{port}"], request_timeout_ms=4000
             )
@@ -89,8 +98,6 @@ def test_a_silent_bootstrap_address_does_not_cost_the_client_the_answering_one(
                 await client.close()
             assert client.leader == LeaderHint(1, client.leader.epoch)  # type: ignore[union-attr]
             return time.monotonic() - started
-        finally:
-            await node.stop()
 
     elapsed = asyncio.run(asyncio.wait_for(scenario(), 30))
     assert elapsed < 3.0, f"found the leader after {elapsed:.2f} s"
@@ -239,16 +246,10 @@ def test_a_consumer_whose_leader_went_silent_asks_the_others_before_retrying(
     refresh was still asking the silent node first, and `raftcore consume` with a
     SIGSTOPped leader took two request timeouts (20.8 s) instead of one."""
     monkeypatch.setattr(cluster_module.random, "shuffle", lambda items: None)
-    (port,) = free_ports(1)
     silent = Endpoint("127.0.0.1", silent_port)
 
     async def scenario() -> float:
-        config = NodeConfig(1, {1: Endpoint("127.0.0.1", port)}, str(tmp_path / "n1"), "c")
-        node = RaftNode(config)
-        await node.start()
-        try:
-            while not node.is_leader():
-                await asyncio.sleep(0.02)
+        async with lone_leader(tmp_path) as port:
             consumer = Consumer([f"127.0.0.1:{port}"], request_timeout_ms=1000)
             await consumer.start()
             epoch = consumer.cluster.leader.epoch  # type: ignore[union-attr]
@@ -261,8 +262,6 @@ def test_a_consumer_whose_leader_went_silent_asks_the_others_before_retrying(
             finally:
                 await consumer.close()
             return time.monotonic() - started
-        finally:
-            await node.stop()
 
     elapsed = asyncio.run(asyncio.wait_for(scenario(), 30))
     assert elapsed < 1.7, f"first poll after {elapsed:.2f} s"
@@ -274,16 +273,10 @@ def test_a_producer_whose_leader_went_silent_asks_the_others_before_resending(
     """The producer's side of the same rule: after a Produce to the leader timed out, it
     learns the new leader before it sends again (it resent to the stale one)."""
     monkeypatch.setattr(cluster_module.random, "shuffle", lambda items: None)
-    (port,) = free_ports(1)
     silent = Endpoint("127.0.0.1", silent_port)
 
     async def scenario() -> float:
-        config = NodeConfig(1, {1: Endpoint("127.0.0.1", port)}, str(tmp_path / "n1"), "c")
-        node = RaftNode(config)
-        await node.start()
-        try:
-            while not node.is_leader():
-                await asyncio.sleep(0.02)
+        async with lone_leader(tmp_path) as port:
             producer = Producer([f"127.0.0.1:{port}"], request_timeout_ms=1000, idempotent=False)
             cluster = producer.cluster
             await cluster.refresh_metadata()
@@ -299,8 +292,6 @@ def test_a_producer_whose_leader_went_silent_asks_the_others_before_resending(
             async with producer:
                 await producer.send([(b"k", b"v")])
             return time.monotonic() - started
-        finally:
-            await node.stop()
 
     elapsed = asyncio.run(asyncio.wait_for(scenario(), 30))
     assert elapsed < 1.7, f"acknowledged after {elapsed:.2f} s"
@@ -313,16 +304,10 @@ def test_an_idempotent_producer_whose_leader_went_silent_asks_the_others_first(
     other nodes first (it gave the hung node its share of the timeout first: raftcore
     produce with a SIGSTOPped leader took 13.8 s with --timeout-ms 10000)."""
     monkeypatch.setattr(cluster_module.random, "shuffle", lambda items: None)
-    (port,) = free_ports(1)
     silent = Endpoint("127.0.0.1", silent_port)
 
     async def scenario() -> float:
-        config = NodeConfig(1, {1: Endpoint("127.0.0.1", port)}, str(tmp_path / "n1"), "c")
-        node = RaftNode(config)
-        await node.start()
-        try:
-            while not node.is_leader():
-                await asyncio.sleep(0.02)
+        async with lone_leader(tmp_path) as port:
             producer = Producer([f"127.0.0.1:{port}"], request_timeout_ms=3000)
             cluster = producer.cluster
             try:
@@ -335,8 +320,6 @@ def test_an_idempotent_producer_whose_leader_went_silent_asks_the_others_first(
                 return time.monotonic() - started
             finally:
                 await cluster.close()
-        finally:
-            await node.stop()
 
     elapsed = asyncio.run(asyncio.wait_for(scenario(), 30))
     assert elapsed < 3.8, f"a producer id after {elapsed:.2f} s"
