@@ -9,7 +9,8 @@ lock, so it refuses while a node runs there), and writes through the log's snaps
 the node's own (verified whole, fsynced, renamed from ``.part``).
 
 Exit codes: 0 done; 1 a snapshot failed verification, or ``create`` was refused or failed;
-2 nothing to work on (no such directory, no log and no snapshots there, an unknown id).
+2 nothing to work on (no such directory, no log and no snapshots there, an unknown id, nothing
+for ``verify`` to verify).
 """
 
 from __future__ import annotations
@@ -198,9 +199,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         for f in snapshot_files(directory):
             if f.kind is not SnapshotFileKind.FROZEN:
                 print(f"skipped {f.path.name}: {_KIND_NOTE[f.kind]}")
-    if not targets:
-        print(f"no snapshots to verify in {directory}")
-        return 0
+    if not targets:  # a verifier that checked nothing must not exit 0 (issue 12)
+        raise UsageError(f"{directory}: no snapshots to verify")
     total = sum(f.path.stat().st_size for f in targets)
     progress = _progress(args, "verifying")
     done = 0

@@ -152,7 +152,7 @@ def test_node_tls_options_are_checked_before_the_node_starts(tmp_path, certs, ca
 def test_command_config_with_a_bad_property_is_a_one_line_error(tmp_path, capsys):
     config = tmp_path / "client.properties"
     config.write_text("security.protocol=SSL\nssl.ca.locaton=/x\n")
-    assert main(["produce", "--bootstrap", "127.0.0.1:1", "--command-config", str(config)]) == 1
+    assert main(["produce", "--bootstrap", "127.0.0.1:1", "--command-config", str(config)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown property ssl.ca.locaton" in err
 

@@ -274,6 +274,18 @@ def test_a_node_that_closes_every_connection_is_named_with_a_hint_not_timed_out(
     assert "--command-config" in err[0]
 
 
+def test_a_missing_command_config_is_one_line_and_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A --command-config file that is missing is a bad argument: one line naming it, exit 2
+    (it exited 1, as a failure of the cluster would; test_certs_cli has the bad property)."""
+    path = tmp_path / "client.properties"
+    argv = ["describe-quorum", "--bootstrap", "127.0.0.1:1", "--command-config", str(path)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--command-config" in err[0] and str(path) in err[0], err
+
+
 def test_a_client_that_was_answered_before_retries_refusals_until_its_deadline() -> None:
     """A leader change or a restart refuses for a while: a client that reached the cluster
     once must keep trying (until its timeout), not give up after the short grace."""

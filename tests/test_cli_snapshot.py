@@ -141,6 +141,16 @@ def test_a_log_without_snapshots_lists_none_and_exits_0(node_dir, capsys):
     assert capsys.readouterr().out.startswith("no snapshots in ")
 
 
+def test_verify_with_no_snapshot_to_verify_exits_2_saying_so(node_dir, capsys):
+    """A verifier that checked nothing must not exit 0 (issue 12: "OK: 0 segments"); listing
+    nothing is an answer, verifying nothing is not."""
+    assert main(["snapshot", "verify", str(node_dir)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.strip().endswith("no snapshots to verify")
+    assert len(captured.err.strip().splitlines()) == 1
+
+
 # ---- verify --------------------------------------------------------------------------------
 
 

@@ -10,7 +10,7 @@ import argparse
 import os
 from pathlib import Path
 
-from raftcore.errors import RaftcoreError
+from raftcore.cli_args import CommandLineError
 from raftcore.security.config import SECURITY_PROTOCOLS, ClientSecurity
 from raftcore.security.properties import read_properties
 from raftcore.security.tls import client_context
@@ -75,8 +75,9 @@ def client_security(props: dict[str, str], source: str = "the client properties"
     )
 
 
-class ClientConfigError(RaftcoreError, ValueError):
-    """A ``--command-config`` file that cannot be used (the CLI prints it as one line)."""
+class ClientConfigError(CommandLineError, ValueError):
+    """A ``--command-config`` file that cannot be used: a bad argument, so the CLI prints it
+    as one line and exits 2."""
 
 
 def load_client_security(path: str | os.PathLike[str] | None) -> ClientSecurity:
