@@ -64,9 +64,11 @@ def _cmd_verify_log(args: argparse.Namespace) -> int:
             f"{report.bytes} bytes, {span}"
         )
     else:
+        # the native reader's message ends with the position this line already names
+        problem = report.problem.removesuffix(f" (at byte position {report.position})")
         print(
-            f"CORRUPT: {report.file} at byte position {report.position}: {report.problem}\n"
-            f"(checked {report.batches} good batches before it)"
+            f"CORRUPT: {report.file} at byte position {report.position}: {problem}\n"
+            f"(checked {report.batches} good batch{'' if report.batches == 1 else 'es'} before it)"
         )
     # The snapshots, each verified whole, after the log's verdict.
     print(f"{len(report.snapshots)} snapshots in {directory}" + (":" if report.snapshots else ""))

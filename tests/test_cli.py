@@ -74,6 +74,7 @@ def test_verify_log_exits_1_naming_the_file_and_position(tmp_path, capsys):
     assert main(["verify-log", str(tmp_path)]) == 1
     out = capsys.readouterr().out
     assert "CORRUPT" in out and seg.name in out and "CRC" in out
+    assert out.count("byte position") == 1, out  # named once, not again in the reason
     assert fingerprint(tmp_path) == before
 
 
