@@ -211,6 +211,29 @@ def test_a_follower_shows_its_role_and_the_leader_and_no_replica_view(tmp_path):
     run(main())
 
 
+def test_a_stopped_replicas_last_fetch_time_is_the_same_at_every_scrape(tmp_path):
+    """The leader keeps monotonic times; the metric is wall-clock. The conversion must not
+    move a fixed moment from scrape to scrape (it moved by up to a millisecond, as a graph
+    of "seconds since the last fetch" would show as noise)."""
+
+    async def main():
+        async with cluster(tmp_path) as nodes:
+            leader = await leader_of(nodes)
+            follower = next(n for n in nodes if n is not leader)
+            await follower.stop(timeout_s=0.5)  # fetches no more
+            key = {"replica": str(follower.node_id), "voter": "true"}
+            seen = set()
+            for _ in range(10):
+                seen.add(
+                    value(scrape(leader), "raftcore_replica_last_fetch_timestamp_seconds", **key)
+                )
+                await asyncio.sleep(0.013)
+            assert len(seen) == 1, seen
+            assert abs(time.time() - seen.pop()) < 10
+
+    run(main())
+
+
 def test_a_survivor_counts_the_election_it_started_after_the_leader_stopped(tmp_path):
     async def main():
         async with cluster(tmp_path) as nodes:

@@ -30,6 +30,17 @@ class StateCollector:
 
     def __init__(self, node: RaftNode) -> None:
         self.node = node
+        self._wall_minus_monotonic_s: float | None = None
+
+    def _to_wall(self, now_mono_ms: int) -> float:
+        """Wall-clock seconds minus the core's monotonic seconds: worked out once, and again
+        only if the wall clock was stepped (by more than a second), so that the same fetch
+        gives the same timestamp at every scrape (it moved by up to a millisecond)."""
+        offset = time.time() - now_mono_ms / 1000
+        kept = self._wall_minus_monotonic_s
+        if kept is None or abs(offset - kept) > 1.0:
+            self._wall_minus_monotonic_s = kept = offset
+        return kept
 
     def collect(self) -> Iterator[Metric]:
         node = self.node
@@ -111,8 +122,7 @@ class StateCollector:
             segments.add_metric([], log.segment_count)
         yield from (end, start, flushed, size, segments)
 
-    @staticmethod
-    def _replicas(node: RaftNode) -> Iterator[Metric]:
+    def _replicas(self, node: RaftNode) -> Iterator[Metric]:
         """The leader's view of the other replicas (KIP-595 DescribeQuorum's), on the leader
         only. Timestamps are wall-clock seconds (the core keeps monotonic milliseconds)."""
         labels = ["replica", "voter"]
@@ -142,8 +152,7 @@ class StateCollector:
         state = core.state if core is not None else None
         if isinstance(state, LeaderState) and log is not None and not log.closed:
             leader_end = log.end_offset
-            now_mono = node._now()
-            now_wall = time.time()
+            wall = self._to_wall(node._now())
             replicas = [*state.voter_states.values(), *state.observer_states.values()]
             for r in replicas:
                 if r.replica_id == state.local_id:
@@ -153,9 +162,9 @@ class StateCollector:
                     end.add_metric(key, r.end_offset)
                     lag.add_metric(key, max(0, leader_end - r.end_offset))
                 if r.last_fetch_ms >= 0:
-                    fetched.add_metric(key, now_wall - (now_mono - r.last_fetch_ms) / 1000)
+                    fetched.add_metric(key, wall + r.last_fetch_ms / 1000)
                 if r.last_caught_up_ms >= 0:
-                    caught_up.add_metric(key, now_wall - (now_mono - r.last_caught_up_ms) / 1000)
+                    caught_up.add_metric(key, wall + r.last_caught_up_ms / 1000)
         yield end
         yield lag
         yield fetched
