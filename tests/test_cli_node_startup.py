@@ -208,6 +208,33 @@ def test_an_unreachable_peer_is_logged_once_then_every_30_s_and_when_back(
     )
 
 
+def test_a_peer_that_fails_for_a_new_reason_is_told_at_once_but_not_per_flip(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Refused, then a TLS handshake that fails (a peer restarted with the wrong certificate):
+    the new reason must not wait the 30 s (the audit saw it kept back); reasons that flip
+    every attempt are told at most once a second."""
+    import ssl
+
+    now = [0.0]
+    health = PeerReachability("[node 1]", "voter 2", "127.0.0.1:9092", clock=lambda: now[0])
+    refused = ConnectionRefusedError(111, "Connect call failed ('127.0.0.1', 9092)")
+    tls = ssl.SSLError(1, "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed")
+    tls.reason = "CERTIFICATE_VERIFY_FAILED"
+    with caplog.at_level(logging.INFO, logger="raftcore.node.node"):
+        for _ in range(5):  # refused for 5 s
+            health.failed(refused)
+            now[0] += 1.0
+        health.failed(tls)  # the new reason, at 5 s
+        for i in range(40):  # 4 s of flipping every 0.1 s
+            now[0] += 0.1
+            health.failed(tls if i % 2 else refused)
+    lines = [r.getMessage() for r in caplog.records]
+    assert "(connection refused); retrying" in lines[0]
+    assert "now (" in lines[1] and "CERTIFICATE_VERIFY_FAILED" in lines[1], lines
+    assert 2 <= len(lines) <= 2 + 5, lines  # the flips: at most one line a second
+
+
 def test_a_node_whose_peers_are_down_names_each_once_not_per_retry(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -5,6 +5,8 @@ would bury everything else, and logging none left a node whose peers were down s
 "election timed out". So, per peer: the first failed attempt at WARNING
 (``cannot reach voter 2 at 127.0.0.1:9092 (connection refused); retrying``), then at most one
 line per ``every_s`` (30 s) while it stays down, and one INFO line when it is reached again.
+A new reason (a peer that refused and now fails its TLS handshake) is told at once, at most
+one line per ``REASON_CHANGE_EVERY_S``, so a reason that flips cannot flood the log either.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from raftcore import connect_errors
 __all__ = ["PeerReachability", "call_both"]
 
 logger = logging.getLogger("raftcore.node.node")
+
+REASON_CHANGE_EVERY_S = 1.0
 
 
 class PeerReachability:
@@ -41,6 +45,7 @@ class PeerReachability:
         self.failures = 0  # attempts failed since the peer was last reached
         self._down_since: float | None = None
         self._last_logged: float | None = None
+        self._logged_reason: str | None = None  # the reason the last line gave
 
     def failed(self, exc: BaseException) -> None:
         now = self.clock()
@@ -48,6 +53,7 @@ class PeerReachability:
         reason = connect_errors.describe(exc)
         if self._last_logged is None:
             self._down_since = self._last_logged = now
+            self._logged_reason = reason
             logger.warning(
                 "%s cannot reach %s at %s (%s); retrying",
                 self.prefix,
@@ -55,8 +61,17 @@ class PeerReachability:
                 self.address,
                 reason,
             )
+        elif reason != self._logged_reason and now - self._last_logged >= REASON_CHANGE_EVERY_S:
+            self._last_logged, self._logged_reason = now, reason
+            logger.warning(
+                "%s cannot reach %s at %s now (%s); retrying",
+                self.prefix,
+                self.what,
+                self.address,
+                reason,
+            )
         elif now - self._last_logged >= self.every_s:
-            self._last_logged = now
+            self._last_logged, self._logged_reason = now, reason
             assert self._down_since is not None
             logger.warning(
                 "%s still cannot reach %s at %s (%s): %d attempts in %.0f s; retrying",
@@ -80,7 +95,7 @@ class PeerReachability:
                 self.clock() - self._down_since,
             )
         self.failures = 0
-        self._down_since = self._last_logged = None
+        self._down_since = self._last_logged = self._logged_reason = None
 
 
 def call_both(first: Callable[[], None], second: Callable[[], None]) -> Callable[[], None]:
