@@ -174,3 +174,16 @@ def test_node_snapshot_flags_reach_the_quorum_config(tmp_path, monkeypatch):
 def test_node_snapshots_without_a_state_machine_are_a_clear_error(tmp_path, capsys):
     assert main(_node_args(tmp_path, "--snapshot-min-records=10")) == 2
     assert "--state-machine lmdb" in capsys.readouterr().err
+
+
+def test_produce_says_when_its_offset_span_holds_other_records():
+    """After a failover the span of a run's offsets holds the new leader's LeaderChange
+    record: '300000 records at offsets 251005..551005' read as 300,001. The line says how many
+    records in the span are not the run's; a run alone in its span says nothing more."""
+    from raftcore.cli import produced_line
+
+    line = produced_line(300_000, 251_005, 551_005, 2.0)
+    assert line.startswith(
+        "produced 300000 records at offsets 251005..551005, 1 other record between them ("
+    )
+    assert produced_line(3, 0, 2, 1.0) == "produced 3 records at offsets 0..2 (3 records/s)"
