@@ -16,7 +16,7 @@ import re
 import socket
 import ssl
 
-__all__ = ["describe", "is_immediate"]
+__all__ = ["describe", "host_port", "is_immediate"]
 
 _IMMEDIATE = {
     errno.ECONNREFUSED,
@@ -25,6 +25,14 @@ _IMMEDIATE = {
     errno.EADDRNOTAVAIL,
 }
 _ERRNO_TEXT = re.compile(r"\[Errno (-?\d+)\]")
+
+
+def host_port(peer: object) -> str:
+    """A socket address as ``host:port`` (a peername tuple's first two items), for log lines;
+    anything else as its ``str``."""
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return f"{peer[0]}:{peer[1]}"
+    return str(peer)
 
 
 def _errnos(exc: BaseException) -> list[int]:

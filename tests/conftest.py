@@ -7,9 +7,13 @@ conftest does the same for its C extension).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.machinery
 import re
+import socket
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -73,3 +77,32 @@ def pytest_report_header(config: pytest.Config) -> str:
     records = importlib.import_module("raftcore._native.records")
     crc = importlib.import_module("raftcore._native.crc32c")
     return f"raftcore native: {Path(records.__file__).parent} (crc32c: {crc.implementation()})"
+
+
+@pytest.fixture
+def closing_port() -> Iterator[int]:
+    """A listener that reads a little of each connection and closes it unanswered."""
+    with socket.socket() as closer:
+        closer.bind(("127.0.0.1", 0))
+        closer.listen(8)
+        closer.settimeout(0.1)
+        stop = threading.Event()
+
+        def close_each() -> None:
+            while not stop.is_set():
+                try:
+                    conn, _ = closer.accept()
+                except OSError:
+                    continue
+                with conn:
+                    conn.settimeout(1.0)
+                    with contextlib.suppress(OSError):
+                        conn.recv(64)
+
+        thread = threading.Thread(target=close_each, daemon=True)
+        thread.start()
+        try:
+            yield closer.getsockname()[1]
+        finally:
+            stop.set()
+            thread.join(5)

@@ -237,37 +237,14 @@ def test_a_silent_address_fails_within_the_timeout_naming_it(
 
 
 def test_a_node_that_closes_every_connection_is_named_with_a_hint_not_timed_out(
-    capsys: pytest.CaptureFixture[str],
+    closing_port: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """What a plaintext client sees at a TLS listener (or without the client certificate it
     requires): the node closes the connection unanswered. The message says so and points at
     --command-config; it said "(timed out)", as if nothing listened."""
-    import threading
-
-    with socket.socket() as closer:
-        closer.bind(("127.0.0.1", 0))
-        closer.listen(8)
-        closer.settimeout(0.1)
-        port = closer.getsockname()[1]
-        stop = threading.Event()
-
-        def close_each() -> None:
-            while not stop.is_set():
-                try:
-                    conn, _ = closer.accept()
-                except OSError:
-                    continue
-                conn.recv(64)
-                conn.close()
-
-        thread = threading.Thread(target=close_each, daemon=True)
-        thread.start()
-        try:
-            argv = ["describe-quorum", "--bootstrap", f"127.0.0.1:{port}", "--timeout-ms", "800"]
-            assert main(argv) == 1
-        finally:
-            stop.set()
-            thread.join(5)
+    port = closing_port
+    argv = ["describe-quorum", "--bootstrap", f"127.0.0.1:{port}", "--timeout-ms", "800"]
+    assert main(argv) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
     assert f"127.0.0.1:{port} (the node closed the connection: does its listener" in err[0], err

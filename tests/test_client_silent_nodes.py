@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,35 +30,6 @@ def silent_port() -> Iterator[int]:
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
         yield silent.getsockname()[1]
-
-
-@pytest.fixture
-def closing_port() -> Iterator[int]:
-    """A listener that reads a little of each connection and closes it unanswered."""
-    with socket.socket() as closer:
-        closer.bind(("127.0.0.1", 0))
-        closer.listen(8)
-        closer.settimeout(0.1)
-        stop = threading.Event()
-
-        def close_each() -> None:
-            while not stop.is_set():
-                try:
-                    conn, _ = closer.accept()
-                except OSError:
-                    continue
-                with conn:
-                    conn.settimeout(1.0)
-                    with contextlib.suppress(OSError):
-                        conn.recv(64)
-
-        thread = threading.Thread(target=close_each, daemon=True)
-        thread.start()
-        try:
-            yield closer.getsockname()[1]
-        finally:
-            stop.set()
-            thread.join(5)
 
 
 @contextlib.asynccontextmanager

@@ -26,6 +26,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from raftcore.connect_errors import host_port
 from raftcore.log_limit import RepeatLimiter
 from raftcore.security.config import Principal
 from raftcore.security.tls import HANDSHAKE_TIMEOUT_S, principal_of
@@ -116,7 +117,7 @@ class TlsServer:
 
     def _log_failure(self, address: Any, reason: str) -> None:
         host = str(address[0]) if isinstance(address, tuple) and address else str(address)
-        line = f"{self._prefix} TLS handshake failed from {_address(address)}: {reason}"
+        line = f"{self._prefix} TLS handshake failed from {host_port(address)}: {reason}"
         left_out = self._failures.admit((host, reason))
         if left_out is None:
             logger.debug("%s", line)
@@ -141,9 +142,3 @@ async def serve_tls(
     server = TlsServer(sock, context, handler, prefix, clock)
     server.start()
     return server
-
-
-def _address(peer: Any) -> str:
-    if isinstance(peer, tuple) and len(peer) >= 2:
-        return f"{peer[0]}:{peer[1]}"
-    return str(peer)

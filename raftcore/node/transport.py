@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from raftcore.connect_errors import host_port
 from raftcore.node.framing import FrameReceiver, FrameTooLarge, take_over, too_large
 from raftcore.security.config import ANONYMOUS, Principal
 
@@ -106,7 +107,7 @@ class ServerConnection:
         self.peer = writer.get_extra_info("peername")
         # the client as the log names it: host:port (peername is a tuple)
         peer = self.peer
-        self.address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.address = host_port(peer)
         self.name = name
         # who the connection proved to be (a TLS certificate, a SASL login): raftcore.security
         self.principal: Principal = ANONYMOUS

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from raftcore.connect_errors import host_port
 from raftcore.error_codes import Errors
 from raftcore.protocol.api import ApiKey, encode_response
 
@@ -84,13 +85,7 @@ def _log_once(node: Any, conn: Any, what: str, wanted: str) -> None:
         "%s refusing %s from %s: the connection is %s, not %s (CLUSTER_AUTHORIZATION_FAILED)",
         node.prefix,
         what,
-        _address(conn.peer),
+        host_port(conn.peer),
         conn.principal,
         wanted,
     )
-
-
-def _address(peer: Any) -> str:
-    if isinstance(peer, tuple) and len(peer) >= 2:
-        return f"{peer[0]}:{peer[1]}"
-    return str(peer)
