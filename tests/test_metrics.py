@@ -221,6 +221,7 @@ def test_a_stopped_replicas_last_fetch_time_is_the_same_at_every_scrape(tmp_path
             leader = await leader_of(nodes)
             follower = next(n for n in nodes if n is not leader)
             await follower.stop(timeout_s=0.5)  # fetches no more
+            await asyncio.sleep(0.3)  # a fetch it sent before it stopped has been handled
             key = {"replica": str(follower.node_id), "voter": "true"}
             seen = set()
             for _ in range(10):
