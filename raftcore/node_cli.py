@@ -38,6 +38,7 @@ def _cmd_node(args: argparse.Namespace) -> int:
             snapshot_min_bytes=args.snapshot_min_bytes,
             snapshot_interval_ms=args.snapshot_interval_ms,
             max_replication_lag_ms=args.max_replication_lag_ms,
+            replica_fetch_response_max_bytes=args.replica_fetch_response_max_bytes,
         )
         log = LogConfig(segment_bytes=args.segment_bytes)
         config = NodeConfig(
@@ -54,6 +55,7 @@ def _cmd_node(args: argparse.Namespace) -> int:
             flush_interval_ms=args.flush_interval_ms,
             metrics_port=args.metrics_port,
             metrics_host=args.metrics_host,
+            fetch_max_bytes=args.fetch_max_bytes,
             security=security,
         )
         config = dataclasses.replace(config, security=sasl_listener_security(args, config.security))
@@ -129,6 +131,20 @@ def add_node_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
         type=types.positive_int,
         default=1 << 30,
         help="roll to a new log segment at this size",
+    )
+    p.add_argument(
+        "--fetch-max-bytes",
+        type=types.positive_int,
+        default=55 * 1024 * 1024,
+        help="the most a consumer's Fetch answer holds, whatever the client asks for "
+        "(Kafka's fetch.max.bytes; default 55 MiB; a larger first batch still comes whole)",
+    )
+    p.add_argument(
+        "--replica-fetch-response-max-bytes",
+        type=types.positive_int,
+        default=10 * 1024 * 1024,
+        help="the most an answer to another voter's fetch holds (Kafka's "
+        "replica.fetch.response.max.bytes; default 10 MiB)",
     )
     p.add_argument(
         "--flush",

@@ -197,6 +197,7 @@ class Harness:
         is_follower: bool = True,
         high_watermark: int = -1,
         correlation_id: int = 4242,
+        max_bytes: int = 8 << 20,
     ) -> FetchResponse | None:
         """A fetch from ``replica``; returns the response, or None if the leader holds it."""
         request = FetchRequest(
@@ -208,6 +209,7 @@ class Harness:
             max_wait_ms,
             is_follower=is_follower,
             high_watermark=high_watermark,
+            max_bytes=max_bytes,
         )
         self.deliver(replica, request, correlation_id)
         replies = [

@@ -95,6 +95,25 @@ def test_fetch_on_the_leaders_log_is_valid_and_returns_records_from_the_offset()
     assert [b.base_offset for b in iter_batches(response.records)] == [2, 3, 4, 5]
 
 
+def test_a_replicas_fetch_answer_holds_at_most_replica_fetch_response_max_bytes():
+    """Whatever a replica asks for, the leader's answer holds at most
+    replica.fetch.response.max.bytes; the first batch comes whole even when larger (KIP-74)."""
+    log = InMemoryLog()
+    for _ in range(20):
+        log.append_as_follower(batch(log.end_offset, 1, value=b"v" * 500))
+    log.flush()
+    h = Harness(log=log, replica_fetch_response_max_bytes=2000)
+    h.become_leader()
+    h.flush()
+    response = h.fetch(2, 0, 0, max_bytes=(1 << 31) - 1)
+    sizes = [b.size_in_bytes for b in iter_batches(response.records)]
+    assert len(sizes) >= 2 and sum(sizes) <= 2000
+    tight = Harness(log=log_with(1, 1), replica_fetch_response_max_bytes=1)
+    tight.become_leader()
+    tight.flush()
+    assert len(list(iter_batches(tight.fetch(2, 0, 0, max_bytes=1 << 30).records))) == 1
+
+
 def test_validate_offset_and_epoch_follows_kafkas_rules():
     log = log_with(1, 1, 3, 3)
     kinds = {

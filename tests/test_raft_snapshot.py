@@ -185,6 +185,13 @@ def test_fetch_snapshot_serves_at_most_max_bytes_from_the_position():
     assert r.data == h.log.read_snapshot(sid).data[-7:]
 
 
+def test_fetch_snapshot_serves_at_most_replica_fetch_response_max_bytes_whatever_it_asks():
+    h = committed_leader(replica_fetch_response_max_bytes=64)
+    sid = take_snapshot(h, [(b"k%d" % i, b"x" * 50) for i in range(20)])
+    r = h.request(2, FetchSnapshotRequest(CLUSTER, 2, h.epoch, sid, 0, max_bytes=(1 << 31) - 1))
+    assert (r.error_code, len(r.data)) == (Errors.NONE, 64)
+
+
 def test_fetch_snapshot_past_the_end_is_position_out_of_range():
     h = committed_leader()
     sid = take_snapshot(h)

@@ -63,7 +63,11 @@ class NodeConfig:
       ``http://metrics_host:metrics_port/metrics`` (default: not served; the host defaults to
       the listen host; port 0 picks a free one). docs/metrics.md lists them;
     - ``max_frame_bytes``: requests above it close the connection (Kafka's
-      ``socket.request.max.bytes``, 100 MiB).
+      ``socket.request.max.bytes``, 100 MiB);
+    - ``fetch_max_bytes``: the most a consumer's Fetch answer holds, whatever the client asks
+      for (Kafka's broker ``fetch.max.bytes``, 55 MiB); the first batch comes whole even when
+      it is larger (KIP-74). The answers to the other voters' fetches are capped by the
+      core's ``QuorumConfig.replica_fetch_response_max_bytes``.
     """
 
     node_id: int
@@ -81,6 +85,7 @@ class NodeConfig:
     metrics_host: str | None = None
     max_frame_bytes: int = 100 * 1024 * 1024
     request_timeout_ms: int = 30_000
+    fetch_max_bytes: int = 55 * 1024 * 1024
     security: ListenerSecurity = field(default_factory=ListenerSecurity)
 
     def __post_init__(self) -> None:
@@ -95,6 +100,8 @@ class NodeConfig:
         if listen is None:
             raise ValueError(f"node {self.node_id} is not a voter: give it a listen address")
         object.__setattr__(self, "listen", listen)
+        if self.fetch_max_bytes < 1:
+            raise ValueError(f"fetch.max.bytes must be at least 1, got {self.fetch_max_bytes}")
         if self.metrics_port is not None and not 0 <= self.metrics_port < 65536:
             raise ValueError(f"metrics port must be 0..65535, got {self.metrics_port}")
         if self.advertised is None:

@@ -347,18 +347,22 @@ def _fetch_once(node: RaftNode, body: Any, version: int, cls: Any) -> tuple[Any,
     hw = core.high_watermark if core is not None else None
     has_data = False
     not_leader = False
+    budget = min(body.max_bytes, cfg.fetch_max_bytes)
     responses = []
     for topic in body.topics:
         name = topic.topic if version <= 12 else None
         known = (name == cfg.topic) if version <= 12 else (bytes(topic.topic_id) == cfg.topic_id)
         parts = []
         for p in topic.partitions:
+            # As Kafka's brokers answer: an error carries -1 offsets and an empty record set,
+            # never a null one (librdkafka cannot parse a null record set, so a consumer told
+            # OFFSET_OUT_OF_RANGE that way never saw the error and never reset its offset).
             resp = cls.PartitionData(
                 partition_index=p.partition,
                 high_watermark=-1,
                 last_stable_offset=-1,
                 log_start_offset=-1,
-                records=None,
+                records=b"",
             )
             if not known or p.partition != 0:
                 resp.error_code = (
@@ -382,19 +386,21 @@ def _fetch_once(node: RaftNode, body: Any, version: int, cls: Any) -> tuple[Any,
             elif hw is None:
                 resp.error_code = Errors.NOT_LEADER_OR_FOLLOWER  # a new leader, not ready yet
                 resp.current_leader = _current_leader(node, cls.LeaderIdAndEpoch)
+            elif p.fetch_offset < log.log_start_offset or p.fetch_offset > log.end_offset:
+                resp.error_code = Errors.OFFSET_OUT_OF_RANGE
             else:
                 resp.high_watermark = resp.last_stable_offset = hw
                 resp.log_start_offset = log.log_start_offset
-                offset = p.fetch_offset
-                if offset < log.log_start_offset or offset > log.end_offset:
-                    resp.error_code = Errors.OFFSET_OUT_OF_RANGE
-                elif offset < hw:
-                    data = log.read(offset, max(1, min(p.partition_max_bytes, body.max_bytes)))
+                if p.fetch_offset < hw and (budget > 0 or not has_data):
+                    # At most the answer's budget (the client's MaxBytes, capped by the node's
+                    # fetch.max.bytes, across every partition it lists, however often), and the
+                    # partition's; the first batch of the answer comes whole even when it is
+                    # larger (KIP-74).
+                    data = log.read(p.fetch_offset, max(1, min(p.partition_max_bytes, budget)))
                     end = _committed_end(data, hw)
                     resp.records = data[:end]  # a view of the log, sent uncopied
-                    has_data = end > 0
-                else:
-                    resp.records = b""
+                    budget -= end
+                    has_data = has_data or end > 0
             parts.append(resp)
         entry = cls.FetchableTopicResponse(partitions=parts)
         if version <= 12:

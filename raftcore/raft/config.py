@@ -23,6 +23,7 @@ _KAFKA_NAMES = {
     "metadata.log.max.snapshot.interval.ms": "snapshot_interval_ms",
     "max.replication.lag.ms": "max_replication_lag_ms",
     "quorum.high.watermark.linger.ms": "high_watermark_linger_ms",
+    "replica.fetch.response.max.bytes": "replica_fetch_response_max_bytes",
 }
 
 
@@ -44,6 +45,10 @@ class QuorumConfig:
     - ``append_linger_ms`` (25): how long the node batches client appends (used by the node).
     - ``fetch_max_wait_ms`` (500) and ``fetch_max_bytes`` (8 MiB): the follower's fetch
       long-poll and size, Kafka's MAX_FETCH_WAIT_MS and MAX_FETCH_SIZE_BYTES.
+    - ``replica_fetch_response_max_bytes`` (10 MiB, Kafka's
+      ``replica.fetch.response.max.bytes``): the most the leader puts in an answer to another
+      replica's Fetch or FetchSnapshot, whatever it asked for (the first batch of a Fetch comes
+      whole even when it is larger, KIP-74).
     - ``cluster_id``: checked on every raft request (INCONSISTENT_CLUSTER_ID).
     - Snapshots (KIP-630), all off (0) by default: the core raises ``Output.snapshot_due``
       once the listener has read ``snapshot_min_records`` records, or ``snapshot_min_bytes``
@@ -69,6 +74,7 @@ class QuorumConfig:
     append_linger_ms: int = 25
     fetch_max_wait_ms: int = 500
     fetch_max_bytes: int = 8 << 20
+    replica_fetch_response_max_bytes: int = 10 << 20
     cluster_id: str = ""
     snapshot_min_records: int = 0
     snapshot_min_bytes: int = 0
@@ -88,6 +94,8 @@ class QuorumConfig:
                 "snapshot_min_records must be a non-negative int, "
                 f"got {self.snapshot_min_records!r}"
             )
+        if self.replica_fetch_response_max_bytes < 1:
+            raise ValueError("replica_fetch_response_max_bytes must be at least 1")
         if self.fetch_timeout_ms == 0 or self.request_timeout_ms == 0:
             raise ValueError("fetch_timeout_ms and request_timeout_ms must be positive")
         if any(v < 0 for v in self.voters):

@@ -143,8 +143,11 @@ def try_complete(
     end = log.end_offset
     if state.update_replica_state(replica, request.fetch_offset, end, now):
         core.on_high_watermark_changed(now)
+    # Whatever the replica asked for, at most replica.fetch.response.max.bytes (KIP-74: the
+    # first batch whole even when it is larger).
+    max_bytes = min(request.max_bytes, core.config.replica_fetch_response_max_bytes)
     records = (
-        log.read(request.fetch_offset, request.max_bytes) if request.fetch_offset < end else b""
+        log.read(request.fetch_offset, max(1, max_bytes)) if request.fetch_offset < end else b""
     )
     hw = state.high_watermark
     error = Errors.NONE

@@ -80,7 +80,10 @@ def handle_request(core: RaftCore, source: int, request: FetchSnapshotRequest, n
     if request.replica_id >= 0 and request.replica_id != core.node_id:
         replica = state.replica(request.replica_id)
         replica.last_fetch_ms = max(replica.last_fetch_ms, now)
-    length = min(request.max_bytes, size - request.position)
+    # Whatever the replica asked for, at most replica.fetch.response.max.bytes.
+    length = min(
+        request.max_bytes, core.config.replica_fetch_response_max_bytes, size - request.position
+    )
     return _answer(
         core,
         Errors.NONE,
