@@ -22,6 +22,7 @@ from raftcore.raft.states import (
     UnattachedState,
 )
 from raftcore.raft.values import ValidationKind
+from raftcore.raft.voters import ReplicaKey
 from raftcore.records import iter_batches
 
 # ---- the leader: epochs ------------------------------------------------------------------------
@@ -142,7 +143,7 @@ def test_an_observer_gets_records_but_never_moves_the_high_watermark():
     h.fetch(9, 4, h.epoch, is_follower=False)
     h.fetch(8, 4, h.epoch, is_follower=False)
     assert h.core.high_watermark is None
-    assert h.state.observer_states[9].end_offset == 4
+    assert h.state.observer_states[ReplicaKey(9)].end_offset == 4
 
 
 def test_a_fetch_from_a_self_declared_voter_outside_the_voter_set_gets_inconsistent_voter_set():

@@ -2,12 +2,16 @@
 
 from raftcore.raft.states import ProspectiveState
 from raftcore.raft.values import ElectionState
+from raftcore.raft.voters import ReplicaKey
 
 VOTERS = frozenset({1, 2, 3, 4, 5})
 
 
 def prospective(**kw):
     return ProspectiveState(7, VOTERS, 1, 2_000, **kw)
+
+
+DIR4 = b"\x04" * 16
 
 
 def test_it_counts_itself_as_granted():
@@ -61,14 +65,14 @@ def test_it_says_what_the_state_it_came_from_stored():
     assert prospective(leader=3).election_state() == ElectionState(
         epoch=7, leader_id=3, voters=VOTERS
     )
-    assert prospective(voted_id=4).election_state() == ElectionState(
-        epoch=7, voted_id=4, voters=VOTERS
+    assert prospective(voted=ReplicaKey(4, DIR4)).election_state() == ElectionState(
+        epoch=7, voted_id=4, voters=VOTERS, voted_directory_id=DIR4
     )
     assert prospective(leader=3).leader_id == 3
 
 
 def test_it_grants_pre_votes_to_any_up_to_date_log():
-    p = prospective(leader=3, voted_id=None)
+    p = prospective(leader=3, voted=None)
     assert p.can_grant_pre_vote(2, True) and p.can_grant_pre_vote(4, True)
     assert not p.can_grant_pre_vote(2, False)
 
@@ -76,8 +80,11 @@ def test_it_grants_pre_votes_to_any_up_to_date_log():
 def test_it_grants_a_real_vote_as_unattached_would():
     """Kafka's unattachedOrProspectiveCanGrantVote: the same candidate again if it voted,
     nobody if it knows the leader, else an up-to-date log."""
-    assert prospective().can_grant_vote(2, True)
-    assert not prospective().can_grant_vote(2, False)
-    assert not prospective(leader=3).can_grant_vote(2, True)
-    voted = prospective(voted_id=4)
-    assert voted.can_grant_vote(4, False) and not voted.can_grant_vote(2, True)
+    two, four = ReplicaKey(2), ReplicaKey(4, DIR4)
+    assert prospective().can_grant_vote(two, True)
+    assert not prospective().can_grant_vote(two, False)
+    assert not prospective(leader=3).can_grant_vote(two, True)
+    voted = prospective(voted=four)
+    assert voted.can_grant_vote(four, False) and not voted.can_grant_vote(two, True)
+    # KIP-853: the same id from another directory is another replica
+    assert not voted.can_grant_vote(ReplicaKey(4, b"\x09" * 16), True)

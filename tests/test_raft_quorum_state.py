@@ -11,6 +11,7 @@ import raftcore.raft.quorum_state as quorum_state_module
 from raftcore.errors import CorruptCheckpointError
 from raftcore.raft import ElectionState, FileQuorumStateStore, InMemoryLog, MemoryQuorumStateStore
 from raftcore.raft.quorum_state import TRANSITIONS, IllegalTransitionError
+from raftcore.raft.voters import ReplicaKey
 
 
 def test_the_transition_table_in_the_docstring_is_the_one_the_code_enforces():
@@ -28,7 +29,7 @@ def test_an_illegal_transition_raises():
         h.core.quorum.transition_to_leader(0, h.now)  # unattached -> leader
     h.become_leader()
     with pytest.raises(IllegalTransitionError):
-        h.core.quorum.transition_to_voted(2, h.now)
+        h.core.quorum.transition_to_voted(ReplicaKey(2), h.now)
 
 
 def test_every_transition_is_logged_at_debug_with_epoch_and_reason(caplog):
@@ -79,18 +80,32 @@ def test_resigned_is_kept_in_memory_only():
 
 
 def test_the_quorum_state_file_has_kafkas_field_names_and_data_version(tmp_path):
+    """QuorumStateData v1 (KIP-853): no voters (they live in the log); a vote names the
+    candidate's directory id, as Kafka writes uuids."""
     store = FileQuorumStateStore(tmp_path, cluster_id="c1")
-    store.write(ElectionState(epoch=5, leader_id=2, voters=frozenset({3, 1, 2})))
+    store.write(ElectionState(epoch=5, leader_id=2))
     data = json.loads((tmp_path / "quorum-state").read_text())
     assert data == {
         "clusterId": "c1",
         "leaderId": 2,
         "leaderEpoch": 5,
         "votedId": -1,
-        "appliedOffset": 0,
-        "currentVoters": [{"voterId": 1}, {"voterId": 2}, {"voterId": 3}],
-        "data_version": 0,
+        "data_version": 1,
     }
+    assert store.read() == ElectionState(epoch=5, leader_id=2)
+    voted = ElectionState(epoch=6, voted_id=3, voted_directory_id=bytes(range(1, 17)))
+    store.write(voted)
+    data = json.loads((tmp_path / "quorum-state").read_text())
+    assert data["votedDirectoryId"] == "AQIDBAUGBwgJCgsMDQ4PEA"
+    assert store.read() == voted
+
+
+def test_a_quorum_state_file_of_data_version_0_still_reads(tmp_path):
+    (tmp_path / "quorum-state").write_text(
+        '{"clusterId":"c1","leaderId":2,"leaderEpoch":5,"votedId":-1,"appliedOffset":0,'
+        '"currentVoters":[{"voterId":1},{"voterId":2},{"voterId":3}],"data_version":0}\n'
+    )
+    store = FileQuorumStateStore(tmp_path, cluster_id="c1")
     assert store.read() == ElectionState(epoch=5, leader_id=2, voters=frozenset({1, 2, 3}))
 
 

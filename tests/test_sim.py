@@ -26,6 +26,11 @@ PLANTS = [
     "serve-below-lso",
     "listener-skips-snapshot",
     "read-without-round",
+    # KIP-853, caught by the reconfiguration nemesis (raftcore.sim.membership)
+    "two-voter-changes",
+    "voters-from-committed-only",
+    "wiped-replica-counts",
+    "add-before-caught-up",
 ]
 PLANT_SEEDS = int(os.environ.get("RAFTCORE_PLANT_SEEDS", "3000"))
 

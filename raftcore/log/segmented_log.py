@@ -9,7 +9,7 @@ import bisect
 import logging
 import os
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -502,9 +502,17 @@ class SegmentedLog(TruncationAndRetention):
         return self._snapshot_store().ids()
 
     def create_new_snapshot(
-        self, snapshot_id: OffsetAndEpoch, *, last_contained_log_timestamp: int | None = None
+        self,
+        snapshot_id: OffsetAndEpoch,
+        *,
+        last_contained_log_timestamp: int | None = None,
+        header_records: Sequence[tuple[bytes, bytes]] = (),
     ) -> LogSnapshotWriter | None:
-        return self._snapshot_store().create(snapshot_id, last_contained_log_timestamp)
+        """``header_records``: the KRaftVersion and Voters records in force at the snapshot's
+        end (KIP-853), written after its header."""
+        return self._snapshot_store().create(
+            snapshot_id, last_contained_log_timestamp, header_records
+        )
 
     def create_new_snapshot_unchecked(
         self, snapshot_id: OffsetAndEpoch

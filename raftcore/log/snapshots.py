@@ -29,7 +29,7 @@ above 0 must be reached by one (Kafka's rule at open).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from raftcore.errors import SnapshotError
@@ -136,7 +136,10 @@ class LogSnapshots:
     # ---- creating
 
     def create(
-        self, snapshot_id: OffsetAndEpoch, last_contained_log_timestamp: int | None = None
+        self,
+        snapshot_id: OffsetAndEpoch,
+        last_contained_log_timestamp: int | None = None,
+        header_records: Sequence[tuple[bytes, bytes]] = (),
     ) -> LogSnapshotWriter | None:
         """A writer of a local snapshot, checked as the in-memory log checks: None below the
         log start offset or when it exists; ValueError past the log end, off a batch boundary
@@ -165,7 +168,9 @@ class LogSnapshots:
             if last_contained_log_timestamp is None:
                 last_contained_log_timestamp = batch.max_timestamp
         writer = self.store.writer(
-            SnapshotId.of(snapshot_id), last_contained_log_timestamp=last_contained_log_timestamp
+            SnapshotId.of(snapshot_id),
+            last_contained_log_timestamp=last_contained_log_timestamp,
+            extra_header_records=header_records,
         )
         return LogSnapshotWriter(snapshot_id, writer, self._obsolete_after_freeze)
 

@@ -8,14 +8,20 @@ from typing import TYPE_CHECKING
 from raftcore.error_codes import Errors
 from raftcore.raft.messages import BeginQuorumEpochRequest, BeginQuorumEpochResponse
 from raftcore.raft.states import LeaderState, ProspectiveState
+from raftcore.raft.voters import ReplicaKey
 
 if TYPE_CHECKING:
     from raftcore.raft.core import RaftCore
 
 
 def build_request(core: RaftCore, voter_id: int) -> BeginQuorumEpochRequest:
+    voter = core.quorum.voter_set.key_of(voter_id)
     return BeginQuorumEpochRequest(
-        core.config.cluster_id, core.node_id, core.quorum.epoch, voter_id
+        core.config.cluster_id,
+        core.node_id,
+        core.quorum.epoch,
+        voter_id,
+        None if voter is None else voter.directory_id,
     )
 
 
@@ -32,6 +38,10 @@ def handle_request(
     error = core.validate_voter_only_request(request.leader_id, request.leader_epoch)
     if error is not None:
         return _response(core, error)
+    if request.voter_id >= 0 and not ReplicaKey(
+        request.voter_id, request.voter_directory_id
+    ).addressed_to(core.local_key):
+        return _response(core, Errors.INVALID_VOTER_KEY)  # meant for another replica (KIP-853)
     core.maybe_transition(
         request.leader_id, request.leader_epoch, now, f"BeginQuorumEpoch from {request.leader_id}"
     )
@@ -47,8 +57,6 @@ def handle_request(
         core.transition_to_follower(
             request.leader_epoch, request.leader_id, now, "its leader is alive (BeginQuorumEpoch)"
         )
-    if request.voter_id >= 0 and request.voter_id != core.node_id:
-        return _response(core, Errors.INVALID_VOTER_KEY)
     return _response(core, Errors.NONE)
 
 

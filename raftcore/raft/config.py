@@ -50,6 +50,9 @@ class QuorumConfig:
       replica's Fetch or FetchSnapshot, whatever it asked for (the first batch of a Fetch comes
       whole even when it is larger, KIP-74).
     - ``cluster_id``: checked on every raft request (INCONSISTENT_CLUSTER_ID).
+    - ``bootstrap_servers`` (0): how many bootstrap servers the driver can reach (Kafka's
+      ``controller.quorum.bootstrap.servers``), addressed as ids -2, -3, ...: an observer that
+      knows no voter to ask who leads asks one of them (a node joining a cluster).
     - Snapshots (KIP-630), all off (0) by default: the core raises ``Output.snapshot_due``
       once the listener has read ``snapshot_min_records`` records, or ``snapshot_min_bytes``
       bytes of batches, since the last snapshot, or ``snapshot_interval_ms`` has passed since
@@ -76,6 +79,7 @@ class QuorumConfig:
     fetch_max_bytes: int = 8 << 20
     replica_fetch_response_max_bytes: int = 10 << 20
     cluster_id: str = ""
+    bootstrap_servers: int = 0
     snapshot_min_records: int = 0
     snapshot_min_bytes: int = 0
     snapshot_interval_ms: int = 0

@@ -31,6 +31,7 @@ from raftcore.raft import (
     fetch,
     fetch_snapshot,
     polling,
+    reconfig,
     vote,
 )
 from raftcore.raft.config import QuorumConfig
@@ -49,6 +50,8 @@ from raftcore.raft.messages import (
     Outbound,
     RaftRequest,
     RaftResponse,
+    UpdateVoterRequest,
+    UpdateVoterResponse,
     VoteRequest,
     VoteResponse,
 )
@@ -68,6 +71,8 @@ from raftcore.raft.states import (
     ResignedState,
 )
 from raftcore.raft.values import LeaderAndEpoch, OffsetAndEpoch
+from raftcore.raft.voter_history import VoterHistory, control_records_in
+from raftcore.raft.voters import ReplicaKey, VoterEndpoint, VoterSet
 
 __all__ = [
     "CommittedBatch",
@@ -96,10 +101,17 @@ class Output:
     completions: list[AppendOutcome] = field(default_factory=list)
     snapshot_due: bool = False
     reads: list[ReadIndexOutcome] = field(default_factory=list)
+    # the verdicts on voter changes and leadership transfers (raftcore.raft.reconfig)
+    voter_changes: list[reconfig.ChangeOutcome] = field(default_factory=list)
 
 
 class RaftCore(LeaderRequests):
-    """One replica of the quorum. See the module docstring."""
+    """One replica of the quorum. See the module docstring.
+
+    ``directory_id`` (16 bytes) names this replica's data directory (KIP-853): with the id it
+    is the replica's key, so a wiped disk under an old id is a new replica. ``endpoint`` is
+    where it listens, as it tells the leader (UpdateRaftVoter, and its fetches as an
+    observer)."""
 
     def __init__(
         self,
@@ -112,6 +124,8 @@ class RaftCore(LeaderRequests):
         listener: Listener | None = None,
         listener_start_offset: int | None = None,
         log_prefix: str | None = None,
+        directory_id: bytes | None = None,
+        endpoint: VoterEndpoint | None = None,
     ) -> None:
         self.node_id = node_id
         self.config = config
@@ -119,7 +133,18 @@ class RaftCore(LeaderRequests):
         self.store = store
         self.rng = rng or random_module.Random()
         self.prefix = log_prefix or f"[node {node_id}]"
-        self.quorum = QuorumState(node_id, config, store, log, rng=self.rng, log_prefix=self.prefix)
+        self.endpoint = endpoint
+        self.history = VoterHistory(VoterSet.static(config.voters), prefix=self.prefix)
+        self.quorum = QuorumState(
+            node_id,
+            config,
+            store,
+            log,
+            rng=self.rng,
+            log_prefix=self.prefix,
+            history=self.history,
+            directory_id=directory_id,
+        )
         self.requests = RequestManager(config.retry_backoff_ms, config.request_timeout_ms)
         self.feed = ListenerFeed(
             listener,
@@ -133,6 +158,8 @@ class RaftCore(LeaderRequests):
         self._append_token = 0
         self._read_token = 0
         self._read_outcomes: list[ReadIndexOutcome] = []
+        self._change_outcomes: list[reconfig.ChangeOutcome] = []
+        self._change_token = 0
         self._correlation = 0
         self.purgatory = FetchPurgatory(self)
         self.shutting_down = False
@@ -166,6 +193,19 @@ class RaftCore(LeaderRequests):
         return self.feed.listener
 
     @property
+    def local_key(self) -> ReplicaKey:
+        return self.quorum.local_key
+
+    @property
+    def voter_set(self) -> VoterSet:
+        """The voter set in force: the latest in the log, committed or not (KIP-853)."""
+        return self.history.latest()
+
+    @property
+    def kraft_version(self) -> int:
+        return self.history.kraft_version
+
+    @property
     def listener_next_offset(self) -> int:
         """The next offset the listener will be handed."""
         return self.feed.next_offset
@@ -175,6 +215,7 @@ class RaftCore(LeaderRequests):
     def start(self, now: int) -> Output:
         """Read the stored state and start (Kafka's initialize)."""
         self.snapshots.start(now)
+        reconfig.load_history(self)  # who votes, before anything asks
         self.quorum.initialize(now)
         self._started = True
         return self._finish(now)
@@ -205,6 +246,12 @@ class RaftCore(LeaderRequests):
                 source,
                 correlation_id,
                 end_quorum_epoch.handle_request(self, message, now),  # type: ignore[arg-type]
+            )
+        elif kind is UpdateVoterRequest:
+            self._reply(
+                source,
+                correlation_id,
+                reconfig.handle_update_request(self, message, now),  # type: ignore[arg-type]
             )
         elif kind in _RESPONSE_HANDLERS:
             if self.requests.accept_response(source, correlation_id):
@@ -318,7 +365,13 @@ class RaftCore(LeaderRequests):
             return Errors.FENCED_LEADER_EPOCH
         if remote_id < 0:
             return Errors.INVALID_REQUEST
-        if self.quorum.is_observer or remote_id not in self.config.voters:
+        # KIP-853: with the voter set in the log, a replica's view of it may be behind (a
+        # voter just added has not read the record that added it), so any replica answers;
+        # what counts is that the candidate counts only its voters, by key. The static voter
+        # set of kraft.version 0 is the same everywhere and still checked.
+        if self.history.kraft_version == 0 and (
+            self.quorum.is_observer or remote_id not in self.quorum.voters
+        ):
             return Errors.INCONSISTENT_VOTER_SET
         return None
 
@@ -338,6 +391,16 @@ class RaftCore(LeaderRequests):
         """Follow what a message says about the leader of ``epoch`` (Kafka's maybeTransition),
         refusing what would mean two leaders in one epoch."""
         quorum = self.quorum
+        if leader_id is not None and leader_id == self.node_id and self._not_our_leadership(epoch):
+            # Another replica under this id led that epoch: this one started without a
+            # quorum-state (a new or wiped disk, KIP-853). It is not the voter that led it.
+            quorum.demote(
+                f"a replica with id {self.node_id} led epoch {epoch}, which this replica never "
+                "knew: its disk is new (wiped or replaced), so it is another replica"
+            )
+            if epoch > quorum.epoch:
+                self.transition_to_unattached(epoch, now, reason)
+            return
         if leader_id is not None and epoch == quorum.epoch:
             known = quorum.leader_id
             if leader_id == self.node_id and not isinstance(
@@ -362,6 +425,16 @@ class RaftCore(LeaderRequests):
                 self.transition_to_unattached(epoch, now, reason)
         elif leader_id is not None and quorum.leader_id is None and leader_id != self.node_id:
             self.transition_to_follower(epoch, leader_id, now, reason)
+
+    def _not_our_leadership(self, epoch: int) -> bool:
+        """A message names this replica's id leader of ``epoch``, which this replica cannot
+        have led, and it started without a quorum-state: a new disk under an old id."""
+        quorum = self.quorum
+        if not quorum.started_without_state:
+            return False
+        if epoch > quorum.epoch:
+            return True
+        return epoch == quorum.epoch and not isinstance(quorum.state, (LeaderState, ResignedState))
 
     def maybe_handle_common_response(
         self, error: int, leader_id: int, epoch: int, now: int
@@ -406,6 +479,7 @@ class RaftCore(LeaderRequests):
             old.drop_snapshot_download()  # a new leader or epoch: the .part is discarded
         if isinstance(old, LeaderState):
             self._abandon_pending(old)
+            reconfig.abandon(self, old)
             self.purgatory.release_not_leader()
 
     def _carry_high_watermark(self, old: EpochState) -> None:
@@ -428,9 +502,9 @@ class RaftCore(LeaderRequests):
             self._carry_high_watermark(old)
             self._left(old, now)
 
-    def transition_to_voted(self, candidate_id: int, now: int) -> None:
+    def transition_to_voted(self, candidate: ReplicaKey, now: int) -> None:
         old = self.quorum.state
-        self.quorum.transition_to_voted(candidate_id, now)
+        self.quorum.transition_to_voted(candidate, now)
         self._carry_high_watermark(old)
         if isinstance(old, ProspectiveState):
             self._left(old, now)  # its pre-vote is over; late answers are not for Voted
@@ -463,20 +537,73 @@ class RaftCore(LeaderRequests):
         state = self.quorum.transition_to_leader(epoch_start, now)
         self._left(old, now)
         self.log.initialize_leader_epoch(state.epoch)
-        key, value = leader_change_record(self.node_id, self.config.voters, state.granting_voters)
+        key, value = leader_change_record(self.node_id, state.voters, state.granting_voters)
         self.log.append_as_leader([(key, value)], state.epoch, control=True)
         logger.info("%s leader of epoch %d from offset %d", self.prefix, state.epoch, epoch_start)
 
-    def resign_leadership(self, state: LeaderState, now: int, reason: str) -> None:
-        self.quorum.transition_to_resigned(
-            state.non_leader_voters_by_descending_fetch_offset(), now, reason
-        )
+    def resign_leadership(
+        self,
+        state: LeaderState,
+        now: int,
+        reason: str,
+        successors: tuple[int, ...] | None = None,
+    ) -> None:
+        """Resign, naming ``successors`` first (default: the other voters, most caught up
+        first)."""
+        if successors is None:
+            successors = state.non_leader_voters_by_descending_fetch_offset()
+        self.quorum.transition_to_resigned(successors, now, reason)
         self._left(state, now)
         logger.info("%s resigned epoch %d: %s", self.prefix, state.epoch, reason)
 
     def on_high_watermark_changed(self, now: int) -> None:
         """The leader's high watermark moved: held fetches that wait for it may go."""
         self.purgatory.high_watermark_moved(now)
+
+    # ---- the voter set in the log (KIP-853, raftcore.raft.voter_history) -----------------------
+
+    def on_appended(self, data: bytes | memoryview, now: int) -> None:
+        """Batches were appended (a follower's fetch): KRaftVersion and Voters records among
+        them take effect at once, committed or not."""
+        found = control_records_in(data)
+        if found:
+            self.history.add_all(found)
+            self.on_voters_changed(now)
+
+    def on_truncated(self, end_offset: int, now: int) -> None:
+        """The log was truncated: a Voters record it removed gives the previous set back."""
+        before = self.history.latest()
+        self.history.truncate_new(end_offset)
+        if self.history.latest() is not before:
+            self.on_voters_changed(now)
+
+    def on_voters_changed(self, now: int) -> None:
+        reconfig.voters_changed(self, now)
+
+    # ---- voter changes and leadership transfer (raftcore.raft.reconfig) -----------------------
+
+    def add_voter(
+        self, key: ReplicaKey, endpoint: VoterEndpoint | None, timeout_ms: int, now: int
+    ) -> int:
+        """AddRaftVoter (leader only; NotLeaderError elsewhere): a token whose verdict comes in
+        a later Output's ``voter_changes``. Poll afterwards."""
+        return reconfig.add_voter(self, key, endpoint, timeout_ms, now)
+
+    def remove_voter(self, key: ReplicaKey, timeout_ms: int, now: int) -> int:
+        """RemoveRaftVoter (leader only): as :meth:`add_voter`."""
+        return reconfig.remove_voter(self, key, timeout_ms, now)
+
+    def transfer_leadership(self, target: int, timeout_ms: int, now: int) -> int:
+        """Hand leadership to voter ``target`` once it has caught up (no appends meanwhile),
+        then resign naming it first: as :meth:`add_voter`."""
+        return reconfig.transfer_leadership(self, target, timeout_ms, now)
+
+    def next_change_token(self) -> int:
+        self._change_token += 1
+        return self._change_token
+
+    def change_done(self, outcome: reconfig.ChangeOutcome) -> None:
+        self._change_outcomes.append(outcome)
 
     # ---- polling ------------------------------------------------------------------------------
 
@@ -500,10 +627,12 @@ class RaftCore(LeaderRequests):
             self._completions,
             self.snapshots.due(now),
             self._read_outcomes,
+            self._change_outcomes,
         )
         self._outbox = []
         self._completions = []
         self._read_outcomes = []
+        self._change_outcomes = []
         return out
 
     def __repr__(self) -> str:
@@ -516,4 +645,5 @@ _RESPONSE_HANDLERS = {
     VoteResponse: vote.handle_response,
     BeginQuorumEpochResponse: begin_quorum_epoch.handle_response,
     EndQuorumEpochResponse: end_quorum_epoch.handle_response,
+    UpdateVoterResponse: reconfig.handle_update_response,
 }

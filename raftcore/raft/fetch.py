@@ -12,9 +12,11 @@ On the leader, a fetch is validated in order:
    and asks again (one round per divergent epoch at most);
 4. only a valid fetch counts: it acknowledges the fetcher's log up to FetchOffset (a voter's
    acknowledgement may move the high watermark), keeps the leader's quorum alive, and reads
-   records from FetchOffset. Observers get records but never count toward the high watermark.
-   A sender that says it is a voter (``is_follower``) but is not one is answered with
-   INCONSISTENT_VOTER_SET -- the records are still good -- so that it steps down.
+   records from FetchOffset. Observers get records but never count toward the high watermark;
+   a replica is named by its id and directory id (KIP-853), so a voter's id fetching from
+   another directory (a wiped disk) is an observer. With the static voter set of
+   kraft.version 0, a sender that says it is a voter (``is_follower``) but is not one is
+   answered with INCONSISTENT_VOTER_SET -- the records are still good -- so that it steps down.
 
 An answer with nothing to say waits (long poll) until records arrive, the high watermark
 passes what the fetcher knows, or MaxWaitMs ends.
@@ -38,6 +40,7 @@ from raftcore.raft.messages import FetchRequest, FetchResponse
 from raftcore.raft.replicated_log import truncate_to_end_offset, validate_offset_and_epoch
 from raftcore.raft.states import FollowerState, LeaderState
 from raftcore.raft.values import ValidationKind
+from raftcore.raft.voters import ReplicaKey
 from raftcore.records import scan_batches
 
 if TYPE_CHECKING:
@@ -61,6 +64,8 @@ def build_request(core: RaftCore, state: FollowerState) -> FetchRequest:
         max_bytes=core.config.fetch_max_bytes,
         is_follower=core.quorum.is_voter,
         high_watermark=-1 if hw is None else hw,
+        replica_directory_id=core.local_key.directory_id,
+        replica_endpoint=core.endpoint,
     )
 
 
@@ -76,6 +81,8 @@ def build_discovery_request(core: RaftCore) -> FetchRequest:
         max_wait_ms=0,
         max_bytes=core.config.fetch_max_bytes,
         is_follower=False,
+        replica_directory_id=core.local_key.directory_id,
+        replica_endpoint=core.endpoint,
     )
 
 
@@ -138,11 +145,15 @@ def try_complete(
         return answer(core, diverging_epoch=validation.offset_and_epoch)
     if validation.kind is ValidationKind.SNAPSHOT:
         return answer(core, snapshot_id=validation.offset_and_epoch)
-    replica = request.replica_id
+    # KIP-853: the replica is its id and directory id; a voter's id under another directory
+    # is an observer, whose fetches count for nothing
+    replica = ReplicaKey(request.replica_id, request.replica_directory_id)
     state.update_check_quorum(replica, now)  # voters only: the state knows who counts
     end = log.end_offset
     if state.update_replica_state(replica, request.fetch_offset, end, now):
         core.on_high_watermark_changed(now)
+    if request.replica_endpoint is not None and replica.id >= 0:
+        state.replica(replica).endpoint = request.replica_endpoint
     # Whatever the replica asked for, at most replica.fetch.response.max.bytes (KIP-74: the
     # first batch whole even when it is larger).
     max_bytes = min(request.max_bytes, core.config.replica_fetch_response_max_bytes)
@@ -151,9 +162,10 @@ def try_complete(
     )
     hw = state.high_watermark
     error = Errors.NONE
-    if request.is_follower and replica not in state.voters:
-        # The seed's NOT_FOLLOWER rule: the records are good, but the sender must stop
-        # acting as a voter.
+    if request.is_follower and core.history.kraft_version == 0 and replica.id not in state.voters:
+        # The seed's NOT_FOLLOWER rule, for the static voter set of kraft.version 0: the
+        # records are good, but the sender must stop acting as a voter. (With the voter set in
+        # the log, a replica learns it is not a voter from the log.)
         error = Errors.INCONSISTENT_VOTER_SET
         force = True
     if not (
@@ -192,6 +204,7 @@ def handle_response(core: RaftCore, source: int, response: FetchResponse, now: i
                 f"the high watermark {hw}"
             )
         offset = truncate_to_end_offset(log, diverging)
+        core.on_truncated(offset, now)  # a Voters record cut off gives the previous set back
         logger.info(
             "%s truncated to offset %d (leader %d: epoch %d ends at %d)",
             core.prefix,
@@ -205,8 +218,10 @@ def handle_response(core: RaftCore, source: int, response: FetchResponse, now: i
         return fetch_snapshot.start_download(core, state, response.snapshot_id, source, now)
     else:
         records = response.records
-        if len(records) > 0 and not _append(core, state, records, source):
-            return False
+        if len(records) > 0:
+            if not _append(core, state, records, source):
+                return False
+            core.on_appended(records, now)  # KRaftVersion and Voters records take effect now
         if response.high_watermark >= 0:
             state.update_high_watermark(min(response.high_watermark, log.end_offset))
         core.snapshots.maybe_advance_as_follower(response.log_start_offset)

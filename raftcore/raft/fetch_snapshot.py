@@ -29,10 +29,12 @@ from typing import TYPE_CHECKING
 
 from raftcore.error_codes import Errors
 from raftcore.errors import CorruptSnapshotError, SnapshotError
+from raftcore.raft import reconfig
 from raftcore.raft.messages import FetchSnapshotRequest, FetchSnapshotResponse
 from raftcore.raft.replicated_log import install_snapshot, snapshot_log
 from raftcore.raft.states import FollowerState, LeaderState
 from raftcore.raft.values import OffsetAndEpoch
+from raftcore.raft.voters import ReplicaKey
 
 if TYPE_CHECKING:
     from raftcore.raft.core import RaftCore
@@ -76,9 +78,9 @@ def handle_request(core: RaftCore, source: int, request: FetchSnapshotRequest, n
         return _answer(core, Errors.INVALID_REQUEST)
     # A valid request keeps the quorum alive (voters only: the state knows who counts) and
     # the replica live, as a fetch does; it acknowledges nothing.
-    state.update_check_quorum(request.replica_id, now)
+    state.update_check_quorum(ReplicaKey(request.replica_id, request.replica_directory_id), now)
     if request.replica_id >= 0 and request.replica_id != core.node_id:
-        replica = state.replica(request.replica_id)
+        replica = state.replica(ReplicaKey(request.replica_id, request.replica_directory_id))
         replica.last_fetch_ms = max(replica.last_fetch_ms, now)
     # Whatever the replica asked for, at most replica.fetch.response.max.bytes.
     length = min(
@@ -106,6 +108,7 @@ def build_request(core: RaftCore, state: FollowerState) -> FetchSnapshotRequest:
         snapshot_id=writer.snapshot_id,
         position=writer.size,
         max_bytes=core.config.fetch_max_bytes,
+        replica_directory_id=core.local_key.directory_id,
     )
 
 
@@ -133,7 +136,7 @@ def start_download(
         state.reset_fetch_timeout(now)
         return True
     if writer is None:  # already held (a download frozen earlier)
-        _installed(core, state, snapshot_id, source)
+        _installed(core, state, snapshot_id, source, now)
     else:
         state.fetching_snapshot = writer
         logger.info("%s fetching snapshot %r from leader %d", core.prefix, snapshot_id, source)
@@ -211,7 +214,7 @@ def handle_response(core: RaftCore, source: int, response: FetchSnapshotResponse
             _discard_quietly(core, writer)
             state.reset_fetch_timeout(now)
             return True  # nothing installed; the next fetch starts over
-        _installed(core, state, snapshot_id, source)
+        _installed(core, state, snapshot_id, source, now)
     state.reset_fetch_timeout(now)
     return True
 
@@ -232,11 +235,14 @@ def _discard_quietly(core: RaftCore, writer: object) -> None:
 
 
 def _installed(
-    core: RaftCore, state: FollowerState, snapshot_id: OffsetAndEpoch, source: int
+    core: RaftCore, state: FollowerState, snapshot_id: OffsetAndEpoch, source: int, now: int
 ) -> None:
     log = snapshot_log(core.log)
     assert log is not None
     truncated = install_snapshot(log, snapshot_id)
+    reader = log.read_snapshot(snapshot_id)
+    if reader is not None:  # the voters are the snapshot's, and the log's after it (KIP-853)
+        reconfig.installed_snapshot(core, reader, snapshot_id.offset, now)
     hw = state.high_watermark
     if hw is None or hw < snapshot_id.offset:
         # Everything below the snapshot's end is committed (KAFKA-9491).

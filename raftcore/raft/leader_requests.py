@@ -93,6 +93,8 @@ class LeaderRequests:
         state = self.quorum.state
         if not isinstance(state, LeaderState) or state.resign_requested or self.shutting_down:
             raise NotLeaderError(self.leader_and_epoch())
+        if state.transfer is not None:  # handing over: nothing new until it is done
+            raise NotLeaderError(self.leader_and_epoch(), "leadership is being transferred")
         if epoch is not None and epoch != state.epoch:
             raise NotLeaderError(self.leader_and_epoch(), f"epoch {epoch} is not current")
         return state

@@ -8,7 +8,7 @@ would."""
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from raftcore._native.epoch_cache import EpochCache, EpochEndOffset
@@ -196,7 +196,11 @@ class InMemoryLog:
         return sorted(self._snapshots, key=_by_offset)
 
     def create_new_snapshot(
-        self, snapshot_id: OffsetAndEpoch, *, last_contained_log_timestamp: int = 0
+        self,
+        snapshot_id: OffsetAndEpoch,
+        *,
+        last_contained_log_timestamp: int = 0,
+        header_records: Sequence[tuple[bytes, bytes]] = (),
     ) -> MemorySnapshotWriter | None:
         """A writer for a snapshot of the state up to ``snapshot_id.offset`` (exclusive); None
         below the log start offset or when it exists. Raises ValueError off a batch boundary
@@ -218,6 +222,7 @@ class InMemoryLog:
             self._install_local_snapshot,
             last_contained_log_timestamp=last_contained_log_timestamp,
             timestamp_ms=self._timestamp_ms,
+            header_records=header_records,
         )
 
     def create_new_snapshot_unchecked(

@@ -11,7 +11,7 @@ batch), so the simulation serves, downloads and verifies the same bytes a file w
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from raftcore.errors import SnapshotError
@@ -42,6 +42,7 @@ class MemorySnapshotWriter:
         last_contained_log_timestamp: int = 0,
         timestamp_ms: int = 0,
         max_batch_records: int = MAX_BATCH_RECORDS,
+        header_records: Sequence[tuple[bytes, bytes]] = (),
     ) -> None:
         self.snapshot_id = snapshot_id
         self._install: Install | None = install
@@ -52,9 +53,11 @@ class MemorySnapshotWriter:
                 snapshot_id.epoch,
                 SnapshotHeader(last_contained_log_timestamp),
                 timestamp_ms=timestamp_ms,
+                extra_records=header_records,
             )
         ]
-        self._next = 1  # offsets inside a snapshot run from 0 (the header) without gaps
+        # offsets inside a snapshot run from 0 (the header batch) without gaps
+        self._next = 1 + len(header_records)
         self._open: list[Any] = []
 
     @property

@@ -7,6 +7,12 @@ Kafka's message specs; the network layer maps them to and from the wire).
   (DivergingEpoch) and leader discovery (CurrentLeader) back.
 - FetchSnapshot (59), KIP-630: a follower the leader answered with a SnapshotId downloads
   that snapshot in chunks before it fetches again.
+- UpdateRaftVoter (82), KIP-853: a voter tells the leader its directory id, endpoint and the
+  kraft.version range it speaks (the leader writes them into the voter set).
+
+Replicas are named by id *and* directory id (KIP-853, :mod:`raftcore.raft.voters`): Vote,
+BeginQuorumEpoch, EndQuorumEpoch, Fetch and FetchSnapshot carry the directory ids of the
+sender and of the voter a request is for (None: not known, or a peer without KIP-853).
 
 Requests and responses travel with a correlation id and the sender's id, outside the value.
 """
@@ -17,6 +23,7 @@ from dataclasses import dataclass, field
 
 from raftcore.error_codes import Errors
 from raftcore.raft.values import LeaderAndEpoch, OffsetAndEpoch
+from raftcore.raft.voters import VoterEndpoint
 
 __all__ = [
     "BeginQuorumEpochRequest",
@@ -30,6 +37,8 @@ __all__ = [
     "Outbound",
     "RaftRequest",
     "RaftResponse",
+    "UpdateVoterRequest",
+    "UpdateVoterResponse",
     "VoteRequest",
     "VoteResponse",
 ]
@@ -50,6 +59,8 @@ class VoteRequest:
     last_offset: int
     voter_id: int = -1
     pre_vote: bool = False
+    candidate_directory_id: bytes | None = None
+    voter_directory_id: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +80,7 @@ class BeginQuorumEpochRequest:
     leader_id: int
     leader_epoch: int
     voter_id: int = -1
+    voter_directory_id: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +131,10 @@ class FetchRequest:
     max_bytes: int = 8 << 20
     is_follower: bool = False
     high_watermark: int = -1
+    replica_directory_id: bytes | None = None
+    # where the fetcher listens (raftcore's own tagged field): the leader needs it to add an
+    # observer as a voter (AddRaftVoter names only the replica)
+    replica_endpoint: VoterEndpoint | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +170,7 @@ class FetchSnapshotRequest:
     snapshot_id: OffsetAndEpoch
     position: int
     max_bytes: int = 8 << 20
+    replica_directory_id: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,12 +186,33 @@ class FetchSnapshotResponse:
     data: bytes | memoryview = b""
 
 
+@dataclass(frozen=True, slots=True)
+class UpdateVoterRequest:
+    """A voter tells the leader of ``current_leader_epoch`` who it is (its directory id), where
+    it listens and which kraft.version levels it speaks (Kafka's UpdateRaftVoter)."""
+
+    cluster_id: str | None
+    current_leader_epoch: int
+    voter_id: int
+    voter_directory_id: bytes | None
+    endpoint: VoterEndpoint | None
+    min_version: int = 0
+    max_version: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateVoterResponse:
+    error_code: int
+    current_leader: LeaderAndEpoch
+
+
 RaftRequest = (
     VoteRequest
     | BeginQuorumEpochRequest
     | EndQuorumEpochRequest
     | FetchRequest
     | FetchSnapshotRequest
+    | UpdateVoterRequest
 )
 RaftResponse = (
     VoteResponse
@@ -182,6 +220,7 @@ RaftResponse = (
     | EndQuorumEpochResponse
     | FetchResponse
     | FetchSnapshotResponse
+    | UpdateVoterResponse
 )
 
 

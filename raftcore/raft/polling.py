@@ -13,7 +13,14 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from raftcore.raft import begin_quorum_epoch, end_quorum_epoch, fetch, fetch_snapshot, vote
+from raftcore.raft import (
+    begin_quorum_epoch,
+    end_quorum_epoch,
+    fetch,
+    fetch_snapshot,
+    reconfig,
+    vote,
+)
 from raftcore.raft.states import (
     CandidateState,
     EpochState,
@@ -64,6 +71,9 @@ def _poll_leader(core: RaftCore, state: LeaderState, now: int) -> float:
         return now
     if state.update_local_state(core.log.flushed_offset, now):
         core.on_high_watermark_changed(now)
+    change_deadline = reconfig.poll_leader(core, state, now)  # KIP-853 changes, transfers
+    if core.quorum.state is not state:
+        return now  # it resigned (removed itself, or handed over)
     core.snapshots.maybe_advance_as_leader(state, now)
     core.feed.maybe_fire_leader_change()
     heartbeat = state.begin_quorum_due(now)
@@ -82,6 +92,7 @@ def _poll_leader(core: RaftCore, state: LeaderState, now: int) -> float:
     return min(
         state.begin_quorum_deadline,
         state.check_quorum_deadline if len(state.voters) > 1 else INF,
+        change_deadline,
     )
 
 
@@ -138,11 +149,16 @@ def _poll_follower(core: RaftCore, state: FollowerState, now: int) -> float:
             core.transition_to_prospective(now, why)
             return now
         # An observer never stands; it asks a voter who leads now (a new leader does not
-        # tell observers), while still trying the leader it knows.
+        # tell observers), while still trying the leader it knows. It no longer hears from
+        # its leader, so it may grant pre-votes again (KAFKA-17641 holds back only a follower
+        # that still does; an observer added as a voter may be needed for a majority).
+        state.has_fetched = False
         _discover_leader(core, now)
     if core.requests.is_ready(state.leader, now) and state.fetching_snapshot is not None:
         # KIP-630: a snapshot download pauses fetching; it acknowledges nothing.
         core.send_request(state.leader, fetch_snapshot.build_request(core, state), now)
+    elif core.requests.is_ready(state.leader, now) and reconfig.update_due(core, state, now):
+        reconfig.send_update(core, state, now)  # KIP-853: who it is, in place of a fetch
     elif core.requests.is_ready(state.leader, now):
         request = fetch.build_request(core, state)
         # The fetch offset acknowledges the log up to it: send only once it is durable
@@ -187,11 +203,14 @@ def _poll_prospective(core: RaftCore, state: ProspectiveState, now: int) -> floa
 
 def _discover_leader(core: RaftCore, now: int) -> None:
     """An observer without a (live) leader asks a random voter, which answers with the leader
-    it knows."""
+    it knows; with no voter known to ask (a node joining a cluster), a random bootstrap server
+    (ids -2, -3, ...: Kafka's controller.quorum.bootstrap.servers)."""
     leader = core.quorum.leader_id
-    voters = sorted(core.config.voters - {core.node_id, leader})
-    if voters:
-        target = voters[core.rng.randrange(len(voters))]
+    targets = sorted(core.quorum.voters - {core.node_id, leader})
+    if not targets:
+        targets = [-2 - i for i in range(core.config.bootstrap_servers)]
+    if targets:
+        target = targets[core.rng.randrange(len(targets))]
         if core.requests.is_ready(target, now):
             core.send_request(target, fetch.build_discovery_request(core), now)
 

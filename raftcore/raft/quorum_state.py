@@ -61,6 +61,8 @@ from raftcore.raft.states import (
 )
 from raftcore.raft.states.base import NO_DEADLINE
 from raftcore.raft.values import ElectionState, LeaderAndEpoch
+from raftcore.raft.voter_history import VoterHistory
+from raftcore.raft.voters import ReplicaKey, VoterSet
 
 __all__ = ["TRANSITIONS", "IllegalTransitionError", "QuorumState"]
 
@@ -91,15 +93,23 @@ class QuorumState:
         *,
         rng: random_module.Random,
         log_prefix: str = "",
+        history: VoterHistory | None = None,
+        directory_id: bytes | None = None,
     ) -> None:
         self.local_id = local_id
         self.config = config
-        self.voters = config.voters
+        # KIP-853: who votes is the latest voter set in the log (the static one before any)
+        self.history = history or VoterHistory(VoterSet.static(config.voters))
+        self.local_key = ReplicaKey(local_id, directory_id)
         self.store = store
         self.log = log
         self.rng = rng
         self.prefix = log_prefix or f"[node {local_id}]"
-        self.demoted = False  # told by a leader that it is not a voter (INCONSISTENT_VOTER_SET)
+        # told that it is not a voter (INCONSISTENT_VOTER_SET of a static voter set, or a new
+        # disk under an old id): it acts as an observer until the voter set in the log (KIP-853)
+        # says otherwise
+        self.demoted = False
+        self.started_without_state = False  # no quorum-state when it started (a new disk)
         self.state: EpochState = UnattachedState(0, self.voters, NO_DEADLINE)
 
     # ---- questions --------------------------------------------------------------------------
@@ -109,8 +119,33 @@ class QuorumState:
         return self.state.epoch
 
     @property
+    def voter_set(self) -> VoterSet:
+        """The voter set in force (the latest in the log, committed or not)."""
+        return self.history.latest()
+
+    @property
+    def voters(self) -> frozenset[int]:
+        return self.history.latest().ids
+
+    @property
     def is_voter(self) -> bool:
-        return self.local_id in self.voters and not self.demoted
+        """Does this replica act as a voter (stand for election, run its election timer)? When
+        the latest voter set admits it -- or when a change not committed yet removed it: its
+        log may be the only one holding that change (a leader that removed itself and lost the
+        lead before the change committed), and without it standing no voter could win."""
+        history = self.history
+        offset = history.latest_offset()
+        if self.demoted and offset < 0:
+            return False  # the static voter set is no proof: wait for the log's
+        if history.latest().is_voter(self.local_key):
+            return True
+        hw = self.state.high_watermark
+        if offset < 0 or (hw is not None and offset < hw):
+            return False
+        # named by its directory id in the set before (a static voter key, without one, could
+        # be a wiped disk's)
+        before = history.at(offset - 1).key_of(self.local_id)
+        return before is not None and before == self.local_key and before.directory_id is not None
 
     @property
     def is_observer(self) -> bool:
@@ -149,6 +184,7 @@ class QuorumState:
         stored = self.store.read()
         log_epoch = self.log.last_fetched_epoch
         if stored is None:
+            self.started_without_state = True
             stored = ElectionState(epoch=0, voters=self.voters)
         if stored.epoch < log_epoch:
             logger.info(
@@ -162,17 +198,25 @@ class QuorumState:
             )
             self._persist(state)
         elif stored.leader_id is not None and stored.leader_id == self.local_id:
-            state = ResignedState(
-                stored.epoch, self.voters, self.local_id, self._election_deadline(now), ()
-            )
-        elif stored.voted_id is not None and stored.voted_id == self.local_id and self.is_voter:
+            # (a non-voter too leaves Resigned when the timer runs out: KAFKA-17608)
+            deadline = now + self.random_election_timeout_ms()
+            state = ResignedState(stored.epoch, self.voters, self.local_id, deadline, ())
+        elif (
+            stored.voted_id is not None
+            and ReplicaKey(stored.voted_id, stored.voted_directory_id) == self.local_key
+            and self.is_voter
+        ):
             state = CandidateState(
-                stored.epoch, self.voters, self.local_id, 1, self._election_deadline(now)
+                stored.epoch,
+                self.voters,
+                self.local_id,
+                1,
+                self._election_deadline(now),
+                local_directory_id=self.local_key.directory_id,
             )
         elif stored.voted_id is not None:
-            state = VotedState(
-                stored.epoch, self.voters, stored.voted_id, self._election_deadline(now)
-            )
+            voted = ReplicaKey(stored.voted_id, stored.voted_directory_id)
+            state = VotedState(stored.epoch, self.voters, voted, self._election_deadline(now))
         elif stored.leader_id is not None:
             state = FollowerState(
                 stored.epoch, self.voters, stored.leader_id, self.config.fetch_timeout_ms, now
@@ -221,16 +265,16 @@ class QuorumState:
             deadline = self._election_deadline(now)
         self._switch(UnattachedState(epoch, self.voters, deadline), reason)
 
-    def transition_to_voted(self, candidate_id: int, now: int) -> None:
+    def transition_to_voted(self, candidate: ReplicaKey, now: int) -> None:
         state = self.state
         if not isinstance(state, (UnattachedState, ProspectiveState)) or (
             isinstance(state, ProspectiveState)
-            and (state.voted_id is not None or state.leader is not None)
+            and (state.voted is not None or state.leader is not None)
         ):
             raise IllegalTransitionError(f"{self.prefix} cannot vote from {state!r}")
         self._switch(
-            VotedState(state.epoch, self.voters, candidate_id, self._election_deadline(now)),
-            f"granted the vote to {candidate_id}",
+            VotedState(state.epoch, self.voters, candidate, self._election_deadline(now)),
+            f"granted the vote to {candidate}",
         )
 
     def transition_to_prospective(self, now: int, reason: str) -> ProspectiveState:
@@ -247,7 +291,7 @@ class QuorumState:
             self.local_id,
             self._election_deadline(now),
             leader=state.leader_id,
-            voted_id=state.voted_id if isinstance(state, VotedState) else None,
+            voted=state.voted if isinstance(state, VotedState) else None,
             retries=state.retries if isinstance(state, CandidateState) else 0,
         )
         self._switch(new, reason, durable=False)
@@ -270,8 +314,8 @@ class QuorumState:
             new = FollowerState(
                 state.epoch, self.voters, state.leader, self.config.fetch_timeout_ms, now
             )
-        elif state.voted_id is not None:
-            new = VotedState(state.epoch, self.voters, state.voted_id, deadline)
+        elif state.voted is not None:
+            new = VotedState(state.epoch, self.voters, state.voted, deadline)
         else:
             new = UnattachedState(state.epoch, self.voters, deadline)
         # Nothing stored changes (same epoch, leader and vote), but write it as Kafka does.
@@ -287,7 +331,12 @@ class QuorumState:
             )
         retries = self.state.retries + 1
         new = CandidateState(
-            self.epoch + 1, self.voters, self.local_id, retries, self._election_deadline(now)
+            self.epoch + 1,
+            self.voters,
+            self.local_id,
+            retries,
+            self._election_deadline(now),
+            local_directory_id=self.local_key.directory_id,
         )
         self._switch(new, reason)
         return new
@@ -298,8 +347,9 @@ class QuorumState:
             raise IllegalTransitionError(f"{self.prefix} cannot lead from {state!r}")
         new = LeaderState(
             state.epoch,
-            self.voters,
+            self.voter_set,
             local_id=self.local_id,
+            local_directory_id=self.local_key.directory_id,
             epoch_start_offset=epoch_start_offset,
             granting_voters=frozenset(state.granted),
             check_quorum_timeout_ms=self.config.check_quorum_timeout_ms,
@@ -334,10 +384,11 @@ class QuorumState:
         state = self.state
         if not isinstance(state, LeaderState):
             raise IllegalTransitionError(f"{self.prefix} cannot resign from {state!r}")
+        # A leader that removed itself (KIP-853) is no voter now, yet it leaves Resigned when
+        # the timer runs out too (as Unattached of the next epoch, KAFKA-17608).
+        deadline = now + self.random_election_timeout_ms()
         self._switch(
-            ResignedState(
-                state.epoch, self.voters, self.local_id, self._election_deadline(now), successors
-            ),
+            ResignedState(state.epoch, self.voters, self.local_id, deadline, successors),
             reason,
             durable=False,
         )

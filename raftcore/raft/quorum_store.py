@@ -1,8 +1,14 @@
-"""The quorum-state file (KIP-595): the epoch, the leader or this node's vote, and the voters.
+"""The quorum-state file (KIP-595): the epoch, and the leader or this node's vote.
 
 A voter may never vote twice in an epoch, even across a restart, so the vote is written --
 temp file, fsync, rename, directory fsync -- before the message that depends on it leaves.
-The layout is Kafka's (FileQuorumStateStore, QuorumStateData v0), one JSON line:
+The layout is Kafka's (FileQuorumStateStore), one JSON line. raftcore writes QuorumStateData
+v1 (KIP-853), where a vote names the candidate's directory id and the voters live in the log:
+
+    {"leaderId":-1,"leaderEpoch":2,"votedId":1,"votedDirectoryId":"J8aAPcfLQt2bqs1JT_rMgQ",
+     "data_version":1}
+
+and reads v0 too, which earlier releases wrote:
 
     {"clusterId":"","leaderId":1,"leaderEpoch":2,"votedId":-1,"appliedOffset":0,
      "currentVoters":[{"voterId":1},{"voterId":2},{"voterId":3}],"data_version":0}
@@ -18,11 +24,12 @@ from typing import Protocol
 from raftcore.checkpoint import write_atomically
 from raftcore.errors import CorruptCheckpointError
 from raftcore.raft.values import ElectionState
+from raftcore.raft.voters import directory_id_text, parse_directory_id
 
 __all__ = ["FileQuorumStateStore", "MemoryQuorumStateStore", "QuorumStateStore"]
 
 FILE_NAME = "quorum-state"
-DATA_VERSION = 0
+DATA_VERSION = 1
 
 
 class QuorumStateStore(Protocol):
@@ -36,18 +43,16 @@ class QuorumStateStore(Protocol):
 
 
 def to_json(state: ElectionState, cluster_id: str = "") -> str:
-    return json.dumps(
-        {
-            "clusterId": cluster_id,
-            "leaderId": -1 if state.leader_id is None else state.leader_id,
-            "leaderEpoch": state.epoch,
-            "votedId": -1 if state.voted_id is None else state.voted_id,
-            "appliedOffset": 0,
-            "currentVoters": [{"voterId": v} for v in sorted(state.voters)],
-            "data_version": DATA_VERSION,
-        },
-        separators=(",", ":"),
-    )
+    data: dict[str, object] = {
+        "clusterId": cluster_id,
+        "leaderId": -1 if state.leader_id is None else state.leader_id,
+        "leaderEpoch": state.epoch,
+        "votedId": -1 if state.voted_id is None else state.voted_id,
+    }
+    if state.voted_directory_id is not None:
+        data["votedDirectoryId"] = directory_id_text(state.voted_directory_id)
+    data["data_version"] = DATA_VERSION
+    return json.dumps(data, separators=(",", ":"))
 
 
 def from_json(text: str, where: str = "quorum-state") -> ElectionState:
@@ -68,6 +73,10 @@ def from_json(text: str, where: str = "quorum-state") -> ElectionState:
         leader = int(data.get("leaderId", -1))
         voted = int(data.get("votedId", -1))
         voters = frozenset(int(v["voterId"]) for v in data.get("currentVoters") or [])
+        voted_directory = data.get("votedDirectoryId")
+        voted_directory_id = (
+            None if voted_directory is None else parse_directory_id(voted_directory)
+        )
     except (KeyError, TypeError, ValueError) as exc:
         raise CorruptCheckpointError(f"{where}: bad field ({exc!r})") from None
     try:
@@ -76,6 +85,7 @@ def from_json(text: str, where: str = "quorum-state") -> ElectionState:
             leader_id=None if leader < 0 else leader,
             voted_id=None if voted < 0 else voted,
             voters=voters,
+            voted_directory_id=voted_directory_id,
         )
     except ValueError as exc:
         raise CorruptCheckpointError(f"{where}: {exc}") from None

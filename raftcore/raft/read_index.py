@@ -64,12 +64,18 @@ class ReadRounds:
 
     def __init__(self, local_id: int, voters: frozenset[int]) -> None:
         self.local_id = local_id
-        self.majority = len(voters) // 2 + 1
         self._rounds: list[_Round] = []
+        self.set_voters(voters)
         self._sent_ms: dict[int, int] = {}  # voter -> when its latest BeginQuorumEpoch went
 
     def __bool__(self) -> bool:
         return bool(self._rounds)
+
+    def set_voters(self, voters: frozenset[int]) -> None:
+        """The voter set in force (it may change while a read waits, KIP-853): only its
+        members' confirmations count, the leader's own included only while it is one."""
+        self.voters = voters
+        self.majority = len(voters) // 2 + 1
 
     def add(self, read: ReadIndex) -> list[ReadIndex]:
         """Start a read's round; returns the reads confirmed already (a lone voter)."""
@@ -97,9 +103,10 @@ class ReadRounds:
         return self._take_confirmed()
 
     def _take_confirmed(self) -> list[ReadIndex]:
-        done = [r.read for r in self._rounds if len(r.confirmed) >= self.majority]
+        voters, majority = self.voters, self.majority
+        done = [r.read for r in self._rounds if len(r.confirmed & voters) >= majority]
         if done:
-            self._rounds = [r for r in self._rounds if len(r.confirmed) < self.majority]
+            self._rounds = [r for r in self._rounds if len(r.confirmed & voters) < majority]
         return done
 
     def take_all(self) -> list[ReadIndex]:

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from raftcore.error_codes import Errors
 from raftcore.errors import RaftcoreError
+from raftcore.raft.control_records import kraft_version_record, voters_record
 from raftcore.raft.replicated_log import snapshot_log
 from raftcore.raft.states import LeaderState
 from raftcore.raft.values import OffsetAndEpoch
@@ -180,8 +181,18 @@ class SnapshotManager:
                 f"{self.log.latest_snapshot_id()}"
             )
         epoch = self.log.epoch_for_offset(end_offset - 1)
+        # KIP-853: the voter set in force at the snapshot's end travels in its header
+        history = self.core.history
+        header_records = []
+        if history.kraft_version_at(end_offset - 1) >= 1:
+            header_records = [
+                kraft_version_record(history.kraft_version_at(end_offset - 1)),
+                voters_record(history.at(end_offset - 1)),
+            ]
         try:
-            writer = self.log.create_new_snapshot(OffsetAndEpoch(end_offset, epoch))
+            writer = self.log.create_new_snapshot(
+                OffsetAndEpoch(end_offset, epoch), header_records=header_records
+            )
         except ValueError as exc:
             raise InvalidSnapshotError(f"{self.core.prefix} {exc}") from None
         self.writer = writer

@@ -85,12 +85,14 @@ class ValidOffsetAndEpoch:
 @dataclass(frozen=True, slots=True)
 class ElectionState:
     """What the quorum-state file holds: the epoch and either the leader or this node's vote
-    in it (never both), and the voter set."""
+    in it (never both; the vote names the candidate's directory id too, KIP-853), and the
+    voter set of kraft.version 0 (informational)."""
 
     epoch: int
     leader_id: int | None = None
     voted_id: int | None = None
     voters: frozenset[int] = frozenset()
+    voted_directory_id: bytes | None = None
 
     def __post_init__(self) -> None:
         if self.epoch < 0:

@@ -23,6 +23,7 @@ from raftcore.raft.messages import VoteRequest, VoteResponse
 from raftcore.raft.replicated_log import end_offset_and_epoch
 from raftcore.raft.states import CandidateState, ProspectiveState, UnattachedState
 from raftcore.raft.values import OffsetAndEpoch
+from raftcore.raft.voters import ReplicaKey
 
 if TYPE_CHECKING:
     from raftcore.raft.core import RaftCore
@@ -31,6 +32,9 @@ logger = logging.getLogger(__name__)
 
 
 def build_request(core: RaftCore, voter_id: int, *, pre_vote: bool = False) -> VoteRequest:
+    """A (pre-)vote request to ``voter_id``, naming it by its key in the voter set (KIP-853:
+    a replica under that id with another directory answers INVALID_VOTER_KEY, not a vote)."""
+    voter = core.quorum.voter_set.key_of(voter_id)
     return VoteRequest(
         cluster_id=core.config.cluster_id,
         candidate_epoch=core.quorum.epoch,  # a pre-vote too: the epoch is not raised to ask
@@ -39,6 +43,8 @@ def build_request(core: RaftCore, voter_id: int, *, pre_vote: bool = False) -> V
         last_offset=core.log.end_offset,
         voter_id=voter_id,
         pre_vote=pre_vote,
+        candidate_directory_id=core.local_key.directory_id,
+        voter_directory_id=None if voter is None else voter.directory_id,
     )
 
 
@@ -69,8 +75,13 @@ def handle_request(core: RaftCore, request: VoteRequest, now: int) -> VoteRespon
         core.transition_to_unattached(
             request.candidate_epoch, now, f"vote request from {request.candidate_id}"
         )
-    if request.voter_id >= 0 and request.voter_id != core.node_id:
+    if request.voter_id >= 0 and not ReplicaKey(
+        request.voter_id, request.voter_directory_id
+    ).addressed_to(core.local_key):
+        # KIP-853: the request is for another replica (a disk wiped under this id is a new
+        # replica, and must not stand in for the voter the candidate counts)
         return _response(core, Errors.INVALID_VOTER_KEY)
+    candidate = ReplicaKey(request.candidate_id, request.candidate_directory_id)
     candidate_log = OffsetAndEpoch(request.last_offset, request.last_offset_epoch)
     up_to_date = candidate_log >= end_offset_and_epoch(core.log)
     state = core.quorum.state
@@ -78,13 +89,17 @@ def handle_request(core: RaftCore, request: VoteRequest, now: int) -> VoteRespon
         # Binds nothing: no state change, nothing persisted, several may be granted.
         granted = state.can_grant_pre_vote(request.candidate_id, up_to_date)
     else:
-        granted = state.can_grant_vote(request.candidate_id, up_to_date)
-        if granted and (
+        granted = state.can_grant_vote(candidate, up_to_date)
+    if (
+        not request.pre_vote
+        and granted
+        and (
             isinstance(state, UnattachedState)
-            or (isinstance(state, ProspectiveState) and state.voted_id is None)
-        ):
-            # Durable before the answer is returned: the vote survives a crash.
-            core.transition_to_voted(request.candidate_id, now)
+            or (isinstance(state, ProspectiveState) and state.voted is None)
+        )
+    ):
+        # Durable before the answer is returned: the vote survives a crash.
+        core.transition_to_voted(candidate, now)
     logger.info(
         "%s %svote for %d in epoch %d %s (its log %s, ours %s)",
         core.prefix,

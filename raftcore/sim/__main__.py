@@ -18,23 +18,32 @@ import time
 from raftcore.sim.cluster import Scenario, SimResult, Simulation
 
 
-def _run_one(args: tuple[int, int, int | None, str | None, bool, str]) -> SimResult:
-    seed, voters, observers, plant, trace, snapshots = args
+def _run_one(args: tuple[int, int, int | None, str | None, bool, str, str]) -> SimResult:
+    seed, voters, observers, plant, trace, snapshots, membership = args
     if plant:
         from raftcore.sim import plants
 
         plants.apply(plant)
-    return Simulation(Scenario.from_seed(seed, voters, observers, snapshots), trace=trace).run()
+    scenario = Scenario.from_seed(seed, voters, observers, snapshots, membership)
+    return Simulation(scenario, trace=trace).run()
 
 
 def replay_command(
-    seed: int, voters: int, observers: int | None, plant: str | None, snapshots: str = "seeded"
+    seed: int,
+    voters: int,
+    observers: int | None,
+    plant: str | None,
+    *,
+    snapshots: str = "seeded",
+    membership: str = "seeded",
 ) -> str:
     cmd = f"python -m raftcore.sim --nodes {voters} --seeds 1 --start-seed {seed} --trace"
     if observers is not None:
         cmd += f" --observers {observers}"
     if snapshots != "seeded":
         cmd += f" --snapshots {snapshots}"
+    if membership != "seeded":
+        cmd += f" --membership {membership}"
     if plant:
         cmd += f" --plant {plant}"
     return cmd
@@ -69,6 +78,13 @@ def main(argv: list[str] | None = None) -> int:
         help="KIP-630 snapshots: drawn per seed (3 in 4 runs), always, or never (off: every "
         "seed runs as before snapshots existed)",
     )
+    parser.add_argument(
+        "--membership",
+        choices=["seeded", "on", "off"],
+        default="seeded",
+        help="KIP-853 reconfiguration (voters added, removed, replaced after a wiped disk, "
+        "leadership handed over): drawn per seed (1 in 2 runs), always, or never",
+    )
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     # The simulated network reorders and duplicates; the cores log what they survive.
@@ -77,14 +93,23 @@ def main(argv: list[str] | None = None) -> int:
     if any(n < 1 for n in sizes) or args.seeds < 1:
         parser.error("--nodes and --seeds must be positive")
     jobs = [
-        (seed, sizes[i % len(sizes)], args.observers, args.plant, args.trace, args.snapshots)
+        (
+            seed,
+            sizes[i % len(sizes)],
+            args.observers,
+            args.plant,
+            args.trace,
+            args.snapshots,
+            args.membership,
+        )
         for i, seed in enumerate(range(args.start_seed, args.start_seed + args.seeds))
     ]
     started = time.perf_counter()
     events = done = 0
     outcomes = {"acknowledged": 0, "failed": 0, "indeterminate": 0}
-    snapshot_runs = 0
+    snapshot_runs = membership_runs = 0
     snapshots: dict[str, int] = {}
+    membership: dict[str, int] = {}
     if args.plant:
         from raftcore.sim import plants
 
@@ -101,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
                 snapshot_runs += 1
                 for kind, count in result.snapshots.items():
                     snapshots[kind] = snapshots.get(kind, 0) + count
+            if result.membership:
+                membership_runs += 1
+                for kind, count in result.membership.items():
+                    membership[kind] = membership.get(kind, 0) + count
             if args.trace:
                 print("\n".join(result.trace))
             if not result.ok:
@@ -113,7 +142,14 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 for line in result.trace[-40:]:
                     print("  " + line)
-                command = replay_command(seed, voters, args.observers, args.plant, args.snapshots)
+                command = replay_command(
+                    seed,
+                    voters,
+                    args.observers,
+                    args.plant,
+                    snapshots=args.snapshots,
+                    membership=args.membership,
+                )
                 print(f"replay: {command}")
                 return 1
             if not args.quiet and done % 100 == 0:
@@ -132,6 +168,11 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"snapshots in {snapshot_runs} runs: "
             + ", ".join(f"{count} {kind}" for kind, count in snapshots.items())
+        )
+    if membership_runs:
+        print(
+            f"voter changes in {membership_runs} runs: "
+            + ", ".join(f"{count} {kind}" for kind, count in membership.items())
         )
     return 0
 

@@ -30,6 +30,8 @@ from raftcore.raft import (
 from raftcore.raft.messages import FetchSnapshotResponse
 from raftcore.raft.states import LeaderState
 from raftcore.sim.invariants import Invariants, Violation
+from raftcore.sim.membership import Membership, directory_id_of, endpoint_of
+from raftcore.sim.scenario import Scenario
 from raftcore.sim.snapshot_driver import SnapshotDriver
 from raftcore.sim.trace import short_message
 
@@ -38,113 +40,6 @@ __all__ = ["Scenario", "Simulation", "SimResult"]
 logger = logging.getLogger(__name__)
 
 INF = float("inf")
-
-
-@dataclass
-class Scenario:
-    """One randomized run, drawn from the seed (see :meth:`Scenario.from_seed`)."""
-
-    seed: int
-    voters: int = 3
-    observers: int = 0
-    drop: float = 0.0
-    duplicate: float = 0.0
-    delay_ms: tuple[int, int] = (1, 5)
-    partitions: bool = False
-    crashes: bool = False
-    slow_node: int | None = None
-    style: str = "mixed"
-    crash_every_ms: tuple[int, int] = (1500, 6000)
-    downtime_ms: tuple[int, int] = (200, 3000)
-    crash_after_send: float = 0.0
-    crash_after: tuple[str, ...] = ("FetchRequest", "VoteResponse")
-    flush_delay_ms: tuple[int, int] = (0, 2)
-    fault_ms: int = 15_000
-    heal_ms: int = 30_000
-    append_every_ms: int = 40
-    records_per_append: int = 3
-    # KIP-630: snapshots every this many offsets (0: off), the leader's replication lag
-    # before it moves its log start past a lagging replica, and the share of FetchSnapshot
-    # chunks the nemesis corrupts (a flipped byte, or a torn end announced as the whole).
-    snapshot_every: int = 0
-    max_replication_lag_ms: int = 30_000
-    corrupt_snapshot_chunk: float = 0.0
-    # The share of appends followed by a client's DeleteRecords at the leader (a random
-    # committed offset): the log start must still move only by seed 003's rules.
-    delete_records: float = 0.0
-    # The share of appends followed by a linearizable read at the node that took it.
-    reads: float = 0.25
-    # How long the leader holds a fetch whose only news is the high watermark (0: at once).
-    high_watermark_linger_ms: int = 5
-
-    @classmethod
-    def from_seed(
-        cls, seed: int, voters: int, observers: int | None = None, snapshots: str = "seeded"
-    ) -> Scenario:
-        """Draw a scenario. Styles: "mixed" (everything, at a moderate rate), "crashy"
-        (frequent short crashes, sometimes of every node at once, and crashes right after a
-        node sends an acknowledgement or a vote -- the narrow windows where a missing fsync
-        or an unpersisted vote shows), "slow-disk" (fsyncs that take up to 300 ms),
-        "vote-crash" (a voter often dies right after granting a vote and is back within
-        milliseconds, while a competing candidate's request is still on its way)."""
-        rng = random.Random(f"scenario-{seed}")
-        style = rng.choice(["mixed", "mixed", "crashy", "slow-disk", "vote-crash"])
-        sc = cls(
-            seed=seed,
-            voters=voters,
-            observers=rng.choice([0, 0, 1, 2]) if observers is None else observers,
-            drop=rng.choice([0.0, 0.0, 0.01, 0.05, 0.1]),
-            duplicate=rng.choice([0.0, 0.01, 0.05]),
-            delay_ms=rng.choice([(1, 3), (1, 10), (2, 40), (5, 100)]),
-            partitions=rng.random() < 0.7,
-            crashes=rng.random() < 0.7,
-            slow_node=rng.choice([None, None, 1]),
-            style=style,
-            fault_ms=rng.choice([8_000, 15_000, 25_000]),
-        )
-        if style == "crashy":
-            sc.crashes = True
-            sc.crash_every_ms = (150, 1500)
-            sc.downtime_ms = (10, 800)
-            sc.crash_after_send = rng.choice([0.01, 0.03])
-            sc.flush_delay_ms = (0, 30)
-        elif style == "slow-disk":
-            sc.flush_delay_ms = (0, 300)
-        elif style == "vote-crash":
-            sc.crashes = True
-            sc.crash_every_ms = (800, 3000)
-            sc.downtime_ms = (1, 60)
-            sc.crash_after_send = 0.3
-            sc.crash_after = ("VoteResponse",)
-            sc.delay_ms = (5, 100)
-        # Snapshots are drawn from their own generator: with them off, every seed runs as it
-        # did before snapshots existed.
-        snap = random.Random(f"snapshots-{seed}")
-        if snapshots == "on" or (snapshots == "seeded" and snap.random() < 0.75):
-            sc.snapshot_every = snap.choice([20, 40, 80, 150])
-            sc.max_replication_lag_ms = snap.choice([300, 1000, 3000, 10_000])
-            sc.corrupt_snapshot_chunk = snap.choice([0.0, 0.05, 0.2])
-            sc.delete_records = snap.choice([0.0, 0.0, 0.02, 0.1])
-        # Drawn from its own generator too, so that every other choice stays as it was.
-        sc.high_watermark_linger_ms = random.Random(f"hw-linger-{seed}").choice([0, 5, 5, 50])
-        return sc
-
-    def describe(self) -> str:
-        return (
-            f"{self.style}: {self.voters} voters + {self.observers} observers, drop "
-            f"{self.drop}, dup {self.duplicate}, delay {self.delay_ms}, partitions "
-            f"{self.partitions}, crashes {self.crashes} every {self.crash_every_ms}, "
-            f"crash-after-send {self.crash_after_send}, flush {self.flush_delay_ms}, "
-            f"slow {self.slow_node}, faults {self.fault_ms} ms, "
-            f"high-watermark linger {self.high_watermark_linger_ms} ms"
-            + (
-                f", snapshots every {self.snapshot_every} offsets (lag "
-                f"{self.max_replication_lag_ms} ms, corrupt chunks {self.corrupt_snapshot_chunk}, "
-                f"delete records {self.delete_records})"
-                if self.snapshot_every
-                else ", no snapshots"
-            )
-        )
 
 
 # Kafka's RaftEventSimulationTest uses these timings.
@@ -207,6 +102,19 @@ class SimNode:
     flush_scheduled: bool = False
     poll_at: float = INF
     snapshot_busy: bool = False  # a snapshot is being taken (one at a time, as the node)
+    generation: int = 0  # of its disk: a wipe gives it a new directory id
+
+    @property
+    def directory_id(self) -> bytes:
+        return directory_id_of(self.sim.scenario.seed, self.node_id, self.generation)
+
+    def wipe(self) -> None:
+        """The disk is lost: an empty log and quorum-state store, and a new directory id (it
+        comes back a new replica, KIP-853)."""
+        assert not self.alive
+        self.generation += 1
+        self.log = InMemoryLog()
+        self.store = MemoryQuorumStateStore()
 
     def start(self, now: int) -> None:
         self.incarnation += 1
@@ -238,6 +146,8 @@ class SimNode:
             self.store,
             rng=random.Random(f"{self.sim.scenario.seed}-{self.node_id}-{self.incarnation}"),
             listener=self.listener,
+            directory_id=self.directory_id,
+            endpoint=endpoint_of(self.node_id),
         )
         self.sim.invariants.on_start(self)
         self.sim.process(self, self.core.start(now))
@@ -270,6 +180,7 @@ class Simulation(SnapshotDriver):
         self.blocked: set[tuple[int, int]] = set()
         self.faults_active = True
         self.invariants = Invariants(self)
+        self.membership = Membership(self)
         self.trace: deque[str] = deque(maxlen=None if trace else 400)
         self.appends = 0
         self.events = 0
@@ -318,6 +229,8 @@ class Simulation(SnapshotDriver):
             2 if self.faults_active and sc.duplicate and self.rng.random() < sc.duplicate else 1
         )
         message = out.message
+        if kind == "FetchRequest":
+            self.membership.on_fetch_sent(src, dst, message.fetch_offset)
         if (
             sc.corrupt_snapshot_chunk
             and self.faults_active
@@ -355,6 +268,8 @@ class Simulation(SnapshotDriver):
             self.invariants.on_outcome(node, outcome)
         for read in output.reads:
             self.invariants.on_read_outcome(node, read)
+        for change in output.voter_changes:
+            self.membership.on_outcome(node, change)
         for out in output.messages:
             if out.after_flush >= 0 and out.after_flush > node.log.flushed_offset:
                 node.pending.append(out)
@@ -472,6 +387,7 @@ class Simulation(SnapshotDriver):
         "append": _append,
         "fault": _fault,
         "snapshot": SnapshotDriver._snapshot_step,
+        "reconfig": lambda self, payload: self.membership.step(payload),
     }
 
     # ---- the run ------------------------------------------------------------------------------
@@ -505,6 +421,7 @@ class Simulation(SnapshotDriver):
         for node in self.nodes.values():
             node.start(0)
         self._plan_faults()
+        self.membership.plan()
         self.schedule(200, "append", None)
         heal_at = sc.fault_ms
         self.schedule(heal_at, "heal", None)
@@ -522,6 +439,7 @@ class Simulation(SnapshotDriver):
                 node = self._HANDLERS[kind](self, payload)
                 if node is not None:
                     self.invariants.after_event(node)
+                    self.membership.after_event(node)
                 if not self.faults_active and self.invariants.settled():
                     self.invariants.check_acknowledged()
                     return self._result(None)
@@ -550,6 +468,7 @@ class Simulation(SnapshotDriver):
                 **{f"reads {k}": v for k, v in self.invariants.reads.items()},
             },
             dict(self.snapshot_stats) if self.scenario.snapshot_every else {},
+            dict(self.membership.stats) if self.scenario.reconfig else {},
         )
 
     def _heal(self) -> None:
@@ -573,6 +492,7 @@ class SimResult:
     trace: list[str]
     outcomes: dict[str, int] = field(default_factory=dict)
     snapshots: dict[str, int] = field(default_factory=dict)
+    membership: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

@@ -188,6 +188,60 @@ def _listener_skips_snapshot() -> None:
     ListenerFeed._maybe_load_snapshot = load  # type: ignore[method-assign]
 
 
+def _two_voter_changes() -> None:
+    """KIP-853: the leader starts a voter change while another is not committed yet (Kafka's
+    one-change-at-a-time rule dropped): two uncommitted changes can make two disjoint
+    majorities."""
+    from raftcore.raft import reconfig
+
+    original = reconfig._refusal
+
+    def refusal(core, state, what):  # type: ignore[no-untyped-def]
+        answer = original(core, state, what)
+        if answer is not None and "in flight" not in answer[1] and "not committed" not in answer[1]:
+            return answer
+        state.voter_change = None
+        return None
+
+    reconfig._refusal = refusal  # type: ignore[assignment]
+
+
+def _voters_from_committed_only() -> None:
+    """KIP-853: the voter set in force is taken from the committed records only, not the
+    latest record of the log: a leader counts a change's commit by the set before it."""
+    from raftcore.raft.voter_history import VoterHistory
+
+    original_init = RaftCore.__init__
+
+    def init(self, *args, **kw):  # type: ignore[no-untyped-def]
+        original_init(self, *args, **kw)
+        self.history.committed_end = lambda: self.quorum.state.high_watermark
+
+    def latest(self):  # type: ignore[no-untyped-def]
+        hw = getattr(self, "committed_end", lambda: None)()
+        return self.at(-1 if hw is None else hw - 1)
+
+    RaftCore.__init__ = init  # type: ignore[method-assign]
+    VoterHistory.latest = latest  # type: ignore[method-assign]
+
+
+def _wiped_replica_counts() -> None:
+    """KIP-853: a replica is its id alone, directory ids ignored: a voter whose disk was wiped
+    and came back under its id still counts as the voter it was."""
+    from raftcore.raft.voters import ReplicaKey
+
+    ReplicaKey.admits = lambda self, other: self.id == other.id  # type: ignore[method-assign]
+    ReplicaKey.addressed_to = lambda self, local: self.id == local.id  # type: ignore[method-assign]
+
+
+def _add_before_caught_up() -> None:
+    """KIP-853: a replica is added as a voter whether or not it has caught up with the
+    leader."""
+    from raftcore.raft import reconfig
+
+    reconfig.caught_up_recently = lambda last, now, timeout: True  # type: ignore[assignment]
+
+
 PLANTS: dict[str, Callable[[], None]] = {
     "install-unverified": _install_unverified,
     "serve-below-lso": _serve_below_lso,
@@ -200,6 +254,10 @@ PLANTS: dict[str, Callable[[], None]] = {
     "forget-vote": _forget_vote_on_restart,
     "read-without-round": _read_without_round,
     "no-pre-vote": _no_pre_vote,
+    "two-voter-changes": _two_voter_changes,
+    "voters-from-committed-only": _voters_from_committed_only,
+    "wiped-replica-counts": _wiped_replica_counts,
+    "add-before-caught-up": _add_before_caught_up,
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from raftcore.raft.values import ElectionState
+from raftcore.raft.voters import ReplicaKey
 
 NO_DEADLINE = float("inf")
 
@@ -27,9 +28,9 @@ class EpochState:
         """What the quorum-state file says about this state."""
         return ElectionState(epoch=self.epoch, voters=self.voters)
 
-    def can_grant_vote(self, candidate_id: int, log_up_to_date: bool) -> bool:
-        """KIP-595: would this state vote for ``candidate_id``, whose log is (or is not) at
-        least as up to date as ours, in this epoch?"""
+    def can_grant_vote(self, candidate: ReplicaKey, log_up_to_date: bool) -> bool:
+        """KIP-595: would this state vote for ``candidate`` (its id and directory id), whose
+        log is (or is not) at least as up to date as ours, in this epoch?"""
         return False
 
     def can_grant_pre_vote(self, candidate_id: int, log_up_to_date: bool) -> bool:

@@ -17,16 +17,24 @@ class CandidateState(VoteTally, EpochState):
         local_id: int,
         retries: int,
         election_deadline: float,
+        *,
+        local_directory_id: bytes | None = None,
     ) -> None:
         super().__init__(epoch, voters)
         self.local_id = local_id
+        self.local_directory_id = local_directory_id
         self.retries = retries
         self.election_deadline = election_deadline
         self._start_tally(local_id)
         self.backoff_deadline: float | None = None
 
     def election_state(self) -> ElectionState:
-        return ElectionState(epoch=self.epoch, voted_id=self.local_id, voters=self.voters)
+        return ElectionState(
+            epoch=self.epoch,
+            voted_id=self.local_id,
+            voted_directory_id=self.local_directory_id,
+            voters=self.voters,
+        )
 
     def can_grant_pre_vote(self, candidate_id: int, log_up_to_date: bool) -> bool:
         # It never votes for another in its epoch, but a pre-vote binds nothing (KIP-996).

@@ -30,6 +30,9 @@ class FollowerState(EpochState):
         # KIP-630: the snapshot being downloaded from this leader (a RawSnapshotWriter); while
         # it lasts the follower sends FetchSnapshot instead of Fetch. It dies with this state.
         self.fetching_snapshot: Any = None
+        # KIP-853: this voter told this leader who it is (UpdateRaftVoter), or will again then
+        self.voter_updated = False
+        self.update_voter_at = 0
 
     @property
     def leader_id(self) -> int | None:

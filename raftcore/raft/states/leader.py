@@ -1,5 +1,10 @@
 """Leader: this replica leads this epoch. It tracks how far each replica has fetched, computes
-the high watermark, and watches that a majority keeps fetching (check quorum)."""
+the high watermark, and watches that a majority keeps fetching (check quorum).
+
+Voters are counted by their key (KIP-853): a fetch from a voter's id with another directory id
+(a wiped disk under the old id) is an observer's, and counts for nothing. The voter set may
+change while it leads (:meth:`LeaderState.update_voters`): from the moment the change is in its
+log, the high watermark and check quorum go by the new set."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from raftcore.raft.pending import PendingAppends
 from raftcore.raft.read_index import ReadRounds
 from raftcore.raft.states.base import EpochState
 from raftcore.raft.values import ElectionState
+from raftcore.raft.voters import ReplicaKey, VoterEndpoint, VoterSet
 
 logger = logging.getLogger(__name__)
 
@@ -24,6 +30,12 @@ class ReplicaState:
     last_fetch_ms: int = -1
     last_caught_up_ms: int = -1
     leader_end_at_last_fetch: int = -1
+    directory_id: bytes | None = None
+    endpoint: VoterEndpoint | None = None  # where it listens, as its fetches say
+
+    @property
+    def key(self) -> ReplicaKey:
+        return ReplicaKey(self.replica_id, self.directory_id)
 
     def update(self, fetch_offset: int, leader_end_offset: int, now: int) -> None:
         """Record a fetch. The caught-up time (KIP-595 LastCaughtUpTimeMs) is now if the fetch
@@ -44,7 +56,7 @@ class LeaderState(EpochState):
     def __init__(
         self,
         epoch: int,
-        voters: frozenset[int],
+        voter_set: VoterSet,
         *,
         local_id: int,
         epoch_start_offset: int,
@@ -52,16 +64,22 @@ class LeaderState(EpochState):
         check_quorum_timeout_ms: int,
         begin_quorum_interval_ms: int,
         now: int,
+        local_directory_id: bytes | None = None,
     ) -> None:
-        super().__init__(epoch, voters)
+        super().__init__(epoch, voter_set.ids)
         self.local_id = local_id
+        self.local_directory_id = local_directory_id
         self.epoch_start_offset = epoch_start_offset
         self.granting_voters = granting_voters
         # A new leader starts without a high watermark: it never inherits the previous
         # leader's, which keeps the cluster-wide high watermark monotonic.
         self.high_watermark: int | None = None
-        self.voter_states = {v: ReplicaState(v, True) for v in voters}
-        self.observer_states: dict[int, ReplicaState] = {}
+        self.voter_set = voter_set
+        self.voter_states = {
+            v.id: ReplicaState(v.id, True, directory_id=v.key.directory_id)
+            for v in voter_set.values()
+        }
+        self.observer_states: dict[ReplicaKey, ReplicaState] = {}
         self.check_quorum_timeout_ms = check_quorum_timeout_ms
         self.check_quorum_deadline = now + check_quorum_timeout_ms
         self.fetched_voters: set[int] = set()
@@ -73,7 +91,13 @@ class LeaderState(EpochState):
         # Appends waiting for the high watermark; they die with this epoch's leadership.
         self.pending = PendingAppends(epoch)
         # Linearizable reads waiting for their quorum round; they die with it too.
-        self.reads = ReadRounds(local_id, voters)
+        self.reads = ReadRounds(local_id, voter_set.ids)
+        # KIP-853: the voter change in flight (raftcore.raft.reconfig), and, at kraft.version
+        # 0, what each voter reported of itself (UpdateRaftVoter) for the upgrade to 1.
+        self.voter_change: object | None = None
+        self.reported: dict[int, object] = {}
+        # A leadership transfer under way (raftcore.raft.reconfig): no appends meanwhile.
+        self.transfer: object | None = None
 
     @property
     def leader_id(self) -> int | None:
@@ -84,37 +108,71 @@ class LeaderState(EpochState):
 
     # ---- replication progress and the high watermark ---------------------------------------
 
-    def replica(self, replica_id: int) -> ReplicaState:
-        state = self.voter_states.get(replica_id)
-        if state is None:
-            state = self.observer_states.get(replica_id)
-            if state is None:
-                state = self.observer_states[replica_id] = ReplicaState(replica_id, False)
-        return state
+    def replica(self, key: ReplicaKey) -> ReplicaState:
+        """The progress of ``key``: the voter's if the voter set admits it, else an observer's
+        (a voter's id under another directory is an observer)."""
+        state = self.voter_states.get(key.id)
+        if state is not None and self.voter_set.is_voter(key):
+            if state.directory_id is None:
+                state.directory_id = key.directory_id
+            return state
+        observer = self.observer_states.get(key)
+        if observer is None:
+            observer = self.observer_states[key] = ReplicaState(
+                key.id, False, directory_id=key.directory_id
+            )
+        return observer
+
+    def update_voters(self, voter_set: VoterSet) -> None:
+        """The voter set changed (a Voters record in this leader's log): from now on the high
+        watermark, check quorum and BeginQuorumEpoch go by ``voter_set``. A new voter keeps
+        what the leader knew of it as an observer; a removed one becomes an observer."""
+        old = self.voter_states
+        states: dict[int, ReplicaState] = {}
+        for voter in voter_set.values():
+            state = old.get(voter.id)
+            if state is None or not voter.key.admits(state.key):
+                state = self.observer_states.pop(voter.key, None) or ReplicaState(
+                    voter.id, True, directory_id=voter.key.directory_id
+                )
+            state.is_voter = True
+            states[voter.id] = state
+        for voter_id, state in old.items():
+            if voter_id not in states or states[voter_id] is not state:
+                state.is_voter = False
+                if voter_id != self.local_id:
+                    self.observer_states[state.key] = state
+        self.voter_set = voter_set
+        self.voters = voter_set.ids
+        self.voter_states = states
+        self.fetched_voters &= set(states)
+        self.reads.set_voters(voter_set.ids)
 
     def update_local_state(self, durable_end_offset: int, now: int) -> bool:
         """The leader's own log is durable up to ``durable_end_offset``; True when the high
         watermark moved."""
         local = self.voter_states.get(self.local_id)
-        if local is None:
+        if local is None or not self.voter_set.is_voter(
+            ReplicaKey(self.local_id, self.local_directory_id)
+        ):
             return False
         local.end_offset = durable_end_offset
         local.last_fetch_ms = local.last_caught_up_ms = now
         return self.maybe_update_high_watermark()
 
     def update_replica_state(
-        self, replica_id: int, fetch_offset: int, leader_end_offset: int, now: int
+        self, key: ReplicaKey, fetch_offset: int, leader_end_offset: int, now: int
     ) -> bool:
         """A replica fetched from ``fetch_offset`` (valid fetches only): it acknowledges
         everything below. True when the high watermark moved. Negative ids (consumers)
         are not tracked."""
-        if replica_id < 0 or replica_id == self.local_id:
+        if key.id < 0 or key.id == self.local_id:
             return False
-        state = self.replica(replica_id)
+        state = self.replica(key)
         if state.end_offset is not None and fetch_offset < state.end_offset:
             logger.warning(
-                "replica %d fetch offset went back from %d to %d in epoch %d",
-                replica_id,
+                "replica %s fetch offset went back from %d to %d in epoch %d",
+                key,
                 state.end_offset,
                 fetch_offset,
                 self.epoch,
@@ -160,12 +218,12 @@ class LeaderState(EpochState):
 
     # ---- check quorum -----------------------------------------------------------------------
 
-    def update_check_quorum(self, voter_id: int, now: int) -> None:
+    def update_check_quorum(self, key: ReplicaKey, now: int) -> None:
         """A voter fetched: once a majority has (counting the leader), the check-quorum timer
         starts over (KAFKA-15489)."""
-        if voter_id not in self.voter_states or voter_id == self.local_id:
+        if key.id == self.local_id or not self.voter_set.is_voter(key):
             return
-        self.fetched_voters.add(voter_id)
+        self.fetched_voters.add(key.id)
         needed = len(self.voter_states) // 2 + 1
         if self.local_id in self.voter_states:
             needed -= 1
@@ -187,7 +245,7 @@ class LeaderState(EpochState):
         return ", ".join(parts)
 
     def check_quorum_expired(self, now: int) -> bool:
-        if len(self.voter_states) == 1:
+        if len(self.voter_states) == 1 and self.local_id in self.voter_states:
             return False  # a lone voter never loses its quorum
         return now >= self.check_quorum_deadline
 

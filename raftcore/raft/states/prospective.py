@@ -14,6 +14,7 @@ from __future__ import annotations
 from raftcore.raft.states.base import EpochState
 from raftcore.raft.states.tally import VoteTally
 from raftcore.raft.values import ElectionState
+from raftcore.raft.voters import ReplicaKey
 
 
 class ProspectiveState(VoteTally, EpochState):
@@ -28,14 +29,14 @@ class ProspectiveState(VoteTally, EpochState):
         election_deadline: float,
         *,
         leader: int | None = None,
-        voted_id: int | None = None,
+        voted: ReplicaKey | None = None,
         retries: int = 0,
     ) -> None:
         super().__init__(epoch, voters)
         self.local_id = local_id
         self.election_deadline = election_deadline
         self.leader = leader  # the leader of this epoch it followed, if any
-        self.voted_id = voted_id  # the vote it cast in this epoch, if any
+        self.voted = voted  # the vote it cast in this epoch, if any
         self.retries = retries  # elections lost since it last followed a leader
         self._start_tally(local_id)
 
@@ -43,12 +44,21 @@ class ProspectiveState(VoteTally, EpochState):
     def leader_id(self) -> int | None:
         return self.leader
 
+    @property
+    def voted_id(self) -> int | None:
+        return None if self.voted is None else self.voted.id
+
     def election_state(self) -> ElectionState:
         # What the state it came from wrote; a transition to Prospective writes nothing.
         if self.leader is not None:
             return ElectionState(epoch=self.epoch, leader_id=self.leader, voters=self.voters)
-        if self.voted_id is not None:
-            return ElectionState(epoch=self.epoch, voted_id=self.voted_id, voters=self.voters)
+        if self.voted is not None:
+            return ElectionState(
+                epoch=self.epoch,
+                voted_id=self.voted.id,
+                voted_directory_id=self.voted.directory_id,
+                voters=self.voters,
+            )
         return ElectionState(epoch=self.epoch, voters=self.voters)
 
     # ---- the pre-vote election ----------------------------------------------------------------
@@ -58,11 +68,11 @@ class ProspectiveState(VoteTally, EpochState):
 
     # ---- what it grants -----------------------------------------------------------------------
 
-    def can_grant_vote(self, candidate_id: int, log_up_to_date: bool) -> bool:
+    def can_grant_vote(self, candidate: ReplicaKey, log_up_to_date: bool) -> bool:
         # A real vote, as Unattached would (Kafka's unattachedOrProspectiveCanGrantVote): the
         # same candidate again if it voted in this epoch, nobody if it knows the leader.
-        if self.voted_id is not None:
-            return candidate_id == self.voted_id
+        if self.voted is not None:
+            return candidate == self.voted
         if self.leader is not None:
             return False
         return log_up_to_date

@@ -17,7 +17,9 @@ class VoteTally:
     tally_kind = "vote"  # in log messages
 
     def _start_tally(self, local_id: int) -> None:
-        self.granted: set[int] = {local_id}
+        # its own vote counts when it is one of the voters it asks (a replica whose removal is
+        # not committed may stand, KIP-853, but counts by the set without it)
+        self.granted: set[int] = {local_id} & set(self.voters)
         self.rejected: set[int] = set()
 
     @property

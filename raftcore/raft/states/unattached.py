@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from raftcore.raft.states.base import NO_DEADLINE, EpochState
+from raftcore.raft.voters import ReplicaKey
 
 
 class UnattachedState(EpochState):
@@ -13,7 +14,7 @@ class UnattachedState(EpochState):
         # Observers never start elections: their deadline is infinite.
         self.election_deadline = election_deadline
 
-    def can_grant_vote(self, candidate_id: int, log_up_to_date: bool) -> bool:
+    def can_grant_vote(self, candidate: ReplicaKey, log_up_to_date: bool) -> bool:
         # Not yet voted in this epoch: vote for the first candidate whose log is at least as
         # up to date as ours (epoch first, then offset).
         return log_up_to_date
