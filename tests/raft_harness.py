@@ -56,6 +56,8 @@ class Harness:
         seed: int = 7,
         listener: RecordingListener | None = None,
         start: bool = True,
+        directory_id: bytes | None = None,
+        endpoint: Any = None,
         **config: Any,
     ) -> None:
         self.node_id = node_id
@@ -80,9 +82,12 @@ class Harness:
             self.store,
             rng=random.Random(seed),
             listener=self.listener,
+            directory_id=directory_id,
+            endpoint=endpoint,
         )
         self.sent: list[Outbound] = []
         self.reads: list = []  # ReadIndexOutcome, in the order the core gave them
+        self.changes: list = []  # ChangeOutcome (KIP-853 voter changes, transfers)
         self.deadline = float("inf")
         if start:
             self._take(self.core.start(self.now))
@@ -92,6 +97,7 @@ class Harness:
     def _take(self, out) -> None:
         self.sent.extend(out.messages)
         self.reads.extend(out.reads)
+        self.changes.extend(out.voter_changes)
         self.deadline = out.next_deadline
 
     def poll(self) -> None:
@@ -156,7 +162,7 @@ class Harness:
     def become_candidate(self) -> None:
         """Time out, win the pre-vote, and stand for election (epoch + 1)."""
         self.become_prospective()
-        others = [v for v in self.config.voters if v != self.node_id]
+        others = [v for v in self.core.quorum.voters if v != self.node_id]
         self.grant_pre_votes(*others)
         assert isinstance(self.state, CandidateState), self.state
 
@@ -181,7 +187,7 @@ class Harness:
 
     def become_leader(self) -> LeaderState:
         self.become_candidate()
-        others = [v for v in self.config.voters if v != self.node_id]
+        others = [v for v in self.core.quorum.voters if v != self.node_id]
         self.grant_votes(*others)
         assert isinstance(self.state, LeaderState), self.state
         return self.state
@@ -198,6 +204,8 @@ class Harness:
         high_watermark: int = -1,
         correlation_id: int = 4242,
         max_bytes: int = 8 << 20,
+        directory_id: bytes | None = None,
+        endpoint: Any = None,
     ) -> FetchResponse | None:
         """A fetch from ``replica``; returns the response, or None if the leader holds it."""
         request = FetchRequest(
@@ -210,6 +218,8 @@ class Harness:
             is_follower=is_follower,
             high_watermark=high_watermark,
             max_bytes=max_bytes,
+            replica_directory_id=directory_id,
+            replica_endpoint=endpoint,
         )
         self.deliver(replica, request, correlation_id)
         replies = [

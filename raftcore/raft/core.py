@@ -553,6 +553,7 @@ class RaftCore(LeaderRequests):
         if successors is None:
             successors = state.non_leader_voters_by_descending_fetch_offset()
         self.quorum.transition_to_resigned(successors, now, reason)
+        self._carry_high_watermark(state)
         self._left(state, now)
         logger.info("%s resigned epoch %d: %s", self.prefix, state.epoch, reason)
 
