@@ -83,7 +83,7 @@ def voters_in(data) -> list[VoterSet]:  # type: ignore[no-untyped-def]
 # ---- the voter set lives in the log --------------------------------------------------------------
 
 
-def test_a_static_voter_set_upgrades_to_kraft_version_1_once_every_voter_told_the_leader_who_it_is():
+def test_a_static_voter_set_upgrades_to_kraft_version_1_once_every_voter_told_who_it_is():
     h = Harness(1, (1, 2, 3), directory_id=DIR[1], endpoint=ep(1))
     h.become_leader()
     h.flush()
@@ -225,7 +225,7 @@ def test_a_wiped_replica_told_it_led_an_epoch_acts_as_an_observer():
     assert not h.take(VoteRequest)
 
 
-# ---- AddRaftVoter ----------------------------------------------------------------------------------
+# ---- AddRaftVoter ---------------------------------------------------------------------------
 
 
 def test_add_voter_before_a_commit_in_the_leaders_epoch_is_request_timed_out():
@@ -299,7 +299,7 @@ def test_a_change_not_committed_in_time_fails_and_stays_in_the_log():
     assert h.core.voter_set == voters(1, 2, 3, 4)  # the record is in the log, in force
 
 
-# ---- RemoveRaftVoter -------------------------------------------------------------------------------
+# ---- RemoveRaftVoter ------------------------------------------------------------------------
 
 
 def test_remove_voter_of_an_unknown_replica_is_voter_not_found():
@@ -337,7 +337,7 @@ def test_a_voter_whose_removal_is_not_committed_may_stand_but_counts_by_the_new_
     assert asked and 1 not in asked and asked <= {2, 3}
 
 
-# ---- leadership transfer ---------------------------------------------------------------------------
+# ---- leadership transfer --------------------------------------------------------------------
 
 
 def test_a_transfer_stops_appends_and_resigns_naming_the_target_once_it_caught_up():
