@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from raftcore.error_codes import Errors
+from raftcore.raft.leader_news import handle_common_response, maybe_transition
 from raftcore.raft.messages import BeginQuorumEpochRequest, BeginQuorumEpochResponse
 from raftcore.raft.states import LeaderState, ProspectiveState
 from raftcore.raft.voters import ReplicaKey
@@ -42,8 +43,12 @@ def handle_request(
         request.voter_id, request.voter_directory_id
     ).addressed_to(core.local_key):
         return _response(core, Errors.INVALID_VOTER_KEY)  # meant for another replica (KIP-853)
-    core.maybe_transition(
-        request.leader_id, request.leader_epoch, now, f"BeginQuorumEpoch from {request.leader_id}"
+    maybe_transition(
+        core,
+        request.leader_id,
+        request.leader_epoch,
+        now,
+        f"BeginQuorumEpoch from {request.leader_id}",
     )
     state = core.quorum.state
     if (
@@ -63,8 +68,8 @@ def handle_request(
 def handle_response(
     core: RaftCore, source: int, response: BeginQuorumEpochResponse, now: int
 ) -> bool:
-    handled = core.maybe_handle_common_response(
-        response.error_code, response.leader_id, response.leader_epoch, now
+    handled = handle_common_response(
+        core, response.error_code, response.leader_id, response.leader_epoch, now
     )
     if handled is not None:
         return handled

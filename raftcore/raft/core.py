@@ -23,7 +23,7 @@ import random as random_module
 from dataclasses import dataclass, field
 from typing import Any
 
-from raftcore.error_codes import Errors, error_name
+from raftcore.error_codes import Errors
 from raftcore.errors import RaftcoreError, RaftInvariantError
 from raftcore.raft import (
     begin_quorum_epoch,
@@ -68,7 +68,6 @@ from raftcore.raft.states import (
     FollowerState,
     LeaderState,
     ProspectiveState,
-    ResignedState,
 )
 from raftcore.raft.values import LeaderAndEpoch, OffsetAndEpoch
 from raftcore.raft.voter_history import VoterHistory, control_records_in
@@ -385,88 +384,6 @@ class RaftCore(LeaderRequests):
             return Errors.NOT_LEADER_OR_FOLLOWER
         if self.shutting_down:
             return Errors.BROKER_NOT_AVAILABLE
-        return None
-
-    def maybe_transition(self, leader_id: int | None, epoch: int, now: int, reason: str) -> None:
-        """Follow what a message says about the leader of ``epoch`` (Kafka's maybeTransition),
-        refusing what would mean two leaders in one epoch."""
-        quorum = self.quorum
-        if leader_id is not None and leader_id == self.node_id and self._not_our_leadership(epoch):
-            # Another replica under this id led that epoch: this one started without a
-            # quorum-state (a new or wiped disk, KIP-853). It is not the voter that led it.
-            quorum.demote(
-                f"a replica with id {self.node_id} led epoch {epoch}, which this replica never "
-                "knew: its disk is new (wiped or replaced), so it is another replica"
-            )
-            if epoch > quorum.epoch:
-                self.transition_to_unattached(epoch, now, reason)
-            return
-        if leader_id is not None and epoch == quorum.epoch:
-            known = quorum.leader_id
-            if leader_id == self.node_id and not isinstance(
-                quorum.state, (LeaderState, ResignedState)
-            ):
-                raise RaftInvariantError(
-                    f"{self.prefix} a message names this replica leader of epoch {epoch}, "
-                    f"but it is {quorum.state!r}"
-                )
-            if known is not None and known != leader_id:
-                raise RaftInvariantError(
-                    f"{self.prefix} epoch {epoch}: leader {leader_id} reported, {known} known"
-                )
-        if epoch > quorum.epoch:
-            if leader_id is not None and leader_id != self.node_id:
-                self.transition_to_follower(epoch, leader_id, now, reason)
-            elif leader_id == self.node_id:
-                raise RaftInvariantError(
-                    f"{self.prefix} a message names this replica leader of future epoch {epoch}"
-                )
-            else:
-                self.transition_to_unattached(epoch, now, reason)
-        elif leader_id is not None and quorum.leader_id is None and leader_id != self.node_id:
-            self.transition_to_follower(epoch, leader_id, now, reason)
-
-    def _not_our_leadership(self, epoch: int) -> bool:
-        """A message names this replica's id leader of ``epoch``, which this replica cannot
-        have led, and it started without a quorum-state: a new disk under an old id."""
-        quorum = self.quorum
-        if not quorum.started_without_state:
-            return False
-        if epoch > quorum.epoch:
-            return True
-        return epoch == quorum.epoch and not isinstance(quorum.state, (LeaderState, ResignedState))
-
-    def maybe_handle_common_response(
-        self, error: int, leader_id: int, epoch: int, now: int
-    ) -> bool | None:
-        """What every response says before its own content (Kafka's maybeHandleCommonResponse).
-
-        Returns True/False when the response is fully handled (success/failure), or None when
-        its own handler should go on.
-        """
-        leader = None if leader_id < 0 else leader_id
-        if epoch < self.quorum.epoch or error == Errors.UNKNOWN_LEADER_EPOCH:
-            return True  # stale
-        if epoch > self.quorum.epoch or error in (
-            Errors.FENCED_LEADER_EPOCH,
-            Errors.NOT_LEADER_OR_FOLLOWER,
-        ):
-            self.maybe_transition(
-                leader, epoch, now, f"a response in epoch {epoch} ({error_name(error)})"
-            )
-            return True
-        if leader is not None and self.quorum.leader_id is None and leader != self.node_id:
-            self.transition_to_follower(epoch, leader, now, f"{leader} leads epoch {epoch}")
-            return None if error == Errors.NONE else True
-        if error == Errors.BROKER_NOT_AVAILABLE:
-            return False
-        if error == Errors.INVALID_REQUEST:
-            raise RaftInvariantError(f"{self.prefix} a peer found our request invalid")
-        if error == Errors.INCONSISTENT_CLUSTER_ID:
-            logger.error(
-                "%s a peer belongs to another cluster (INCONSISTENT_CLUSTER_ID)", self.prefix
-            )
-            return False
         return None
 
     # ---- transitions with their side effects ---------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from raftcore.error_codes import Errors
+from raftcore.raft.leader_news import handle_common_response, maybe_transition
 from raftcore.raft.messages import EndQuorumEpochRequest, EndQuorumEpochResponse
 from raftcore.raft.states import FollowerState, ResignedState
 
@@ -44,8 +45,12 @@ def handle_request(
     error = core.validate_voter_only_request(request.leader_id, request.leader_epoch)
     if error is not None:
         return _response(core, error)
-    core.maybe_transition(
-        request.leader_id, request.leader_epoch, now, f"EndQuorumEpoch from {request.leader_id}"
+    maybe_transition(
+        core,
+        request.leader_id,
+        request.leader_epoch,
+        now,
+        f"EndQuorumEpoch from {request.leader_id}",
     )
     state = core.quorum.state
     if isinstance(state, FollowerState) and state.leader == request.leader_id:
@@ -64,8 +69,8 @@ def handle_request(
 def handle_response(
     core: RaftCore, source: int, response: EndQuorumEpochResponse, now: int
 ) -> bool:
-    handled = core.maybe_handle_common_response(
-        response.error_code, response.leader_id, response.leader_epoch, now
+    handled = handle_common_response(
+        core, response.error_code, response.leader_id, response.leader_epoch, now
     )
     if handled is not None:
         return handled

@@ -36,6 +36,7 @@ from raftcore.error_codes import Errors
 from raftcore.errors import CorruptRecordError, InvalidAppendError, RaftInvariantError
 from raftcore.produce_validation import check_well_formed
 from raftcore.raft import fetch_snapshot
+from raftcore.raft.leader_news import handle_common_response
 from raftcore.raft.messages import FetchRequest, FetchResponse
 from raftcore.raft.replicated_log import truncate_to_end_offset, validate_offset_and_epoch
 from raftcore.raft.states import FollowerState, LeaderState
@@ -180,8 +181,12 @@ def try_complete(
 
 def handle_response(core: RaftCore, source: int, response: FetchResponse, now: int) -> bool:
     leader = response.current_leader
-    handled = core.maybe_handle_common_response(
-        response.error_code, -1 if leader.leader_id is None else leader.leader_id, leader.epoch, now
+    handled = handle_common_response(
+        core,
+        response.error_code,
+        -1 if leader.leader_id is None else leader.leader_id,
+        leader.epoch,
+        now,
     )
     if handled is not None:
         return handled

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from raftcore.error_codes import Errors
 from raftcore.errors import CorruptSnapshotError, SnapshotError
 from raftcore.raft import reconfig
+from raftcore.raft.leader_news import handle_common_response
 from raftcore.raft.messages import FetchSnapshotRequest, FetchSnapshotResponse
 from raftcore.raft.replicated_log import install_snapshot, snapshot_log
 from raftcore.raft.states import FollowerState, LeaderState
@@ -146,8 +147,12 @@ def start_download(
 
 def handle_response(core: RaftCore, source: int, response: FetchSnapshotResponse, now: int) -> bool:
     leader = response.current_leader
-    handled = core.maybe_handle_common_response(
-        response.error_code, -1 if leader.leader_id is None else leader.leader_id, leader.epoch, now
+    handled = handle_common_response(
+        core,
+        response.error_code,
+        -1 if leader.leader_id is None else leader.leader_id,
+        leader.epoch,
+        now,
     )
     if handled is not None:
         return handled

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from raftcore.error_codes import Errors, error_name
 from raftcore.raft.control_records import kraft_version_record, voters_record
+from raftcore.raft.leader_news import handle_common_response
 from raftcore.raft.leader_requests import NotLeaderError
 from raftcore.raft.messages import UpdateVoterRequest, UpdateVoterResponse
 from raftcore.raft.replicated_log import snapshot_log
@@ -497,8 +498,12 @@ def handle_update_response(
     core: RaftCore, source: int, response: UpdateVoterResponse, now: int
 ) -> bool:
     leader = response.current_leader
-    handled = core.maybe_handle_common_response(
-        response.error_code, -1 if leader.leader_id is None else leader.leader_id, leader.epoch, now
+    handled = handle_common_response(
+        core,
+        response.error_code,
+        -1 if leader.leader_id is None else leader.leader_id,
+        leader.epoch,
+        now,
     )
     if handled is not None:
         return handled

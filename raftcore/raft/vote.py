@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from raftcore.error_codes import Errors
 from raftcore.raft import polling
+from raftcore.raft.leader_news import handle_common_response
 from raftcore.raft.messages import VoteRequest, VoteResponse
 from raftcore.raft.replicated_log import end_offset_and_epoch
 from raftcore.raft.states import CandidateState, ProspectiveState, UnattachedState
@@ -121,8 +122,8 @@ def handle_response(core: RaftCore, source: int, response: VoteResponse, now: in
         # as Kafka's handleVoteResponse does (stronger than counting it as a grant).
         core.transition_to_candidate(now, f"voter {source} does not support pre-vote")
         return True
-    handled = core.maybe_handle_common_response(
-        response.error_code, response.leader_id, response.leader_epoch, now
+    handled = handle_common_response(
+        core, response.error_code, response.leader_id, response.leader_epoch, now
     )
     if handled is not None:
         return handled
