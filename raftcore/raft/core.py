@@ -480,10 +480,10 @@ class RaftCore(LeaderRequests):
 
     # ---- the voter set in the log (KIP-853, raftcore.raft.voter_history) -----------------------
 
-    def on_appended(self, data: bytes | memoryview, now: int) -> None:
-        """Batches were appended (a follower's fetch): KRaftVersion and Voters records among
-        them take effect at once, committed or not."""
-        found = control_records_in(data)
+    def on_appended(self, data: bytes | memoryview, now: int, scan: Any = None) -> None:
+        """Batches were appended (a follower's fetch; ``scan``: their scan, if made already):
+        KRaftVersion and Voters records among them take effect at once, committed or not."""
+        found = control_records_in(data, scan)
         if found:
             self.history.add_all(found)
             self.on_voters_changed(now)

@@ -42,7 +42,7 @@ from raftcore.raft.replicated_log import truncate_to_end_offset, validate_offset
 from raftcore.raft.states import FollowerState, LeaderState
 from raftcore.raft.values import ValidationKind
 from raftcore.raft.voters import ReplicaKey
-from raftcore.records import scan_batches
+from raftcore.records import BatchScan, scan_batches
 
 if TYPE_CHECKING:
     from raftcore.raft.core import RaftCore
@@ -224,9 +224,10 @@ def handle_response(core: RaftCore, source: int, response: FetchResponse, now: i
     else:
         records = response.records
         if len(records) > 0:
-            if not _append(core, state, records, source):
+            scan = _append(core, state, records, source)
+            if scan is None:
                 return False
-            core.on_appended(records, now)  # KRaftVersion and Voters records take effect now
+            core.on_appended(records, now, scan)  # KRaftVersion, Voters: in force at once
         if response.high_watermark >= 0:
             state.update_high_watermark(min(response.high_watermark, log.end_offset))
         core.snapshots.maybe_advance_as_follower(response.log_start_offset)
@@ -234,7 +235,10 @@ def handle_response(core: RaftCore, source: int, response: FetchResponse, now: i
     return True
 
 
-def _append(core: RaftCore, state: FollowerState, records: bytes | memoryview, source: int) -> bool:
+def _append(
+    core: RaftCore, state: FollowerState, records: bytes | memoryview, source: int
+) -> BatchScan | None:
+    """Append the leader's batches; their scan, or None when they are refused."""
     try:
         scan = scan_batches(records, check_crc=False)
         scan.raise_error()
@@ -246,5 +250,5 @@ def _append(core: RaftCore, state: FollowerState, records: bytes | memoryview, s
         core.log.append_as_follower(records)
     except (CorruptRecordError, InvalidAppendError) as exc:
         logger.error("%s refusing records from leader %d: %s", core.prefix, source, exc)
-        return False
-    return True
+        return None
+    return scan

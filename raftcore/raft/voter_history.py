@@ -34,13 +34,15 @@ _CONTROL = 0x20  # the control bit of a batch's attributes
 _SCAN_BYTES = 4 << 20
 
 
-def control_records_in(data: Any) -> list[tuple[int, int, bytes]]:
+def control_records_in(data: Any, scan: Any = None) -> list[tuple[int, int, bytes]]:
     """(offset, control type, value) of the KRaftVersion and Voters records in ``data`` (whole
-    batches). Only control batches are decoded; the rest is a native header scan."""
+    batches). Only control batches are decoded; the rest is a native header scan (``scan``:
+    the caller's scan of ``data``, when it made one)."""
     if len(data) == 0:
         return []
-    scan = scan_batches(data, check_crc=False)
-    if scan.count == 0:
+    if scan is None:
+        scan = scan_batches(data, check_crc=False)
+    if scan.count == 0 or not (scan.attributes[: scan.count] & _CONTROL).any():
         return []
     found: list[tuple[int, int, bytes]] = []
     for i in np.flatnonzero(scan.attributes[: scan.count] & _CONTROL):
