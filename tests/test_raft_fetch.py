@@ -428,9 +428,11 @@ def test_an_observer_whose_leader_went_silent_asks_a_voter_who_leads_now():
     assert isinstance(h.state, FollowerState) and (h.state.leader, h.epoch) == (3, 5)
 
 
-def test_begin_quorum_epoch_to_an_observer_is_refused():
+def test_an_observer_told_of_a_leader_by_begin_quorum_epoch_follows_it():
+    """KIP-853: the sender may count it a voter (added by a record it has not read yet)."""
     h = Harness(node_id=9)
-    assert h.begin_quorum_epoch(2, 4).error_code == Errors.INCONSISTENT_VOTER_SET
+    assert h.begin_quorum_epoch(2, 4).error_code == Errors.NONE
+    assert isinstance(h.state, FollowerState) and h.state.leader == 2
 
 
 def test_a_follower_told_it_is_not_a_voter_keeps_the_records_and_stops_standing():

@@ -358,20 +358,15 @@ class RaftCore(LeaderRequests):
 
     def validate_voter_only_request(self, remote_id: int, request_epoch: int) -> int | None:
         """Checks shared by Vote, BeginQuorumEpoch and EndQuorumEpoch: an older epoch is
-        fenced; a sender or receiver outside the voter set is refused
-        (INCONSISTENT_VOTER_SET)."""
+        fenced; a negative sender id is invalid."""
         if request_epoch < self.quorum.epoch:
             return Errors.FENCED_LEADER_EPOCH
         if remote_id < 0:
             return Errors.INVALID_REQUEST
-        # KIP-853: with the voter set in the log, a replica's view of it may be behind (a
-        # voter just added has not read the record that added it), so any replica answers;
-        # what counts is that the candidate counts only its voters, by key. The static voter
-        # set of kraft.version 0 is the same everywhere and still checked.
-        if self.history.kraft_version == 0 and (
-            self.quorum.is_observer or remote_id not in self.quorum.voters
-        ):
-            return Errors.INCONSISTENT_VOTER_SET
+        # KIP-853 (Kafka 3.9 dropped the voter check here): with the voter set in the log, a
+        # replica's view of it may be behind -- a voter just added has not read the record
+        # that added it, and may not even know the cluster left its static voter set -- so any
+        # replica answers. What counts is that a candidate counts only its voters, by key.
         return None
 
     def validate_leader_only_request(self, request_epoch: int) -> int | None:
