@@ -50,7 +50,8 @@ def test_scram_sha_256_client_sends_rfc_7677s_messages_and_accepts_its_server_si
 
 def test_scram_sha_256_server_from_stored_keys_answers_rfc_7677s_exchange():
     """The server holds only StoredKey/ServerKey (from the RFC's salt), never the password."""
-    cred = make_credential("SCRAM-SHA-256", "pencil", salt=base64.b64decode(RFC7677["salt"]))
+    salt = base64.b64decode(RFC7677["salt"])
+    cred = make_credential("SCRAM-SHA-256", "pencil", salt=salt, iterations=4096)
     server = ScramServer("SCRAM-SHA-256", {"user": cred}.get, nonce=RFC7677["server_nonce"])
     assert server.step(RFC7677["client_first"]) == RFC7677["server_first"]
     assert server.step(RFC7677["client_final"]) == RFC7677["server_final"]
@@ -96,7 +97,7 @@ def test_an_unknown_user_gets_a_stable_made_up_salt_and_fails_only_at_the_proof(
         firsts.append(server_first.split(b",")[1:])  # salt and iterations
         with pytest.raises(ScramError, match="invalid proof"):
             server.step(client.final(server_first))
-    assert firsts[0] == firsts[1] and firsts[0][1] == b"i=4096"
+    assert firsts[0] == firsts[1] and firsts[0][1] == b"i=8192"  # what new credentials get
 
 
 def test_the_server_nonce_must_extend_the_clients_and_the_client_final_must_repeat_it():
@@ -123,7 +124,7 @@ def test_a_client_final_nonce_that_repeats_the_client_nonce_in_front_is_accepted
     cred = make_credential("SCRAM-SHA-256", "pencil")
     server = ScramServer("SCRAM-SHA-256", {"user": cred}.get, nonce="SERVER")
     server_first = server.step(b"n,,n=user,r=abc")
-    salted = hashlib.pbkdf2_hmac("sha256", b"pencil", cred.salt, 4096)
+    salted = hashlib.pbkdf2_hmac("sha256", b"pencil", cred.salt, cred.iterations)
     client_key = hmac.new(salted, b"Client Key", "sha256").digest()
     without_proof = b"c=biws,r=abcabcSERVER"  # the client nonce, then the server's whole nonce
     auth = b"n=user,r=abc," + server_first + b"," + without_proof
