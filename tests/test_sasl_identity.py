@@ -256,6 +256,24 @@ def test_a_cluster_set_up_with_one_shared_password_keeps_working_and_says_so_at_
     ), shared
 
 
+def test_a_node_with_its_own_credentials_says_when_the_others_cannot_log_in_to_it(tmp_path, caplog):
+    """Step 1 of the move to per-node credentials forgotten: node 1 has its own, nodes 2 and
+    3 still share a password whose credentials the file does not keep."""
+    users = write_file(tmp_path, own=(1,))
+    ports = free_ports(3)
+    config = NodeConfig(
+        node_id=1,
+        voters={i: Endpoint("127.0.0.1", p) for i, p in zip((1, 2, 3), ports, strict=True)},
+        data_dir=tmp_path / "n",
+        cluster_id=CLUSTER_ID,
+        security=plaintext(users, OWN[1]),
+    )
+    with caplog.at_level(logging.WARNING):
+        RaftNode(config)
+    assert "node-2 and node-3 have no credentials of their own in" in caplog.text
+    assert "cannot log in to this node" in caplog.text
+
+
 def test_a_node_whose_password_file_does_not_hold_its_own_password_does_not_start(tmp_path):
     users = write_file(tmp_path, own=(1,))
     config = NodeConfig(

@@ -264,9 +264,18 @@ class SaslAuthenticator:
                     self.prefix,
                 )
             return
-        if self.users.shared_node is None and self._shared_password is None:
-            return
         without = sorted(v for v in self.voters if self.users.node(v) is None)
+        if without and self.users.shared_node is None and self._shared_password is None:
+            logger.warning(
+                "%s %s no credentials of %s own in %s, and it keeps no shared node password: "
+                '%s cannot log in to this node (docs/security.md, "Per-node credentials")',
+                self.prefix,
+                _nodes(without) + (" has" if len(without) == 1 else " have"),
+                "its" if len(without) == 1 else "their",
+                self.users.path,
+                "it" if len(without) == 1 else "they",
+            )
+            return
         if without:
             logger.warning(
                 "%s %s no credentials of %s own: whoever holds the shared inter-node password "
