@@ -168,6 +168,12 @@ def test_a_sasl_login_as_a_node_on_sasl_ssl_is_not_a_node(tmp_path):
             answer = await raw.ask(ApiKey.VOTE, 1, vote_body(candidate=2))
             assert answer.error_code == Errors.CLUSTER_AUTHORIZATION_FAILED
             raw.close()
+            # node 2's certificate with a user's login is that user
+            raw = await Raw.connect(target.host, target.port, tls("node-2"))
+            assert (await raw.login_plain("alice", USERS["alice"])).error_code == Errors.NONE
+            answer = await raw.ask(ApiKey.VOTE, 1, vote_body(candidate=2))
+            assert answer.error_code == Errors.CLUSTER_AUTHORIZATION_FAILED
+            raw.close()
             # node 2's certificate with node 2's login (a node of an older raftcore): node 2
             raw = await Raw.connect(target.host, target.port, tls("node-2"))
             assert (await raw.login_plain("node-2", NODE_PASSWORD)).error_code == Errors.NONE

@@ -400,7 +400,8 @@ class SaslAuthenticator:
             session.busy = None
             busy.set_result(None)
         if session.state == COMPLETE:
-            if not (self.security.uses_tls and conn.principal.kind == "node"):
+            node_login = NODE_USER.fullmatch(session.username) is not None
+            if not (self.security.uses_tls and node_login):  # SASL_SSL: the certificate's
                 conn.principal = self.principal(session.username)
             conn.max_frame_bytes = self.max_frame_bytes
             self.logins += 1
