@@ -38,6 +38,12 @@ def _cmd_certs(args: argparse.Namespace) -> int:
         )
     if not files.clients:
         print(f"  clients: security.protocol=SSL, ssl.ca.location={d / 'ca.pem'}")
+    print(
+        "  SASL logins for clients: --listeners SASL_SSL://HOST:PORT --sasl-users FILE and the "
+        "same --ssl-certfile/--ssl-keyfile/--ssl-cafile, without --ssl-client-auth required "
+        "(no --sasl-node-password-file: a node is the node its certificate names, and a login "
+        "never makes a connection a node)"
+    )
     return 0
 
 

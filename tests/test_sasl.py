@@ -17,14 +17,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sasl_helpers import CLUSTER_ID, NODE_PASSWORD, USERS, client, run, users_file
+from sasl_helpers import (
+    CLUSTER_ID,
+    NODE_PASSWORD,
+    USERS,
+    Raw,
+    client,
+    metadata_body,
+    run,
+    users_file,
+    vote_body,
+)
 
 from raftcore.client import Consumer, Producer
 from raftcore.error_codes import Errors
 from raftcore.node.config import Endpoint, NodeConfig
 from raftcore.node.local_cluster import free_ports
 from raftcore.node.node import RaftNode
-from raftcore.protocol.api import ApiKey, decode_response, encode_request, request_spec
+from raftcore.protocol.api import ApiKey, request_spec
 from raftcore.raft import QuorumConfig
 from raftcore.security.config import ListenerSecurity
 from raftcore.security.sasl import SaslConfigError
@@ -82,77 +92,6 @@ async def leader_of(nodes: list[RaftNode], timeout_s: float = 15.0) -> RaftNode:
 
 def bootstrap(nodes: list[RaftNode]) -> list[str]:
     return [str(n.config.listen) for n in nodes]
-
-
-# ---- raw frames ----------------------------------------------------------------------------------
-
-
-class Raw:
-    """One connection, requests one at a time; ``ask`` returns the answer's body, or None when
-    the node closed the connection without answering."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer, self.cid = reader, writer, 0
-
-    @classmethod
-    async def open(cls, node: RaftNode) -> Raw:
-        return cls(*await asyncio.open_connection(node.config.listen.host, node.config.listen.port))
-
-    async def ask(self, key: int, version: int, body: Any) -> Any:
-        self.cid += 1
-        frame = encode_request(key, version, self.cid, "raw-test", body)
-        self.writer.write(struct.pack(">i", len(frame)) + frame)
-        try:
-            (size,) = struct.unpack(">i", await asyncio.wait_for(self.reader.readexactly(4), 5))
-            data = await asyncio.wait_for(self.reader.readexactly(size), 5)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            return None
-        cid, answer = decode_response(key, version, data)
-        assert cid == self.cid
-        return answer
-
-    async def closed(self) -> bool:
-        """True when the node closed the connection (within 5 s)."""
-        try:
-            return await asyncio.wait_for(self.reader.read(1), 5) == b""
-        except ConnectionError:
-            return True
-
-    def close(self) -> None:
-        self.writer.close()
-
-    async def handshake(self, mechanism: str, version: int = 1) -> Any:
-        cls = request_spec(ApiKey.SASL_HANDSHAKE).cls
-        return await self.ask(ApiKey.SASL_HANDSHAKE, version, cls(mechanism=mechanism))
-
-    async def authenticate(self, token: bytes, version: int = 1) -> Any:
-        cls = request_spec(ApiKey.SASL_AUTHENTICATE).cls
-        return await self.ask(ApiKey.SASL_AUTHENTICATE, version, cls(auth_bytes=token))
-
-    async def login_plain(self, user: str, password: str) -> Any:
-        assert (await self.handshake("PLAIN")).error_code == Errors.NONE
-        return await self.authenticate(b"\x00" + user.encode() + b"\x00" + password.encode())
-
-
-def metadata_body() -> Any:
-    cls = request_spec(ApiKey.METADATA).cls
-    return cls(topics=None, allow_auto_topic_creation=False)
-
-
-def vote_body(candidate: int) -> Any:
-    cls = request_spec(ApiKey.VOTE).cls
-    partition = cls.PartitionData(
-        partition_index=0,
-        candidate_epoch=99,
-        candidate_id=candidate,
-        last_offset_epoch=99,
-        last_offset=10**9,
-    )
-    return cls(
-        cluster_id=CLUSTER_ID,
-        voter_id=1,
-        topics=[cls.TopicData(topic_name="raftcore", partitions=[partition])],
-    )
 
 
 # ---- raftcore.client ---------------------------------------------------------------------------

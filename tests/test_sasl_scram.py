@@ -23,6 +23,7 @@ from raftcore.security.users import (
     loose_mode,
     make_user,
     read_users,
+    read_users_file,
     write_users,
 )
 
@@ -50,7 +51,8 @@ def test_scram_sha_256_client_sends_rfc_7677s_messages_and_accepts_its_server_si
 
 def test_scram_sha_256_server_from_stored_keys_answers_rfc_7677s_exchange():
     """The server holds only StoredKey/ServerKey (from the RFC's salt), never the password."""
-    cred = make_credential("SCRAM-SHA-256", "pencil", salt=base64.b64decode(RFC7677["salt"]))
+    salt = base64.b64decode(RFC7677["salt"])
+    cred = make_credential("SCRAM-SHA-256", "pencil", salt=salt, iterations=4096)
     server = ScramServer("SCRAM-SHA-256", {"user": cred}.get, nonce=RFC7677["server_nonce"])
     assert server.step(RFC7677["client_first"]) == RFC7677["server_first"]
     assert server.step(RFC7677["client_final"]) == RFC7677["server_final"]
@@ -96,7 +98,7 @@ def test_an_unknown_user_gets_a_stable_made_up_salt_and_fails_only_at_the_proof(
         firsts.append(server_first.split(b",")[1:])  # salt and iterations
         with pytest.raises(ScramError, match="invalid proof"):
             server.step(client.final(server_first))
-    assert firsts[0] == firsts[1] and firsts[0][1] == b"i=4096"
+    assert firsts[0] == firsts[1] and firsts[0][1] == b"i=8192"  # what new credentials get
 
 
 def test_the_server_nonce_must_extend_the_clients_and_the_client_final_must_repeat_it():
@@ -123,7 +125,7 @@ def test_a_client_final_nonce_that_repeats_the_client_nonce_in_front_is_accepted
     cred = make_credential("SCRAM-SHA-256", "pencil")
     server = ScramServer("SCRAM-SHA-256", {"user": cred}.get, nonce="SERVER")
     server_first = server.step(b"n,,n=user,r=abc")
-    salted = hashlib.pbkdf2_hmac("sha256", b"pencil", cred.salt, 4096)
+    salted = hashlib.pbkdf2_hmac("sha256", b"pencil", cred.salt, cred.iterations)
     client_key = hmac.new(salted, b"Client Key", "sha256").digest()
     without_proof = b"c=biws,r=abcabcSERVER"  # the client nonce, then the server's whole nonce
     auth = b"n=user,r=abc," + server_first + b"," + without_proof
@@ -313,6 +315,101 @@ def test_raftcore_users_add_without_a_terminal_asks_for_password_stdin(tmp_path)
     out = _users_cli(tmp_path, "add", str(tmp_path / "u.json"), "alice")
     assert out.returncode != 0 and "--password-stdin" in out.stderr
     assert not (tmp_path / "u.json").exists()
+
+
+def test_new_credentials_get_8192_iterations_and_4096_is_still_the_least_accepted(tmp_path):
+    """SCRAM and PLAIN credentials default to 8192 PBKDF2 iterations (twice KIP-84's
+    minimum); 4096 is still accepted, 4095 is not."""
+    path = tmp_path / "users.json"
+    out = _users_cli(tmp_path, "add", str(path), "alice", "--password-stdin", stdin="pw\n")
+    assert out.returncode == 0, out.stderr
+    alice = read_users(path)["alice"]
+    assert alice.plain is not None and alice.plain.iterations == 8192
+    assert {m: c.iterations for m, c in alice.scram.items()} == {
+        "SCRAM-SHA-256": 8192,
+        "SCRAM-SHA-512": 8192,
+    }
+    assert make_user("bob", "pw").plain.iterations == 8192  # type: ignore[union-attr]
+    assert make_credential("SCRAM-SHA-512", "pw").iterations == 8192
+    out = _users_cli(
+        tmp_path, "add", str(path), "bob", "--password-stdin", "--iterations", "4096", stdin="x\n"
+    )
+    assert out.returncode == 0, out.stderr
+    assert read_users(path)["bob"].scram["SCRAM-SHA-256"].iterations == 4096
+    out = _users_cli(
+        tmp_path, "add", str(path), "carol", "--password-stdin", "--iterations", "4095", stdin="x\n"
+    )
+    assert out.returncode == 2 and "below the minimum 4096" in out.stderr
+
+
+def test_raftcore_users_add_node_writes_a_new_password_for_that_node_only(tmp_path):
+    """``add-node ID --password-out FILE``: a random password in FILE (0600, never over an
+    existing one), node-<id>'s credentials in the users file; ``add-node shared`` keeps the
+    shared password's; ``list`` names them; ``delete-node`` removes them. Users are kept."""
+    path = tmp_path / "users.json"
+    assert (
+        _users_cli(tmp_path, "add", str(path), "alice", "--password-stdin", stdin="a\n").returncode
+        == 0
+    )
+    for node_id in (1, 2):
+        out = _users_cli(
+            tmp_path, "add-node", str(path), str(node_id), "--password-out", f"n{node_id}"
+        )
+        assert out.returncode == 0, out.stderr
+        assert f"added node-{node_id}" in out.stdout and "--sasl-node-password-file" in out.stdout
+    passwords = {i: (tmp_path / f"n{i}").read_text().strip() for i in (1, 2)}
+    assert len(set(passwords.values())) == 2 and all(len(p) >= 40 for p in passwords.values())
+    assert all(stat.S_IMODE((tmp_path / f"n{i}").stat().st_mode) == 0o600 for i in (1, 2))
+    out = _users_cli(tmp_path, "add-node", str(path), "1", "--password-out", "n1")
+    assert out.returncode == 2 and "exists" in out.stderr
+    assert (tmp_path / "n1").read_text().strip() == passwords[1]
+    out = _users_cli(tmp_path, "add-node", str(path), "shared", "--password-stdin", stdin="s\n")
+    assert out.returncode == 0, out.stderr
+    contents = read_users_file(path)
+    assert contents.node(1).plain.matches(passwords[1])  # type: ignore[union-attr]
+    assert not contents.node(2).plain.matches(passwords[1])  # type: ignore[union-attr]
+    assert contents.shared_node.plain.matches("s")  # type: ignore[union-attr]
+    text = path.read_text()
+    assert not any(p in text for p in passwords.values())
+    assert _users_cli(tmp_path, "list", str(path)).stdout.splitlines() == [
+        "alice\tPLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "node-1\tPLAIN,SCRAM-SHA-256,SCRAM-SHA-512\t(node 1's own)",
+        "node-2\tPLAIN,SCRAM-SHA-256,SCRAM-SHA-512\t(node 2's own)",
+        "shared\tPLAIN,SCRAM-SHA-256,SCRAM-SHA-512\t"
+        "(the password shared by nodes without their own)",
+    ]
+    assert _users_cli(tmp_path, "delete-node", str(path), "shared").returncode == 0
+    assert _users_cli(tmp_path, "delete-node", str(path), "2").returncode == 0
+    contents = read_users_file(path)
+    assert sorted(contents.users) == ["alice", "node-1"] and contents.shared_node is None
+    out = _users_cli(tmp_path, "delete", str(path), "node-1")
+    assert out.returncode == 2 and "delete-node" in out.stderr
+
+
+def test_no_password_or_key_shows_in_a_repr_or_str():
+    """Config objects holding a password print it as ***: a log line or a traceback showing a
+    ClientSecurity must not show the password."""
+    from raftcore.security.config import ClientSecurity, ListenerSecurity
+    from raftcore.security.users import UsersFile
+    from raftcore.spark.job_source import JobSource
+    from raftcore.spark.options import ReadOptions, WriteOptions
+
+    client = ClientSecurity(
+        protocol="SASL_SSL", sasl_mechanism="PLAIN", sasl_username="alice", sasl_password="hunter2"
+    )
+    shown = [
+        client,
+        ListenerSecurity(protocol="SASL_PLAINTEXT", sasl_node_password="hunter2"),
+        ReadOptions(security=client),
+        WriteOptions(bootstrap=(), security=client),
+        JobSource(("h:1",), security=(("sasl.password", "hunter2"), ("sasl.username", "alice"))),
+        UsersFile(salt_key=b"hunter2"),
+    ]
+    for obj in shown:
+        for text in (repr(obj), str(obj)):
+            assert "hunter2" not in text and "aHVudGVyMg" not in text, text
+    assert "sasl_username='alice'" in repr(client) and "sasl_password='***'" in repr(client)
+    assert "sasl_password" not in repr(ClientSecurity())  # not set: not shown
 
 
 # ---- --command-config ----------------------------------------------------------------------------

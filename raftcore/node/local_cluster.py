@@ -97,6 +97,9 @@ class LocalCluster:
         self.ports = ports or free_ports(size, host)
         self.node_ids = list(range(1, size + 1))
         self.node_args = node_args or []
+        # arguments of one node only, after node_args (an option given again there wins):
+        # its own password file, say (docs/security.md)
+        self.node_own_args: dict[int, list[str]] = {}
         self.env = env
         self.tls_dir = None if tls_dir is None else Path(tls_dir).absolute()
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
@@ -141,6 +144,7 @@ class LocalCluster:
             "--ready-file",
             str(self._ready_file(node_id)),
             *self.node_args,
+            *self.node_own_args.get(node_id, []),
         ]
 
     def _listener_args(self, node_id: int) -> list[str]:

@@ -164,7 +164,8 @@ class Messaging:
         answer = await self._handle_frame(conn, frame)
         if answer is not None and not isinstance(answer, Later):  # a Later counts in _send
             parts = getattr(answer, "parts", answer)  # an AnswerThenClose (SASL) holds its parts
-            self.metrics.inbound_sent_bytes += sum(len(part) for part in parts) + 4
+            if parts is not None:
+                self.metrics.inbound_sent_bytes += sum(len(part) for part in parts) + 4
         return answer
 
     async def _handle_frame(
@@ -179,6 +180,8 @@ class Messaging:
         except RaftcoreError as exc:
             raise CloseConnection(f"unparseable request: {exc}") from None
         gated = sasl.gate(self, conn, header, body)  # SASL login first, on a SASL listener
+        if asyncio.iscoroutine(gated):  # a login step (its PBKDF2 runs off the loop)
+            gated = await gated
         if gated is not sasl.PASS:
             return gated
         api_key = header.request_api_key

@@ -209,13 +209,16 @@ class ServerConnection:
                 return
             last = getattr(result, "reason", None)  # AnswerThenClose (raftcore.security.sasl)
             if last is not None:
+                level = result.log_level  # DEBUG when sasl logged it (once per 30 s per host)
                 result = result.parts
             if result is not None and not self.closed:
                 write_frame(self.writer, result)
                 if self._receiver.writing_paused:  # over the high-water mark: resume_writing
                     self._write_blocked = True
             if last is not None:
-                logger.info("%s closing connection from %s: %s", self.name, self.address, last)
+                logger.log(
+                    level, "%s closing connection from %s: %s", self.name, self.address, last
+                )
                 self.close()  # the transport still sends what was written
                 return
         if self._receiver.paused and not self._full() and not self.closed:

@@ -2,9 +2,10 @@
 replica's Fetch.
 
 On a TLS or SASL listener (SSL, SASL_PLAINTEXT, SASL_SSL) only a node may, and only for itself.
-A connection is a node's when its certificate names ``node-<id>`` (TLS), or when it logged in as
-``node-<id>`` with the inter-node password (SASL; on SASL_SSL the certificate is enough). The
-check has two steps, both here:
+A connection is a node's when its certificate names ``node-<id>`` (SSL and SASL_SSL: there the
+certificate is the only proof, a SASL login never makes a node), or when it logged in as
+``node-<id>`` with that node's credentials (SASL_PLAINTEXT; :mod:`raftcore.security.sasl`).
+The check has two steps, both here:
 
 1. :func:`refuse_unless_node`, before the request is decoded: a connection that is not a node's
    (a user's certificate, no certificate, a user's login) is answered

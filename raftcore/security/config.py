@@ -6,8 +6,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 __all__ = ["ANONYMOUS", "SECURITY_PROTOCOLS", "ClientSecurity", "ListenerSecurity", "Principal"]
 
@@ -41,8 +42,10 @@ class ListenerSecurity:
     - ``ssl_client_auth``: ``required``, ``requested`` or ``none`` (Kafka's default);
     - ``sasl_mechanisms``: the mechanisms offered to clients on a SASL_* listener;
     - ``sasl_users_file``: the users and their credentials (see :mod:`raftcore.security.users`);
-    - ``sasl_node_password``: the inter-node password, the same on every node: a node logs in to
-      its peers' SASL listeners as ``node-<id>`` with it (:mod:`raftcore.security.sasl`).
+    - ``sasl_node_password``: this node's password on SASL_PLAINTEXT: it logs in to its peers'
+      listeners as ``node-<id>`` with it (``raftcore users add-node`` writes one; a password
+      shared by the nodes is still accepted for nodes without their own credentials, with a
+      warning: :mod:`raftcore.security.sasl`). Never shown by ``repr``.
     """
 
     protocol: str = "PLAINTEXT"
@@ -53,6 +56,11 @@ class ListenerSecurity:
     sasl_mechanisms: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
     sasl_users_file: Path | None = None
     sasl_node_password: str | None = field(default=None, repr=False)
+
+    def __repr__(self) -> str:
+        return _repr_hiding(self, "sasl_node_password")
+
+    __str__ = __repr__
 
     @property
     def uses_tls(self) -> bool:
@@ -76,7 +84,12 @@ class ClientSecurity:
     ssl_check_hostname: bool = True
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
-    sasl_password: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+
+    def __repr__(self) -> str:
+        return _repr_hiding(self, "sasl_password")
+
+    __str__ = __repr__
 
     @property
     def uses_tls(self) -> bool:
@@ -85,3 +98,16 @@ class ClientSecurity:
     @property
     def uses_sasl(self) -> bool:
         return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+
+def _repr_hiding(obj: Any, secret: str) -> str:
+    """The dataclass's repr with ``secret`` shown as ``'***'`` when set (never its value)."""
+    parts = []
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if f.name == secret:
+            if value is not None:
+                parts.append(f"{f.name}='***'")
+        else:
+            parts.append(f"{f.name}={value!r}")
+    return f"{type(obj).__name__}({', '.join(parts)})"

@@ -11,7 +11,8 @@ The exchange, client first::
 The server keeps no password, only what RFC 5802 calls the stored key and the server key
 (:class:`ScramCredential`), as Kafka keeps SCRAM credentials: ``StoredKey = H(ClientKey)``
 lets it check the client's proof, ``ServerKey`` lets it prove itself in turn. KIP-84 refuses
-fewer than 4096 iterations; so do both ends here. Kafka's SCRAM extensions (``tokenauth``, for
+fewer than 4096 iterations; so do both ends here. New credentials get 8192
+(:data:`DEFAULT_ITERATIONS`). Kafka's SCRAM extensions (``tokenauth``, for
 delegation tokens) are not served: a client asking for them fails to log in. Usernames are the
 SCRAM ``saslname`` (``=2C`` for a comma, ``=3D`` for an equals sign); like Kafka, no SASLprep.
 """
@@ -27,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = [
+    "DEFAULT_ITERATIONS",
     "MECHANISMS",
     "MIN_ITERATIONS",
     "ScramClient",
@@ -39,7 +41,8 @@ __all__ = [
 # mechanism name -> hashlib name. SCRAM-SHA-1 only checks the generic code against RFC 5802's
 # example: no listener offers it (raftcore.security.users.MECHANISMS).
 MECHANISMS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512", "SCRAM-SHA-1": "sha1"}
-MIN_ITERATIONS = 4096  # KIP-84 (and RFC 7677's recommendation)
+MIN_ITERATIONS = 4096  # KIP-84 (and RFC 7677's recommendation): the fewest accepted
+DEFAULT_ITERATIONS = 8192  # what new credentials get (raftcore users add)
 MAX_ITERATIONS = 1_000_000  # a client will not spend longer than this for a server
 
 
@@ -95,7 +98,11 @@ def credential_from_salted(
 
 
 def make_credential(
-    mechanism: str, password: str, *, iterations: int = MIN_ITERATIONS, salt: bytes | None = None
+    mechanism: str,
+    password: str,
+    *,
+    iterations: int = DEFAULT_ITERATIONS,
+    salt: bytes | None = None,
 ) -> ScramCredential:
     """A new credential for ``password`` (a random 32-byte salt unless given)."""
     if iterations < MIN_ITERATIONS:
@@ -202,7 +209,9 @@ class ScramServer:
     """One server side of one exchange. ``step(client_first)`` gives the server-first message,
     ``step(client_final)`` the server-final one (and sets ``username``); any failure raises
     ScramError. ``lookup(username)`` gives the user's ScramCredential or None; an unknown user
-    gets a made-up salt and fails only at the proof, so the exchange does not tell who exists.
+    gets a made-up credential (a salt derived from ``fake_salt_key`` and the name, the iteration
+    count ``fake_iterations``, which should be what the users have) and fails only at the
+    proof, after the same work as a wrong password: the exchange does not tell who exists.
     """
 
     def __init__(
@@ -212,12 +221,14 @@ class ScramServer:
         *,
         nonce: str | None = None,
         fake_salt_key: bytes | None = None,
+        fake_iterations: int = DEFAULT_ITERATIONS,
     ) -> None:
         _hash(mechanism)
         self.mechanism = mechanism
         self._lookup = lookup
         self._server_nonce = nonce if nonce is not None else secrets.token_urlsafe(24)
         self._fake_key = fake_salt_key if fake_salt_key is not None else secrets.token_bytes(32)
+        self._fake_iterations = max(MIN_ITERATIONS, fake_iterations)
         self._first: ClientFirst | None = None
         self._server_first = ""
         self._credential: ScramCredential | None = None
@@ -239,8 +250,7 @@ class ScramServer:
             raise ScramError("delegation tokens (tokenauth) are not supported")
         credential = self._lookup(first.username)
         if credential is None:
-            salt = _hmac("SCRAM-SHA-256", self._fake_key, first.username.encode())
-            credential = ScramCredential(salt, MIN_ITERATIONS, b"", b"")
+            credential = self._made_up(first.username)
         elif credential.iterations < MIN_ITERATIONS:
             raise ScramError(f"{first.username}'s credential has too few iterations")
         self._first = first
@@ -250,6 +260,16 @@ class ScramServer:
             f"r={first.nonce}{self._server_nonce},s={salt_text},i={credential.iterations}"
         )
         return self._server_first.encode()
+
+    def _made_up(self, username: str) -> ScramCredential:
+        """A credential nobody's password matches, shaped like a real one: the proof is
+        checked with the same work and fails at the comparison."""
+        name = username.encode()
+        salt = _hmac("SCRAM-SHA-256", self._fake_key, b"salt\x00" + name)
+        size = len(_h(self.mechanism, b""))
+        stored = _hmac(self.mechanism, self._fake_key, b"stored\x00" + name)[:size]
+        server = _hmac(self.mechanism, self._fake_key, b"server\x00" + name)[:size]
+        return ScramCredential(salt, self._fake_iterations, stored, server)
 
     def _server_final_message(self, token: bytes) -> bytes:
         first, credential = self._first, self._credential

@@ -5,7 +5,7 @@ need beyond the source: the committed range and the batch that holds an offset."
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from raftcore.records import iter_batches
@@ -31,7 +31,17 @@ class JobSource:
     path: str | None = None
     topic: str = "raftcore"
     request_timeout_ms: int | None = None  # a cluster's: the read option requestTimeoutMs
-    security: tuple[tuple[str, str], ...] = ()  # librdkafka's properties: security.protocol...
+    # librdkafka's properties: security.protocol, ..., sasl.password (never shown by repr)
+    security: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+    def __repr__(self) -> str:
+        shown = tuple((k, "***" if k == "sasl.password" else v) for k, v in self.security)
+        return (
+            f"JobSource(bootstrap={self.bootstrap!r}, path={self.path!r}, topic={self.topic!r}, "
+            f"request_timeout_ms={self.request_timeout_ms!r}, security={shown!r})"
+        )
+
+    __str__ = __repr__
 
     @classmethod
     def of(
