@@ -88,3 +88,15 @@ class RaftInvariantError(RaftcoreError):
     """A message that only a bug could produce (two leaders in an epoch, a truncation below
     the high watermark, a high watermark moving back, an INVALID_REQUEST answer). The replica
     must stop, not guess."""
+
+
+class LostQuorumStateError(RaftcoreError):
+    """The quorum-state is missing or unreadable while the log holds records: this replica may
+    have voted in an epoch it no longer remembers, so it must not come back as the voter it
+    was. The driver gives it a new directory id (KIP-853: a new replica, which the voter set can
+    take in by a remove and an add) and starts it again, or refuses to start when the voter set
+    is static (kraft.version 0), which cannot tell the two apart."""
+
+    def __init__(self, message: str, *, static: bool) -> None:
+        super().__init__(message)
+        self.static = static

@@ -13,6 +13,7 @@ from raftcore.error_codes import Errors
 from raftcore.raft import (
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
+    ElectionState,
     FetchRequest,
     FetchResponse,
     InMemoryLog,
@@ -63,7 +64,13 @@ class Harness:
         self.node_id = node_id
         self.now = 1_000
         self.log = log if log is not None else InMemoryLog()
-        self.store = store if store is not None else MemoryQuorumStateStore()
+        if store is None:
+            store = MemoryQuorumStateStore()
+            if self.log.end_offset > 0 or self.log.log_start_offset > 0:
+                # a replica whose log holds records had a quorum-state (one without it is a
+                # replica that lost it: LostQuorumStateError, see test_raft_lost_state)
+                store.write(ElectionState(epoch=self.log.last_fetched_epoch))
+        self.store = store
         defaults = dict(
             election_timeout_ms=1000,
             fetch_timeout_ms=2000,

@@ -219,6 +219,7 @@ def test_voting_resets_the_election_timer():
 
 def test_a_higher_epoch_vote_request_moves_to_that_epoch_before_deciding():
     store = MemoryQuorumStateStore()
+    store.write(ElectionState(epoch=1))  # the log's replica had a quorum-state
     h = Harness(log=log_with(1, 3), store=store)
     response = h.request(2, vote_request(7, 2, last_epoch=1, last_offset=1))  # behind
     assert not response.vote_granted and response.leader_epoch == 7

@@ -92,6 +92,7 @@ def test_a_follower_whose_fetch_times_out_asks_for_pre_votes_in_its_own_epoch():
     """Kafka's buildVoteRequest sends quorum.epoch() for a pre-vote: the epoch is not raised
     to ask, and nothing is written."""
     store = MemoryQuorumStateStore()
+    store.write(ElectionState(epoch=3))  # the log's replica had a quorum-state
     h = follower(store=store, log=log_with(1, 3))
     stored = store.read()
     h.advance(h.config.fetch_timeout_ms)
@@ -270,6 +271,7 @@ def test_a_resigned_leader_leaves_by_a_new_epoch_then_asks_first():
 
 def test_a_pre_vote_is_granted_to_an_up_to_date_log_and_changes_nothing():
     store = MemoryQuorumStateStore()
+    store.write(ElectionState(epoch=1))  # the log's replica had a quorum-state
     h = Harness(store=store, log=log_with(1, 1, 2))
     h.request(3, VoteRequest(CLUSTER, 3, 3, 1, 1, 1))  # adopt epoch 3, refuse (log behind)
     before = store.read()

@@ -26,12 +26,21 @@ PLANTS = [
     "serve-below-lso",
     "listener-skips-snapshot",
     "read-without-round",
-    # KIP-853, caught by the reconfiguration nemesis (raftcore.sim.membership)
+    # KIP-853 and disk faults, caught by the reconfiguration nemesis (raftcore.sim.membership)
     "two-voter-changes",
     "voters-from-committed-only",
     "wiped-replica-counts",
     "add-before-caught-up",
+    "lost-state-forgotten",
 ]
+# Plants run with reconfiguration in every seed (--membership on), not one in two.
+MEMBERSHIP_PLANTS = {
+    "two-voter-changes",
+    "voters-from-committed-only",
+    "wiped-replica-counts",
+    "add-before-caught-up",
+    "lost-state-forgotten",
+}
 PLANT_SEEDS = int(os.environ.get("RAFTCORE_PLANT_SEEDS", "3000"))
 
 
@@ -65,6 +74,7 @@ def test_a_thousand_seeds_of_3_and_5_voters_with_every_fault_keep_every_invarian
 
 @pytest.mark.parametrize("plant", PLANTS)
 def test_the_simulation_catches_a_planted_bug(tmp_path, plant):
+    membership = plant in MEMBERSHIP_PLANTS
     result = run_sim(
         tmp_path,
         "--nodes",
@@ -78,6 +88,7 @@ def test_the_simulation_catches_a_planted_bug(tmp_path, plant):
         "--jobs",
         str(min(4, os.cpu_count() or 1)),
         "--quiet",
+        *(["--membership", "on"] if membership else []),
     )
     assert result.returncode == 1, f"{plant} survived {PLANT_SEEDS} seeds"
     caught = re.search(r"VIOLATION at seed (\d+): (.*)", result.stdout)
@@ -87,12 +98,13 @@ def test_the_simulation_catches_a_planted_bug(tmp_path, plant):
     # the report ends with the scenario, the last events and a one-line replay command
     assert (
         f"replay: python -m raftcore.sim --nodes {nodes} --seeds 1 --start-seed {seed} "
-        f"--trace --plant {plant}"
+        f"--trace{' --membership on' if membership else ''} --plant {plant}"
     ) in result.stdout
     assert "last events:" in result.stdout
     print(f"{plant}: caught at seed {seed} ({nodes} voters): {caught.group(2)}")
     # and the correct core keeps every invariant on that very seed
-    assert Simulation(Scenario.from_seed(seed, nodes)).run().ok
+    scenario = Scenario.from_seed(seed, nodes, membership="on" if membership else "seeded")
+    assert Simulation(scenario).run().ok
 
 
 def test_a_seed_replays_exactly():

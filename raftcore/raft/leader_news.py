@@ -61,11 +61,22 @@ def maybe_transition(
         core.transition_to_follower(epoch, leader_id, now, reason)
 
 
+def _another_replica_under_this_id(core: RaftCore) -> bool:
+    """Is the voter with this replica's id another replica -- the disk this one replaced? The
+    voter set names it by a directory id that is not ours (KIP-853)."""
+    named = core.history.latest().key_of(core.node_id)
+    return (
+        named is not None
+        and named.directory_id is not None
+        and named.directory_id != core.local_key.directory_id
+    )
+
+
 def _not_our_leadership(core: RaftCore, epoch: int) -> bool:
     """A message names this replica's id leader of ``epoch``, which this replica cannot
     have led, and it started without a quorum-state: a new disk under an old id."""
     quorum = core.quorum
-    if not quorum.started_without_state:
+    if not (quorum.started_without_state or _another_replica_under_this_id(core)):
         return False
     if epoch > quorum.epoch:
         return True

@@ -45,7 +45,7 @@ from __future__ import annotations
 import logging
 import random as random_module
 
-from raftcore.errors import RaftcoreError
+from raftcore.errors import CorruptCheckpointError, LostQuorumStateError, RaftcoreError
 from raftcore.raft.config import QuorumConfig
 from raftcore.raft.quorum_store import QuorumStateStore
 from raftcore.raft.replicated_log import ReplicatedLog
@@ -180,11 +180,24 @@ class QuorumState:
         - stored "voted for self": Candidate in that epoch;
         - stored vote for another: Voted (the vote stands);
         - stored leader: Follower; otherwise Unattached.
+
+        Never vote twice: a quorum-state that is missing or unreadable while the log holds
+        records means this replica may have voted in an epoch it no longer remembers. It must
+        not come back as the voter it was: LostQuorumStateError, unless the voter set no longer
+        names it by this directory id (the driver gave it a new one: it is a new replica, an
+        observer until the voter set takes it in). A static voter set (kraft.version 0) cannot
+        tell a new directory from the old one: always LostQuorumStateError there.
         """
-        stored = self.store.read()
+        try:
+            stored = self.store.read()
+        except CorruptCheckpointError as exc:
+            self._check_lost(f"the quorum-state is unreadable ({exc})")
+            stored = None
         log_epoch = self.log.last_fetched_epoch
         if stored is None:
             self.started_without_state = True
+            if self.log.end_offset > 0 or self.log.log_start_offset > 0:
+                self._check_lost("the quorum-state is missing")
             stored = ElectionState(epoch=0, voters=self.voters)
         if stored.epoch < log_epoch:
             logger.info(
@@ -225,6 +238,37 @@ class QuorumState:
             state = UnattachedState(stored.epoch, self.voters, self._election_deadline(now))
         logger.info("%s starting as %r", self.prefix, state)
         self.state = state
+
+    def _check_lost(self, what: str) -> None:
+        """The quorum-state is gone though the log holds records: refuse to be the old voter."""
+        history = self.history
+        where = getattr(self.store, "path", "the quorum-state store")
+        if history.latest_offset() < 0:
+            raise LostQuorumStateError(
+                f"{self.prefix} {what} ({where}) while the log holds records up to offset "
+                f"{self.log.end_offset}: this voter may have voted in an epoch it no longer "
+                "remembers, and the voter set is static (kraft.version 0), so it cannot come "
+                "back as another replica; restore the file, or once every voter runs a release "
+                "with dynamic voters, replace this node (docs/cluster.md)",
+                static=True,
+            )
+        named = history.latest().key_of(self.local_id)
+        if named is not None and named == self.local_key:
+            raise LostQuorumStateError(
+                f"{self.prefix} {what} ({where}) while the log holds records up to offset "
+                f"{self.log.end_offset} and the voter set names this replica "
+                f"({self.local_key}): it may have voted in an epoch it no longer remembers; "
+                "it comes back under a new directory id, as a new replica",
+                static=False,
+            )
+        self.demoted = True
+        logger.warning(
+            "%s %s while the log holds records: this replica comes back as %s, an observer "
+            "until the voter set takes it in (remove the old voter, add this one)",
+            self.prefix,
+            what,
+            self.local_key,
+        )
 
     # ---- transitions --------------------------------------------------------------------------
 

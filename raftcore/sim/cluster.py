@@ -16,7 +16,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from raftcore.errors import RaftcoreError
+from raftcore.errors import LostQuorumStateError, RaftcoreError
 from raftcore.raft import (
     CommittedBatch,
     InMemoryLog,
@@ -139,18 +139,37 @@ class SimNode:
             **SIM_QUORUM,
             **snapshot_config,
         )
-        self.core = RaftCore(
-            self.node_id,
-            cfg,
-            self.log,
-            self.store,
-            rng=random.Random(f"{self.sim.scenario.seed}-{self.node_id}-{self.incarnation}"),
-            listener=self.listener,
-            directory_id=self.directory_id,
-            endpoint=endpoint_of(self.node_id),
-        )
-        self.sim.invariants.on_start(self)
-        self.sim.process(self, self.core.start(now))
+        rng = random.Random(f"{self.sim.scenario.seed}-{self.node_id}-{self.incarnation}")
+        while True:
+            self.core = RaftCore(
+                self.node_id,
+                cfg,
+                self.log,
+                self.store,
+                rng=rng,
+                listener=self.listener,
+                directory_id=self.directory_id,
+                endpoint=endpoint_of(self.node_id),
+            )
+            self.sim.invariants.on_start(self)
+            try:
+                output = self.core.start(now)
+            except LostQuorumStateError as exc:
+                # What the node does (raftcore.node.data_dir): a lost quorum-state gets the
+                # replica a new directory id; with a static voter set it refuses to start.
+                self.sim.log_event(f"node {self.node_id} lost its quorum-state: {exc.static=}")
+                if exc.static:
+                    # It refuses to start; the operator wipes its data directory and starts
+                    # it again, a new replica (docs/cluster.md).
+                    self.alive = False
+                    self.core = None
+                    self.wipe()
+                    self.sim.schedule(now + 1000, "fault", ("restart", self.node_id))
+                    return
+                self.generation += 1
+                continue
+            break
+        self.sim.process(self, output)
 
     def crash(self) -> None:
         self.alive = False
@@ -254,7 +273,10 @@ class Simulation(SnapshotDriver):
             and type(out.message).__name__ in sc.crash_after
             and self.rng.random() < sc.crash_after_send
         ):
-            # Die right after an acknowledgement or a vote left: the narrowest windows.
+            # Die right after an acknowledgement or a vote left: the narrowest windows. (With
+            # disk faults, a granted vote is now and then forgotten with the quorum-state.)
+            if kind == "VoteResponse" and message.vote_granted:
+                self.membership.on_vote_granted(src)
             self.schedule(self.now, "fault", ("crash", src.node_id))
             self.schedule(
                 self.now + self.rng.randint(*sc.downtime_ms), "fault", ("restart", src.node_id)

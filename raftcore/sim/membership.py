@@ -9,6 +9,8 @@ Actions (at random times while the faults run, at the leader of the moment):
 - **wipe**: a node loses its disk -- a new, empty log and quorum-state store and a new
   directory id -- and restarts: it is a new replica, never the voter it was; a later remove and
   add replace it;
+- **lose-state**: a node loses its quorum-state file and keeps its log: the core refuses to
+  come back as the voter it was, and the node gives it a new directory id;
 - **transfer**: leadership is handed to another voter.
 
 The nemesis never takes the cluster below a majority of replicas that still hold their data
@@ -33,6 +35,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from raftcore.error_codes import Errors
+from raftcore.raft import MemoryQuorumStateStore
 from raftcore.raft.control_records import decode_voters
 from raftcore.raft.reconfig import snapshot_header_records
 from raftcore.raft.states import LeaderState
@@ -77,6 +80,7 @@ class Membership:
             "added": 0,
             "removed": 0,
             "wiped": 0,
+            "lost quorum-state": 0,
             "transferred": 0,
             "refused": 0,
             "timed out": 0,
@@ -132,7 +136,7 @@ class Membership:
         without a directory id, of the static voter set, names the first disk: a wiped one is
         not what that voter was, though kraft.version 0 cannot tell)."""
         node = self.sim.nodes.get(key.id)
-        if node is None:
+        if node is None or key in self.wiped:  # its disk (or quorum-state) is lost
             return None
         if key.directory_id is None:
             return node if node.generation == 0 else None
@@ -164,7 +168,7 @@ class Membership:
         voters = core.voter_set
         actions = ["add", "remove", "transfer"]
         if core.kraft_version >= 1 and sim.scenario.wipes:
-            actions.append("wipe")
+            actions += ["wipe", "lose-state"]
         action = self.rng.choice(actions)
         now = sim.now
         if action == "add":
@@ -204,13 +208,14 @@ class Membership:
             token = core.transfer_leadership(target, CHANGE_TIMEOUT_MS, now)
             sim.log_event(f"transfer to {target} at {leader.node_id} (token {token})")
         else:
-            return self._wipe(leader, voters)
+            return self._wipe(leader, voters, keep_log=action == "lose-state")
         self._asked[(leader.node_id, leader.incarnation, token)] = action
         sim.process(leader, core.poll(now))
         return leader
 
-    def _wipe(self, leader: SimNode, voters: VoterSet) -> SimNode | None:
-        """Wipe a node's disk, if a majority of every set in force keeps its data without it."""
+    def _wipe_victims(self, voters: VoterSet, only: SimNode | None = None) -> list[SimNode]:
+        """The nodes whose disk (or quorum-state) may go: a majority of every voter set in
+        force keeps its data without it."""
         sim = self.sim
         sets = [self.latest(n) for n in sim.nodes.values()] + [voters]
         if not all(s.has_directory_ids for s in sets):
@@ -218,24 +223,59 @@ class Membership:
             # kraft.version 1) cannot tell a wiped voter from the one it was: a disk lost
             # then, with the replicas that lag, can elect a leader without committed records.
             # (kraft.version 0 has this weakness; the nemesis does not go there.)
-            return None
+            return []
         victims = []
-        for node in sim.nodes.values():
+        for node in sim.nodes.values() if only is None else [only]:
             key = ReplicaKey(node.node_id, node.directory_id)
             if all(self._intact(s) - (1 if s.is_voter(key) else 0) >= s.majority for s in sets):
                 victims.append(node)
-        if not victims:
-            return None
-        node = self.rng.choice(victims)
+        return victims
+
+    def _wipe(self, leader: SimNode, voters: VoterSet, *, keep_log: bool) -> SimNode | None:
+        """Wipe a node's disk -- or only its quorum-state file (``keep_log``): it comes back
+        under a new directory id -- if a majority of every set in force keeps its data."""
+        victims = self._wipe_victims(voters)
+        if victims:
+            node = self.rng.choice(victims)
+            self._lose(node, keep_log=keep_log, back_after_ms=None)
+        return None
+
+    def _lose(self, node: SimNode, *, keep_log: bool, back_after_ms: int | None) -> None:
+        sim = self.sim
         self.wiped.add(ReplicaKey(node.node_id, node.directory_id))
-        sim.log_event(f"wipe {node.node_id} (directory generation {node.generation})")
-        self.stats["wiped"] += 1
+        what = "lose the quorum-state of" if keep_log else "wipe"
+        sim.log_event(f"{what} {node.node_id} (directory generation {node.generation})")
+        self.stats["lost quorum-state" if keep_log else "wiped"] += 1
         if node.alive:
             node.crash()
-        node.wipe()
-        back = sim.now + self.rng.randint(*sim.scenario.downtime_ms)
-        sim.schedule(back, "fault", ("restart", node.node_id))
-        return None
+        if keep_log:
+            node.store = MemoryQuorumStateStore()
+        else:
+            node.wipe()
+        if back_after_ms is None:
+            back_after_ms = self.rng.randint(*sim.scenario.downtime_ms)
+        sim.schedule(sim.now + back_after_ms, "fault", ("restart", node.node_id))
+
+    def on_vote_granted(self, node: SimNode) -> None:
+        """Now and then a replica loses its quorum-state right after granting a vote and is
+        back at once, while the election it voted in goes on: the narrow window where a
+        replica that forgot its vote would vote again (never-vote-twice)."""
+        sim = self.sim
+        sc = sim.scenario
+        if not (sim.faults_active and sc.wipes and node.alive) or node.core.kraft_version < 1:
+            return
+        if self.rng.random() >= 0.5:
+            return
+        leader = next(
+            (n for n in sim.nodes.values() if n.alive and isinstance(n.core.state, LeaderState)),
+            None,
+        )
+        voters = leader.core.voter_set if leader is not None else node.core.voter_set
+        if self._wipe_victims(voters, only=node):
+            node.store = MemoryQuorumStateStore()  # it crashes now (crash-after-send)
+            self.wiped.add(ReplicaKey(node.node_id, node.directory_id))
+            self.stats["lost quorum-state"] += 1
+            sim.log_event(f"node {node.node_id} loses its quorum-state as it crashes")
 
     def on_outcome(self, node: SimNode, outcome: Any) -> None:
         action = self._asked.pop((node.node_id, node.incarnation, outcome.token), None)

@@ -242,6 +242,15 @@ def _add_before_caught_up() -> None:
     reconfig.caught_up_recently = lambda last, now, timeout: True  # type: ignore[assignment]
 
 
+def _lost_state_forgotten() -> None:
+    """A replica whose quorum-state is gone while its log holds records comes back as the
+    voter it was (raftcore's node until the storage-faults work): it may vote a second time
+    in an epoch it voted in before."""
+    from raftcore.raft.quorum_state import QuorumState
+
+    QuorumState._check_lost = lambda self, what: None  # type: ignore[method-assign]
+
+
 PLANTS: dict[str, Callable[[], None]] = {
     "install-unverified": _install_unverified,
     "serve-below-lso": _serve_below_lso,
@@ -258,6 +267,7 @@ PLANTS: dict[str, Callable[[], None]] = {
     "voters-from-committed-only": _voters_from_committed_only,
     "wiped-replica-counts": _wiped_replica_counts,
     "add-before-caught-up": _add_before_caught_up,
+    "lost-state-forgotten": _lost_state_forgotten,
 }
 
 
