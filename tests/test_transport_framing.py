@@ -3,17 +3,21 @@ cuts the byte stream into frames wherever the reads split it; a large frame is r
 buffer of its own and handed out without a copy; a size over the limit ends the connection
 before anything is allocated; a server connection stops reading while it holds
 ``max_in_flight`` unanswered requests and answers in request order; TLS connections and
-bytes the stream had already received when the framer took over are served the same."""
+bytes the stream had already received when the framer took over are served the same; a closed
+connection's buffers are freed at once, without the cyclic GC."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import hashlib
 import mmap
 import ssl
 import struct
+import time
 import tracemalloc
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -399,3 +403,52 @@ def test_a_client_fetch_gets_the_records_of_a_large_response_as_a_view_of_its_re
             assert isinstance(records.obj, np.ndarray)  # the response's own receive buffer
 
     run(main())
+
+
+# ---- a closed connection's buffers -------------------------------------------------------------
+
+
+@pytest.fixture
+def no_cyclic_gc():  # type: ignore[no-untyped-def]
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def test_a_closed_connection_frees_its_frame_buffers_without_the_cyclic_gc(no_cyclic_gc):
+    """The buffer of a frame half received, and of one whose request was being handled, go
+    with their connection, and so does the connection itself: nothing waits for the cyclic
+    garbage collector (which ran seldom enough that 1.47 GiB of closed connections' frames
+    stayed resident)."""
+
+    async def main() -> None:
+        server = Server()
+        async with connected(server) as (_, writer):
+            writer.write(framed(b"x" * (8 << 20))[: 3 << 20])  # 3 of 8 MiB
+            await asyncio.sleep(0.3)
+            async with connected(server) as (_, writer2):
+                writer2.write(framed(b"wait:handled" + b"\x00" * (4 << 20)))
+                await asyncio.sleep(0.3)
+            partial_conn, handled_conn = server.connections
+            connections = [weakref.ref(c) for c in server.connections]
+            big = partial_conn._receiver._big
+            assert big is not None
+            partial_buffer = weakref.ref(big.obj)
+            del big
+            handled = [weakref.ref(t) for t in handled_conn._tasks]
+            assert handled, "the waiting request has no task"
+        deadline = time.monotonic() + 5
+        while not (partial_conn.closed and handled_conn.closed):
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)  # the transports' connection_lost callbacks
+        assert partial_buffer() is None, gc.get_referrers(partial_buffer())
+        assert all(t() is None for t in handled), "the cancelled request is still held"
+        server.connections.clear()
+        del partial_conn, handled_conn
+        assert [c() for c in connections] == [None, None], "a closed connection is held"
+
+    asyncio.run(asyncio.wait_for(main(), 30))

@@ -16,6 +16,10 @@ writes straight into this module's buffers, and each whole frame is handed to a 
 
 A frame whose size is over the limit (or negative) ends the connection before anything is
 allocated for it, with :class:`FrameTooLarge` (naming a TLS handshake when the bytes are one).
+
+When the connection ends, the receiver lets go of its frames and of the callbacks into its
+owner at once, and tells the stream protocol it replaced (:func:`take_over`): nothing of a
+closed connection waits for the cyclic garbage collector.
 """
 
 from __future__ import annotations
@@ -76,9 +80,11 @@ class FrameReceiver(asyncio.BufferedProtocol):
         self.paused = False
         self.writing_paused = False
         self.lost = False
+        self.replaced: Any = None  # the stream protocol take_over replaced, told of the end
         self.large_frame = large_frame  # from this size on, a frame gets its own buffer
-        # for small frames: grown (rarely) when a partial one does not fit after a compaction
-        self._buf = bytearray(large_frame)
+        # for small frames: made at the first read (an idle connection has none), grown
+        # (rarely) when a partial frame does not fit after a compaction
+        self._buf = bytearray(0)
         self._view = memoryview(self._buf)
         self._start = 0  # the first byte not yet handed out
         self._end = 0  # the end of what was received
@@ -96,11 +102,15 @@ class FrameReceiver(asyncio.BufferedProtocol):
         big = self._big
         if big is not None:
             return big[self._big_filled :]
+        if self.lost:  # a read the transport had under way: its bytes go nowhere
+            return memoryview(bytearray(4096))
         if len(self._buf) - self._end < self.large_frame // 4:
             self._make_room()
         return self._view[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
+        if self.lost:
+            return
         big = self._big
         if big is not None:
             self._big_filled += nbytes
@@ -201,14 +211,14 @@ class FrameReceiver(asyncio.BufferedProtocol):
     def _make_room(self) -> None:
         """Move what is left of a partial frame to the front of the buffer (it is shorter
         than ``large_frame`` plus its size, or it would be in a buffer of its own); double the
-        buffer when that leaves too little room (the buffer starts at ``large_frame`` bytes:
-        64 KiB per connection), or when frames wait in it (paused)."""
+        buffer when that leaves too little room (the buffer starts at ``large_frame`` bytes,
+        64 KiB per connection, at its first read), or when frames wait in it (paused)."""
         start, end = self._start, self._end
         if start > 0:
             self._buf[: end - start] = self._buf[start:end]
             self._start, self._end = 0, end - start
         if len(self._buf) - self._end < self.large_frame // 4:
-            grown = bytearray(2 * len(self._buf))
+            grown = bytearray(max(self.large_frame, 2 * len(self._buf)))
             grown[: self._end] = self._view[: self._end]
             self._buf, self._view = grown, memoryview(grown)
 
@@ -222,7 +232,27 @@ class FrameReceiver(asyncio.BufferedProtocol):
     def _lose(self, exc: BaseException | None) -> None:
         if not self.lost:
             self.lost = True
-            self.on_lost(exc)
+            on_lost = self.on_lost
+            # Let go at once of what a closed connection held: its frames, and the callbacks
+            # into its owner (a cycle through them would wait for the cyclic GC).
+            self._big = None
+            self._held.clear()
+            self._buf = bytearray(0)
+            self._view = memoryview(self._buf)
+            self._start = self._end = 0
+            self.on_frame = self.on_lost = _ignore
+            self.on_writable = None
+            self.max_bytes = 0
+            try:
+                on_lost(exc)
+            finally:
+                replaced, self.replaced = self.replaced, None
+                if replaced is not None:  # the streams end as if they had seen it
+                    replaced.connection_lost(exc)
+
+
+def _ignore(_: Any) -> None:
+    pass
 
 
 def take_over(
@@ -235,6 +265,7 @@ def take_over(
     leftover = bytes(reader._buffer)  # type: ignore[attr-defined]  # read, but not consumed
     reader._buffer.clear()  # type: ignore[attr-defined]
     lost = transport.is_closing() or reader.exception() is not None
+    receiver.replaced = transport.get_protocol()
     transport.set_protocol(receiver)
     receiver.connection_made(transport)
     if leftover:
