@@ -14,10 +14,11 @@ import random
 import struct
 import types
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from raftcore.connect_errors import host_port
+from raftcore.node.answer_writer import PIECE_BYTES, frame_pieces, write_frame
 from raftcore.node.framing import FrameReceiver, FrameTooLarge, take_over, too_large
 from raftcore.security.config import ANONYMOUS, Principal
 
@@ -52,19 +53,6 @@ async def read_frame(reader: asyncio.StreamReader, max_bytes: int | Callable[[],
     return await reader.readexactly(size)
 
 
-def write_frame(writer: asyncio.StreamWriter, parts: list[bytes | memoryview]) -> None:
-    """Write one frame; small frames go out as one piece, large ones without joining their
-    parts (a fetch response's records are not copied into a new buffer)."""
-    size = sum(len(p) for p in parts)
-    header = _SIZE.pack(size)
-    if size < 65536:
-        writer.write(header + b"".join(parts))
-    else:
-        writer.write(header)
-        for part in parts:
-            writer.write(part)
-
-
 # a handler answers with the frame's parts, None (nothing to send: acks=0), or a Later
 Handler = Callable[["ServerConnection", bytes], Awaitable[Any]]
 
@@ -87,6 +75,8 @@ class ServerConnection:
     :meth:`serve` hands the connection (opened with the streams API, TLS and all) over to a
     :class:`~raftcore.node.framing.FrameReceiver`: frames arrive by callback, a large one in a
     buffer of its own that nothing copies; not reading is ``pause_reading`` on the transport.
+    An answer of :data:`PIECE_BYTES` or more is written a piece at a time while the transport
+    is under its high-water mark (:mod:`raftcore.node.answer_writer`).
     """
 
     def __init__(
@@ -115,6 +105,7 @@ class ServerConnection:
         self._order: deque[tuple[asyncio.Future[Any], int]] = deque()
         self._order_bytes = 0
         self._write_blocked = False  # waiting for the client to read what was written
+        self._pieces: Iterator[bytes | memoryview] | None = None  # an answer being written
         self._tasks: set[asyncio.Future[None]] = set()
         self.closed = False
         self._receiver = FrameReceiver(
@@ -200,8 +191,14 @@ class ServerConnection:
     def _drain(self) -> None:
         """Write the answers that are ready, in request order, until one is not ready or the
         client stops reading."""
-        while self._order and self._order[0][0].done() and not self._write_blocked:
-            slot, size = self._order.popleft()
+        order = self._order
+        while not self._write_blocked and not self.closed:
+            if self._pieces is not None:
+                self._write_pieces()
+                continue
+            if not order or not order[0][0].done():
+                break
+            slot, size = order.popleft()
             self._order_bytes -= size
             result = slot.result()
             if result is CLOSE:
@@ -209,18 +206,37 @@ class ServerConnection:
                 return
             last = getattr(result, "reason", None)  # AnswerThenClose (raftcore.security.sasl)
             if last is not None:
-                result = result.parts
-            if result is not None and not self.closed:
-                write_frame(self.writer, result)
-                if self._receiver.writing_paused:  # over the high-water mark: resume_writing
-                    self._write_blocked = True
-            if last is not None:
+                write_frame(self.writer, result.parts)  # small: a login's refusal
                 logger.info("%s closing connection from %s: %s", self.name, self.address, last)
                 self.close()  # the transport still sends what was written
                 return
+            if result is not None:
+                size = sum(len(p) for p in result)
+                if size >= PIECE_BYTES:
+                    self._pieces = frame_pieces(result, size)  # written at the loop's top
+                    continue
+                write_frame(self.writer, result, size)
+                if self._receiver.writing_paused:  # over the high-water mark: resume_writing
+                    self._write_blocked = True
         if self._receiver.paused and not self._full() and not self.closed:
             # after the writes: the frames it hands out may answer at once (a nested _drain)
             self._receiver.resume()
+
+    def _write_pieces(self) -> None:
+        """The next pieces of a large answer, until it is all written or the transport is
+        over its high-water mark (then ``resume_writing`` goes on)."""
+        pieces = self._pieces
+        assert pieces is not None
+        transport = self.writer.transport
+        receiver = self._receiver
+        for piece in pieces:
+            if transport.is_closing():  # lost while writing: the rest has nowhere to go
+                break
+            transport.write(piece)
+            if receiver.writing_paused:
+                self._write_blocked = True
+                return
+        self._pieces = None
 
     def close(self) -> None:
         """Close the connection and stop the requests still being worked on: their answers
@@ -228,6 +244,7 @@ class ServerConnection:
         for nobody). What a request already did (an append) stays done."""
         if not self.closed:
             self.closed = True
+            self._pieces = None
             for slot, _ in self._order:
                 if not slot.done():
                     slot.cancel()
