@@ -16,6 +16,9 @@ writes straight into this module's buffers, and each whole frame is handed to a 
 
 A frame whose size is over the limit (or negative) ends the connection before anything is
 allocated for it, with :class:`FrameTooLarge` (naming a TLS handshake when the bytes are one).
+A server connection may also make a large frame wait for room in the node's request budget
+(``admit``, :class:`~raftcore.node.connection_limits.RequestBudget`): the receiver then stops
+reading until it is told there is room.
 
 When the connection ends, the receiver lets go of its frames and of the callbacks into its
 owner at once, and tells the stream protocol it replaced (:func:`take_over`): nothing of a
@@ -61,6 +64,11 @@ class FrameReceiver(asyncio.BufferedProtocol):
     here) until :meth:`resume`. ``on_writable`` is called when the transport, after holding
     more than its high-water mark of unsent bytes, is back under its low-water mark
     (``writing_paused`` says which).
+
+    ``admit(size)`` (optional) is asked before a large frame's buffer is allocated: False
+    leaves the frame unstarted and the transport not reading (``starved``) until
+    :meth:`admit_again`. ``received`` counts the bytes received and ``frames`` the frames
+    completed, for the connection's timeouts (:meth:`partial_frame`).
     """
 
     def __init__(
@@ -70,16 +78,21 @@ class FrameReceiver(asyncio.BufferedProtocol):
         on_lost: Callable[[BaseException | None], None],
         *,
         on_writable: Callable[[], None] | None = None,
+        admit: Callable[[int], bool] | None = None,
         large_frame: int = LARGE_FRAME,
     ) -> None:
         self.on_frame = on_frame
         self.max_bytes = max_bytes  # a function is asked for each frame (a SASL login's limit)
         self.on_lost = on_lost
         self.on_writable = on_writable
+        self.admit = admit
         self.transport: Any = None
         self.paused = False
+        self.starved = False  # a large frame waits for admit (the request budget)
         self.writing_paused = False
         self.lost = False
+        self.received = 0  # bytes
+        self.frames = 0  # completed
         self.replaced: Any = None  # the stream protocol take_over replaced, told of the end
         self.large_frame = large_frame  # from this size on, a frame gets its own buffer
         # for small frames: made at the first read (an idle connection has none), grown
@@ -111,12 +124,14 @@ class FrameReceiver(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         if self.lost:
             return
+        self.received += nbytes
         big = self._big
         if big is not None:
             self._big_filled += nbytes
             if self._big_filled < len(big):
                 return
             self._big = None
+            self.frames += 1
             self._held.append(big)
         else:
             self._end += nbytes
@@ -142,15 +157,33 @@ class FrameReceiver(asyncio.BufferedProtocol):
         """Hand out no frame until :meth:`resume`; the transport stops reading."""
         if not self.paused:
             self.paused = True
-            if self.transport is not None and not self.lost:
+            if self.transport is not None and not self.lost and not self.starved:
                 self.transport.pause_reading()
 
     def resume(self) -> None:
         if self.paused:
             self.paused = False
-            if self.transport is not None and not self.lost:
+            if self.transport is not None and not self.lost and not self.starved:
                 self.transport.resume_reading()
             self._cut()  # the frames that waited here
+
+    def admit_again(self) -> None:
+        """``admit`` may say yes now: ask it again for the frame that waits."""
+        if self.starved and not self.lost:
+            self.starved = False
+            if self.transport is not None and not self.paused:
+                self.transport.resume_reading()
+            self._cut()
+
+    def partial_frame(self) -> int | None:
+        """The number of the frame being received while part of it (its size, perhaps only
+        some of it) has arrived and the rest is read for; None otherwise (between frames, or
+        not reading: paused, starved, lost)."""
+        if self.paused or self.starved or self.lost:
+            return None
+        if self._big is not None or self._end > self._start:
+            return self.frames
+        return None
 
     # ---- cutting ---------------------------------------------------------------------------------
 
@@ -174,7 +207,7 @@ class FrameReceiver(asyncio.BufferedProtocol):
             self._cutting = False
 
     def _cut_frames(self) -> None:
-        while not self.paused and not self.lost:
+        while not self.paused and not self.starved and not self.lost:
             if self._held:
                 self.on_frame(self._held.popleft())
                 continue
@@ -187,6 +220,11 @@ class FrameReceiver(asyncio.BufferedProtocol):
                 self.fail(too_large(buf[start : start + 4], size, limit))
                 return
             if size >= self.large_frame:
+                if self.admit is not None and not self.admit(size):
+                    self.starved = True  # until admit_again; the frame stays unstarted
+                    if self.transport is not None and not self.paused:
+                        self.transport.pause_reading()
+                    break
                 have = min(end - start - 4, size)
                 try:
                     big = memoryview(np.empty(size, dtype=np.uint8))
@@ -199,11 +237,13 @@ class FrameReceiver(asyncio.BufferedProtocol):
                     self._big = big
                     self._big_filled = have
                     break
+                self.frames += 1
                 self.on_frame(big)
                 continue
             if end - start - 4 < size:
                 break
             self._start = start + 4 + size
+            self.frames += 1
             self.on_frame(bytes(self._view[start + 4 : start + 4 + size]))
         if self._start == self._end:
             self._start = self._end = 0
@@ -241,7 +281,7 @@ class FrameReceiver(asyncio.BufferedProtocol):
             self._view = memoryview(self._buf)
             self._start = self._end = 0
             self.on_frame = self.on_lost = _ignore
-            self.on_writable = None
+            self.on_writable = self.admit = None
             self.max_bytes = 0
             try:
                 on_lost(exc)
