@@ -57,6 +57,12 @@ def _cmd_node(args: argparse.Namespace) -> int:
             metrics_host=args.metrics_host,
             fetch_max_bytes=args.fetch_max_bytes,
             security=security,
+            max_connections=args.max_connections,
+            max_connections_per_ip=args.max_connections_per_ip,
+            connections_max_idle_ms=args.connections_max_idle_ms,
+            login_timeout_ms=args.login_timeout_ms,
+            frame_receive_timeout_ms=args.frame_receive_timeout_ms,
+            queued_max_request_bytes=args.queued_max_request_bytes,
         )
         config = dataclasses.replace(config, security=sasl_listener_security(args, config.security))
         if quorum.snapshots_enabled and args.state_machine == "none":
@@ -218,4 +224,61 @@ def add_node_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
         "--metrics-host", default=None, help="the metrics address (default: the listen host)"
     )
     add_sasl_node_options(p)
+    _add_bound_options(p)
     p.set_defaults(func=_cmd_node, default_log_level="info")
+
+
+def _add_bound_options(p: argparse.ArgumentParser) -> None:
+    from raftcore.node.connection_limits import (
+        MAX_CONNECTIONS,
+        MAX_CONNECTIONS_PER_IP,
+        QUEUED_MAX_REQUEST_BYTES,
+    )
+
+    g = p.add_argument_group(
+        "bounds on accepted connections (Kafka's names; docs/security.md, Bounds)"
+    )
+    g.add_argument(
+        "--max-connections",
+        type=types.positive_int,
+        default=MAX_CONNECTIONS,
+        help="connections open at once; more are closed as they are accepted (Kafka's "
+        f"max.connections; default {MAX_CONNECTIONS}: a 1024-file limit less what the node "
+        "needs itself). The voters' hosts may exceed it by the number of voters",
+    )
+    g.add_argument(
+        "--max-connections-per-ip",
+        type=types.positive_int,
+        default=MAX_CONNECTIONS_PER_IP,
+        help="connections open at once from one client host (max.connections.per.ip; "
+        f"default {MAX_CONNECTIONS_PER_IP}); the voters' own hosts are exempt",
+    )
+    g.add_argument(
+        "--connections-max-idle-ms",
+        type=types.positive_int,
+        default=600_000,
+        help="close a connection that received and sent nothing for this long "
+        "(connections.max.idle.ms; default 10 minutes)",
+    )
+    g.add_argument(
+        "--login-timeout-ms",
+        type=types.positive_int,
+        default=10_000,
+        help="a TLS handshake, and on a SASL listener then the SASL login, must complete "
+        "within this, or the connection is closed (default 10 s)",
+    )
+    g.add_argument(
+        "--frame-receive-timeout-ms",
+        type=types.positive_int,
+        default=30_000,
+        help="a request frame must arrive whole within this long of its first byte, or "
+        "the connection is closed (default 30 s, Kafka clients' request.timeout.ms)",
+    )
+    g.add_argument(
+        "--queued-max-request-bytes",
+        type=types.positive_int,
+        default=QUEUED_MAX_REQUEST_BYTES,
+        help="bytes of requests received and not yet answered, across all connections; "
+        "past it the node stops reading large requests until answers go out "
+        "(queued.max.request.bytes; default 256 MiB)",
+    )

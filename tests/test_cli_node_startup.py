@@ -308,3 +308,57 @@ def test_a_failed_demo_keeps_its_data_and_node_logs_and_says_where(
     ]
     assert (root / "node-1" / "meta.properties").exists()
     assert f"the demo failed; data and node logs kept in {root}" in out.getvalue()
+
+
+# ---- the bounds on connections ------------------------------------------------------------------
+
+
+def test_the_connection_bounds_reach_the_nodes_config_and_help_names_kafkas_settings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import raftcore.node.runner
+
+    configs: list[NodeConfig] = []
+    monkeypatch.setattr(
+        raftcore.node.runner, "run_node", lambda config, **kw: configs.append(config) or 0
+    )
+    (port,) = free_ports(1)
+    assert main(node_argv(tmp_path / "a", port)) == 0
+    bounds = (
+        "max_connections",
+        "max_connections_per_ip",
+        "connections_max_idle_ms",
+        "login_timeout_ms",
+        "frame_receive_timeout_ms",
+        "queued_max_request_bytes",
+    )
+    defaults = NodeConfig(
+        node_id=1, voters={1: Endpoint("127.0.0.1", port)}, data_dir=tmp_path, cluster_id="c"
+    )
+    assert [getattr(configs[0], b) for b in bounds] == [getattr(defaults, b) for b in bounds]
+    assert (
+        main(
+            node_argv(
+                tmp_path / "b",
+                port,
+                "--max-connections=100",
+                "--max-connections-per-ip=10",
+                "--connections-max-idle-ms=60000",
+                "--login-timeout-ms=2000",
+                "--frame-receive-timeout-ms=5000",
+                "--queued-max-request-bytes=1_000_000",
+            )
+        )
+        == 0
+    )
+    assert [getattr(configs[1], b) for b in bounds] == [100, 10, 60_000, 2000, 5000, 1_000_000]
+    with pytest.raises(SystemExit):
+        main(["node", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    for kafka_name in (
+        "max.connections;",
+        "max.connections.per.ip",
+        "connections.max.idle.ms",
+        "queued.max.request.bytes",
+    ):
+        assert kafka_name in help_text, kafka_name

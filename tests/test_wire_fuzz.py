@@ -13,7 +13,14 @@ steady writer (``Producer``, acks=all) writes numbered values:
   id, or from ids outside the voter set, with absurd epochs;
 - slow clients (a request a byte at a time over about two seconds; frames begun and never
   finished, held for the whole run); 300 idle connections per node, held and then closed;
-- an HTTP request and a TLS ClientHello on the Kafka port.
+- an HTTP request and a TLS ClientHello on the Kafka port;
+- connection attacks, each with the node's memory before, during and after (the nodes run
+  with tighter bounds than the defaults, :data:`BOUNDS`, to keep the run short): a flood past
+  ``max.connections.per.ip`` from one host and past ``max.connections`` from several; a
+  slowloris (requests a byte every half second), closed within the frame receive timeout;
+  frames begun by many connections, held within ``queued.max.request.bytes``; idle
+  connections, closed after ``connections.max.idle.ms``. Clients from the voters' host
+  (127.0.0.1) are served throughout; the attackers come from 127.0.0.2 and up.
 
 Raft input that is legitimate is never sent: a Vote or BeginQuorumEpoch from a voter id with
 our cluster id (or none) and a high epoch is what a real candidate or leader sends, and may
@@ -27,9 +34,10 @@ Then: every process is alive and serving (ApiVersions and Metadata answered by e
 DescribeQuorum names a leader, no epoch moved to an absurd value), every write the writer saw
 acknowledged is consumable at its offset, in order, exactly once; every frame that does not
 decode (by our own decoder) had its connection closed by the node, and only that connection;
-no node logged a traceback, an ERROR or a CRITICAL line; and once the fuzzing connections are
-closed, each node's open file descriptors are back within 10 of the baseline and its resident
-memory grew by less than 64 MiB.
+no node logged a traceback, an ERROR or a CRITICAL line; each connection attack was bounded
+(refused past the caps, closed by the timeouts, held within the budget); and once the fuzzing
+connections are closed, each node's open file descriptors are back within 10 of the baseline
+and its resident memory grew by less than 64 MiB.
 
 ``RAFTCORE_FUZZ_WIRE_SEED`` replays a run (the seed is printed, and named in every failure);
 ``RAFTCORE_FUZZ_WIRE_ITERATIONS`` (default 1) multiplies the mutated and random frames and
@@ -53,6 +61,16 @@ from typing import Any
 
 import pytest
 from cluster_helpers import FAST
+from connection_attacks import (
+    close_all,
+    count_closed,
+    flood,
+    idle,
+    memory_kib,
+    partial_frames,
+    slowloris,
+    stop_slowloris,
+)
 
 from raftcore.client import Consumer, Producer, describe_quorum
 from raftcore.client.connection import Connection
@@ -90,6 +108,21 @@ IDLE_CONNECTIONS = 300
 CONCURRENCY = 6  # fuzzing connections in flight per node
 CLOSE_TIMEOUT_S = 5.0  # a malformed frame's connection must be closed within this
 ANSWER_WAIT_S = 0.5  # how long to wait for an answer to a frame that decodes
+
+# The nodes' bounds in this run (the defaults are larger or longer: docs/security.md).
+PER_IP = 100
+MAX_CONNECTIONS = 450  # above the 300 idle connections and the fuzzing's own
+FRAME_TIMEOUT_S = 4.0
+IDLE_TIMEOUT_S = 6.0  # above any pause of the writer and the fuzzing
+BUDGET_MIB = 64
+BOUNDS = [
+    f"--max-connections={MAX_CONNECTIONS}",
+    f"--max-connections-per-ip={PER_IP}",
+    f"--frame-receive-timeout-ms={int(FRAME_TIMEOUT_S * 1000)}",
+    f"--connections-max-idle-ms={int(IDLE_TIMEOUT_S * 1000)}",
+    f"--queued-max-request-bytes={BUDGET_MIB << 20}",
+]
+ATTACKERS = [f"127.0.0.{i}" for i in range(2, 8)]  # not the voters' host
 
 
 def topic_id(cluster_id: str) -> bytes:
@@ -810,6 +843,101 @@ async def idle_connections(
             writer.close()
 
 
+# ---- connection attacks (tests/connection_attacks.py), each with the node's memory ----------
+
+
+def anon_mib(pid: int) -> float:
+    return memory_kib(pid)["RssAnon"] / 1024
+
+
+async def attack_flood(cluster: LocalCluster, node_id: int, pid: int, tally: Tally) -> str:
+    """Past max.connections.per.ip from one host, then past max.connections from five more:
+    the surplus is closed at accept; a client on the voters' host is still served."""
+    host, port = cluster.endpoint(node_id).rsplit(":", 1)
+    before = anon_mib(pid)
+    one_host = await flood(host, int(port), PER_IP + 50, ATTACKERS[:1])
+    many = await flood(host, int(port), PER_IP, ATTACKERS[1:])
+    tally.sent["flood connection"] += len(one_host) + len(many)
+    await asyncio.sleep(0.3)
+    during = anon_mib(pid)
+    try:
+        await serving(cluster, node_id)
+    except Exception as exc:
+        tally.failures.append(f"node {node_id}: not serving during a flood: {exc!r}")
+    open_one = len(one_host) - await count_closed(one_host)
+    open_all = open_one + len(many) - await count_closed(many)
+    await close_all(one_host + many)
+    if open_one != PER_IP:
+        tally.failures.append(f"node {node_id}: {open_one} flood connections from one host open")
+    if open_all > MAX_CONNECTIONS:
+        tally.failures.append(f"node {node_id}: {open_all} flood connections open")
+    tally.outcomes["flood: refused at accept"] += len(one_host) + len(many) - open_all
+    return f"flood {open_all} of {len(one_host) + len(many)} kept, {_mib(before, during)}"
+
+
+async def attack_slowloris(cluster: LocalCluster, node_id: int, pid: int, tally: Tally) -> str:
+    """Requests a byte every half second: each connection closed within the frame timeout."""
+    host, port = cluster.endpoint(node_id).rsplit(":", 1)
+    before = anon_mib(pid)
+    attack = await slowloris(host, int(port), 30, 0.5)
+    tally.sent["slowloris connection"] += 30
+    await asyncio.sleep(FRAME_TIMEOUT_S + 2.5)  # one check period late at most
+    during = anon_mib(pid)
+    lasted = sorted(attack.closed_after)
+    await stop_slowloris(attack)
+    if len(lasted) != 30 or lasted[0] < FRAME_TIMEOUT_S - 0.5:
+        tally.failures.append(
+            f"node {node_id}: slowloris connections closed after {lasted} s, not at "
+            f"{FRAME_TIMEOUT_S} s (30 expected)"
+        )
+    first = f"{lasted[0]:.1f} s" if lasted else "never"
+    return f"slowloris closed after {first}, {_mib(before, during)}"
+
+
+async def attack_partial_frames(cluster: LocalCluster, node_id: int, pid: int, tally: Tally) -> str:
+    """30 connections send 6 MiB of an 8 MiB frame and wait: the node holds no more than the
+    request budget plus one frame, and serves other clients meanwhile."""
+    host, port = cluster.endpoint(node_id).rsplit(":", 1)
+    before = anon_mib(pid)
+    conns = await partial_frames(host, int(port), 30, 8 << 20, 6 << 20, within_s=2.0)
+    tally.sent["partial frame (6 of 8 MiB)"] += 30
+    await asyncio.sleep(0.5)
+    during = anon_mib(pid)
+    try:
+        await serving(cluster, node_id)
+    except Exception as exc:
+        tally.failures.append(f"node {node_id}: not serving with frames held: {exc!r}")
+    await close_all(conns)
+    if during - before > BUDGET_MIB + 8 + 16:
+        tally.failures.append(
+            f"node {node_id}: {during - before:.0f} MiB held for partial frames "
+            f"(budget {BUDGET_MIB} MiB)"
+        )
+    return f"partial frames {_mib(before, during)}"
+
+
+async def attack_idle(cluster: LocalCluster, node_id: int, pid: int, tally: Tally) -> str:
+    """200 connections that send nothing: the node closes them after the idle timeout."""
+    host, port = cluster.endpoint(node_id).rsplit(":", 1)
+    before, fds = anon_mib(pid), fd_count(pid)
+    conns = [c for source in ATTACKERS[:2] for c in await idle(host, int(port), 100, source=source)]
+    tally.sent["idle connection (past the idle timeout)"] += 200
+    during = anon_mib(pid)
+    await asyncio.sleep(IDLE_TIMEOUT_S + 2.5)
+    closed, fds_after = await count_closed(conns), fd_count(pid)
+    await close_all(conns)
+    if closed != 200 or fds_after > fds + FD_TOLERANCE:
+        tally.failures.append(
+            f"node {node_id}: {closed} of 200 idle connections closed by the node "
+            f"(fds {fds} -> {fds_after})"
+        )
+    return f"idle {closed} of 200 closed, {_mib(before, during)}"
+
+
+def _mib(before: float, during: float) -> str:
+    return f"RssAnon {before:.0f} -> {during:.0f} MiB"
+
+
 # ---- the node's vital signs ------------------------------------------------------------------
 
 
@@ -904,7 +1032,7 @@ async def read_back(bootstrap: list[str], end: int) -> dict[int, bytes]:
 
 @pytest.fixture
 def cluster(tmp_path):
-    c = LocalCluster(tmp_path / "cluster", 3, node_args=FAST)
+    c = LocalCluster(tmp_path / "cluster", 3, node_args=FAST + BOUNDS)
     try:
         c.start()
         yield c
@@ -961,6 +1089,15 @@ def test_hostile_wire_input_harms_no_node_loses_no_record_and_leaks_nothing(clus
             )
         release.set()
         await held
+        attacks: dict[int, list[str]] = {i: [] for i in cluster.node_ids}
+        for node_id in cluster.node_ids:  # one at a time: hundreds of sockets on our side
+            attacks[node_id].append(await attack_flood(cluster, node_id, pids[node_id], tally))
+        for attack in (attack_slowloris, attack_partial_frames, attack_idle):
+            lines = await asyncio.gather(
+                *(attack(cluster, i, pids[i], tally) for i in cluster.node_ids)
+            )
+            for node_id, line in zip(cluster.node_ids, lines, strict=True):
+                attacks[node_id].append(line)
         fuzz_s = time.monotonic() - started
 
         await asyncio.sleep(1.0)  # the writer goes on a little after the fuzzing
@@ -986,6 +1123,7 @@ def test_hostile_wire_input_harms_no_node_loses_no_record_and_leaks_nothing(clus
             "fd": fd,
             "rss": rss,
             "fuzz_s": fuzz_s,
+            "attacks": attacks,
         }
 
     r = asyncio.run(asyncio.wait_for(campaign(), 240))
@@ -1002,6 +1140,7 @@ def test_hostile_wire_input_harms_no_node_loses_no_record_and_leaks_nothing(clus
             f"node {i}: fd {r['base_fd'][i]} -> peak {r['peak_fd'][i]} -> {r['fd'][i]}; "
             f"RSS {r['base_rss'][i]} -> greedy client {r['greedy_rss'][i]} -> {r['rss'][i]} KiB"
         )
+        print(f"node {i} attacks: " + "; ".join(r["attacks"][i]))
     print(f"fuzzing {r['fuzz_s']:.1f} s, whole test {elapsed:.1f} s")
 
     # every node alive and serving, a leader, no absurd epoch
@@ -1037,7 +1176,9 @@ def test_hostile_wire_input_harms_no_node_loses_no_record_and_leaks_nothing(clus
 
     # no leak once the connections are closed
     for i in cluster.node_ids:
-        assert r["peak_fd"][i] >= r["base_fd"][i] + IDLE_CONNECTIONS, (
+        # (within a few: the idle timeout closes the voters' idle connections to each other,
+        # and they open them again, now and then)
+        assert r["peak_fd"][i] >= r["base_fd"][i] + IDLE_CONNECTIONS - 3, (
             f"node {i} did not hold the idle connections (fd {r['peak_fd'][i]}); {REPLAY}"
         )
         assert r["fd"][i] <= r["base_fd"][i] + FD_TOLERANCE, (

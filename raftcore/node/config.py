@@ -9,6 +9,11 @@ from functools import cached_property
 from pathlib import Path
 
 from raftcore.log import LogConfig
+from raftcore.node.connection_limits import (
+    MAX_CONNECTIONS,
+    MAX_CONNECTIONS_PER_IP,
+    QUEUED_MAX_REQUEST_BYTES,
+)
 from raftcore.raft.config import QuorumConfig
 from raftcore.security.config import ListenerSecurity
 
@@ -68,6 +73,23 @@ class NodeConfig:
       for (Kafka's broker ``fetch.max.bytes``, 55 MiB); the first batch comes whole even when
       it is larger (KIP-74). The answers to the other voters' fetches are capped by the
       core's ``QuorumConfig.replica_fetch_response_max_bytes``.
+
+    Bounds on accepted connections (docs/security.md, "Bounds", says why each default):
+
+    - ``max_connections``: connections open at once (Kafka's ``max.connections``; 768: a
+      1024-descriptor limit less 256 the node needs for itself); more are closed as they are
+      accepted. The voters' hosts may go ``len(voters)`` past it;
+    - ``max_connections_per_ip``: from one client host (``max.connections.per.ip``; 256, a
+      third of the total); the voters' own hosts are exempt;
+    - ``connections_max_idle_ms``: a connection with no byte received or sent for this long
+      is closed (``connections.max.idle.ms``, Kafka's 10 min);
+    - ``login_timeout_ms``: a TLS handshake, and on a SASL listener then the login, must
+      complete within it (10 s);
+    - ``frame_receive_timeout_ms``: a frame must arrive whole within this long of its first
+      byte (30 s, Kafka clients' ``request.timeout.ms``);
+    - ``queued_max_request_bytes``: bytes of requests received and not yet answered, across
+      all connections (``queued.max.request.bytes``, 256 MiB); past it the node stops reading
+      large frames until answers go out. It holds at most this plus one frame.
     """
 
     node_id: int
@@ -87,6 +109,12 @@ class NodeConfig:
     request_timeout_ms: int = 30_000
     fetch_max_bytes: int = 55 * 1024 * 1024
     security: ListenerSecurity = field(default_factory=ListenerSecurity)
+    max_connections: int = MAX_CONNECTIONS
+    max_connections_per_ip: int = MAX_CONNECTIONS_PER_IP
+    connections_max_idle_ms: int = 10 * 60 * 1000
+    login_timeout_ms: int = 10_000
+    frame_receive_timeout_ms: int = 30_000
+    queued_max_request_bytes: int = QUEUED_MAX_REQUEST_BYTES
 
     def __post_init__(self) -> None:
         if self.node_id < 0:
@@ -102,6 +130,16 @@ class NodeConfig:
         object.__setattr__(self, "listen", listen)
         if self.fetch_max_bytes < 1:
             raise ValueError(f"fetch.max.bytes must be at least 1, got {self.fetch_max_bytes}")
+        for name, value in (
+            ("max.connections", self.max_connections),
+            ("max.connections.per.ip", self.max_connections_per_ip),
+            ("connections.max.idle.ms", self.connections_max_idle_ms),
+            ("the login timeout", self.login_timeout_ms),
+            ("the frame receive timeout", self.frame_receive_timeout_ms),
+            ("queued.max.request.bytes", self.queued_max_request_bytes),
+        ):
+            if value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
         if self.metrics_port is not None and not 0 <= self.metrics_port < 65536:
             raise ValueError(f"metrics port must be 0..65535, got {self.metrics_port}")
         if self.advertised is None:

@@ -16,6 +16,13 @@ writes straight into this module's buffers, and each whole frame is handed to a 
 
 A frame whose size is over the limit (or negative) ends the connection before anything is
 allocated for it, with :class:`FrameTooLarge` (naming a TLS handshake when the bytes are one).
+A server connection may also make a large frame wait for room in the node's request budget
+(``admit``, :class:`~raftcore.node.connection_limits.RequestBudget`): the receiver then stops
+reading until it is told there is room.
+
+When the connection ends, the receiver lets go of its frames and of the callbacks into its
+owner at once, and tells the stream protocol it replaced (:func:`take_over`): nothing of a
+closed connection waits for the cyclic garbage collector.
 """
 
 from __future__ import annotations
@@ -57,6 +64,11 @@ class FrameReceiver(asyncio.BufferedProtocol):
     here) until :meth:`resume`. ``on_writable`` is called when the transport, after holding
     more than its high-water mark of unsent bytes, is back under its low-water mark
     (``writing_paused`` says which).
+
+    ``admit(size)`` (optional) is asked before a large frame's buffer is allocated: False
+    leaves the frame unstarted and the transport not reading (``starved``) until
+    :meth:`admit_again`. ``received`` counts the bytes received and ``frames`` the frames
+    completed, for the connection's timeouts (:meth:`partial_frame`).
     """
 
     def __init__(
@@ -66,19 +78,26 @@ class FrameReceiver(asyncio.BufferedProtocol):
         on_lost: Callable[[BaseException | None], None],
         *,
         on_writable: Callable[[], None] | None = None,
+        admit: Callable[[int], bool] | None = None,
         large_frame: int = LARGE_FRAME,
     ) -> None:
         self.on_frame = on_frame
         self.max_bytes = max_bytes  # a function is asked for each frame (a SASL login's limit)
         self.on_lost = on_lost
         self.on_writable = on_writable
+        self.admit = admit
         self.transport: Any = None
         self.paused = False
+        self.starved = False  # a large frame waits for admit (the request budget)
         self.writing_paused = False
         self.lost = False
+        self.received = 0  # bytes
+        self.frames = 0  # completed
+        self.replaced: Any = None  # the stream protocol take_over replaced, told of the end
         self.large_frame = large_frame  # from this size on, a frame gets its own buffer
-        # for small frames: grown (rarely) when a partial one does not fit after a compaction
-        self._buf = bytearray(large_frame)
+        # for small frames: made at the first read (an idle connection has none), grown
+        # (rarely) when a partial frame does not fit after a compaction
+        self._buf = bytearray(0)
         self._view = memoryview(self._buf)
         self._start = 0  # the first byte not yet handed out
         self._end = 0  # the end of what was received
@@ -96,17 +115,23 @@ class FrameReceiver(asyncio.BufferedProtocol):
         big = self._big
         if big is not None:
             return big[self._big_filled :]
+        if self.lost:  # a read the transport had under way: its bytes go nowhere
+            return memoryview(bytearray(4096))
         if len(self._buf) - self._end < self.large_frame // 4:
             self._make_room()
         return self._view[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
+        if self.lost:
+            return
+        self.received += nbytes
         big = self._big
         if big is not None:
             self._big_filled += nbytes
             if self._big_filled < len(big):
                 return
             self._big = None
+            self.frames += 1
             self._held.append(big)
         else:
             self._end += nbytes
@@ -132,15 +157,33 @@ class FrameReceiver(asyncio.BufferedProtocol):
         """Hand out no frame until :meth:`resume`; the transport stops reading."""
         if not self.paused:
             self.paused = True
-            if self.transport is not None and not self.lost:
+            if self.transport is not None and not self.lost and not self.starved:
                 self.transport.pause_reading()
 
     def resume(self) -> None:
         if self.paused:
             self.paused = False
-            if self.transport is not None and not self.lost:
+            if self.transport is not None and not self.lost and not self.starved:
                 self.transport.resume_reading()
             self._cut()  # the frames that waited here
+
+    def admit_again(self) -> None:
+        """``admit`` may say yes now: ask it again for the frame that waits."""
+        if self.starved and not self.lost:
+            self.starved = False
+            if self.transport is not None and not self.paused:
+                self.transport.resume_reading()
+            self._cut()
+
+    def partial_frame(self) -> int | None:
+        """The number of the frame being received while part of it (its size, perhaps only
+        some of it) has arrived and the rest is read for; None otherwise (between frames, or
+        not reading: paused, starved, lost)."""
+        if self.paused or self.starved or self.lost:
+            return None
+        if self._big is not None or self._end > self._start:
+            return self.frames
+        return None
 
     # ---- cutting ---------------------------------------------------------------------------------
 
@@ -164,7 +207,7 @@ class FrameReceiver(asyncio.BufferedProtocol):
             self._cutting = False
 
     def _cut_frames(self) -> None:
-        while not self.paused and not self.lost:
+        while not self.paused and not self.starved and not self.lost:
             if self._held:
                 self.on_frame(self._held.popleft())
                 continue
@@ -177,6 +220,11 @@ class FrameReceiver(asyncio.BufferedProtocol):
                 self.fail(too_large(buf[start : start + 4], size, limit))
                 return
             if size >= self.large_frame:
+                if self.admit is not None and not self.admit(size):
+                    self.starved = True  # until admit_again; the frame stays unstarted
+                    if self.transport is not None and not self.paused:
+                        self.transport.pause_reading()
+                    break
                 have = min(end - start - 4, size)
                 try:
                     big = memoryview(np.empty(size, dtype=np.uint8))
@@ -189,11 +237,13 @@ class FrameReceiver(asyncio.BufferedProtocol):
                     self._big = big
                     self._big_filled = have
                     break
+                self.frames += 1
                 self.on_frame(big)
                 continue
             if end - start - 4 < size:
                 break
             self._start = start + 4 + size
+            self.frames += 1
             self.on_frame(bytes(self._view[start + 4 : start + 4 + size]))
         if self._start == self._end:
             self._start = self._end = 0
@@ -201,14 +251,14 @@ class FrameReceiver(asyncio.BufferedProtocol):
     def _make_room(self) -> None:
         """Move what is left of a partial frame to the front of the buffer (it is shorter
         than ``large_frame`` plus its size, or it would be in a buffer of its own); double the
-        buffer when that leaves too little room (the buffer starts at ``large_frame`` bytes:
-        64 KiB per connection), or when frames wait in it (paused)."""
+        buffer when that leaves too little room (the buffer starts at ``large_frame`` bytes,
+        64 KiB per connection, at its first read), or when frames wait in it (paused)."""
         start, end = self._start, self._end
         if start > 0:
             self._buf[: end - start] = self._buf[start:end]
             self._start, self._end = 0, end - start
         if len(self._buf) - self._end < self.large_frame // 4:
-            grown = bytearray(2 * len(self._buf))
+            grown = bytearray(max(self.large_frame, 2 * len(self._buf)))
             grown[: self._end] = self._view[: self._end]
             self._buf, self._view = grown, memoryview(grown)
 
@@ -222,7 +272,27 @@ class FrameReceiver(asyncio.BufferedProtocol):
     def _lose(self, exc: BaseException | None) -> None:
         if not self.lost:
             self.lost = True
-            self.on_lost(exc)
+            on_lost = self.on_lost
+            # Let go at once of what a closed connection held: its frames, and the callbacks
+            # into its owner (a cycle through them would wait for the cyclic GC).
+            self._big = None
+            self._held.clear()
+            self._buf = bytearray(0)
+            self._view = memoryview(self._buf)
+            self._start = self._end = 0
+            self.on_frame = self.on_lost = _ignore
+            self.on_writable = self.admit = None
+            self.max_bytes = 0
+            try:
+                on_lost(exc)
+            finally:
+                replaced, self.replaced = self.replaced, None
+                if replaced is not None:  # the streams end as if they had seen it
+                    replaced.connection_lost(exc)
+
+
+def _ignore(_: Any) -> None:
+    pass
 
 
 def take_over(
@@ -235,6 +305,7 @@ def take_over(
     leftover = bytes(reader._buffer)  # type: ignore[attr-defined]  # read, but not consumed
     reader._buffer.clear()  # type: ignore[attr-defined]
     lost = transport.is_closing() or reader.exception() is not None
+    receiver.replaced = transport.get_protocol()
     transport.set_protocol(receiver)
     receiver.connection_made(transport)
     if leftover:

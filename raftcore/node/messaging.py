@@ -2,18 +2,28 @@
 core sends goes to a peer's connection (requests) or back to the waiting inbound connection
 (responses); responses from peers and requests from inbound connections come back into the
 core through ``_run``; Kafka client requests go to :mod:`raftcore.node.kafka_api`. Nothing
-here decides anything: it moves bytes."""
+here decides anything: it moves bytes, within the bounds on accepted connections
+(:mod:`raftcore.node.connection_limits`, :mod:`raftcore.node.connection_timeouts`)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from typing import Any
 
 from raftcore.error_codes import Errors
 from raftcore.errors import RaftcoreError
 from raftcore.node import kafka_api, raft_wire
+from raftcore.node.connection_limits import (
+    ConnectionLimits,
+    RequestBudget,
+    check_fd_limit,
+    resolve_hosts,
+)
+from raftcore.node.connection_timeouts import ConnectionTimeouts
+from raftcore.node.tls_listener import serve_tls
 from raftcore.node.transport import CloseConnection, Later, ServerConnection
 from raftcore.protocol.api import (
     ApiKey,
@@ -50,6 +60,9 @@ class Messaging:
     _connections: set[Any]
     _token: int
     metrics: Any  # raftcore.node.metrics.NodeMetrics
+    limits: ConnectionLimits
+    request_budget: RequestBudget
+    timeouts: ConnectionTimeouts
     sasl: Any  # raftcore.security.sasl.SaslAuthenticator, on a SASL listener
     _tls_context: Any  # the listener's ssl.SSLContext, or None (PLAINTEXT)
 
@@ -136,6 +149,67 @@ class Messaging:
 
     # ---- inbound connections ---------------------------------------------------------------------
 
+    def _bound_connections(self) -> None:
+        """The bounds on accepted connections (docs/security.md, "Bounds"): how many, their
+        timeouts, the bytes of requests they may make the node hold."""
+        cfg = self.config
+        self.limits = ConnectionLimits(
+            cfg.max_connections,
+            cfg.max_connections_per_ip,
+            reserve=len(cfg.voters),
+            prefix=self.prefix,
+        )
+        self.request_budget = RequestBudget(cfg.queued_max_request_bytes)
+        self.timeouts = ConnectionTimeouts(
+            self._connections,
+            idle_ms=cfg.connections_max_idle_ms,
+            login_ms=cfg.login_timeout_ms,
+            frame_ms=cfg.frame_receive_timeout_ms,
+            prefix=self.prefix,
+        )
+
+    async def _listen(self, listen_socket: socket.socket | None) -> Any:
+        """Start accepting connections, on ``listen_socket`` or the listen address; the
+        server (``close()`` stops accepting)."""
+        cfg = self.config
+        check_fd_limit(cfg.max_connections, self.prefix)
+        voter_hosts = await resolve_hosts(e.host for e in cfg.voters.values())
+        self.limits.protected = frozenset(voter_hosts)
+        server: Any
+        if self._tls_context is not None:  # TLS before the first byte is read (tls_listener)
+            server = await serve_tls(
+                self._accept,
+                self._tls_context,
+                self.prefix,
+                sock=listen_socket,
+                host=cfg.listen.host,
+                port=cfg.listen.port,
+                limits=self.limits,
+                handshake_timeout_s=cfg.login_timeout_ms / 1000,
+            )
+        elif listen_socket is not None:
+            server = await asyncio.start_server(self._accept_plain, sock=listen_socket)
+        else:
+            server = await asyncio.start_server(
+                self._accept_plain, cfg.listen.host, cfg.listen.port
+            )
+        self.timeouts.start()
+        return server
+
+    async def _accept_plain(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """A new connection on a PLAINTEXT or SASL_PLAINTEXT listener: admitted by the
+        connection limits (the TLS listener asks them itself, before the handshake)."""
+        host = self.limits.admit(writer.get_extra_info("peername"))
+        if host is None:
+            writer.transport.abort()
+            return
+        try:
+            await self._accept(reader, writer)
+        finally:
+            self.limits.release(host)
+
     async def _accept(
         self,
         reader: asyncio.StreamReader,
@@ -145,10 +219,17 @@ class Messaging:
         """A new connection; on a TLS listener, after its handshake, with the principal its
         certificate proved (raftcore.node.tls_listener)."""
         conn = ServerConnection(
-            reader, writer, self._counted_frame, self.config.max_frame_bytes, self.prefix
+            reader,
+            writer,
+            self._counted_frame,
+            self.config.max_frame_bytes,
+            self.prefix,
+            budget=self.request_budget,
         )
         conn.principal = principal
         sasl.on_accept(self, conn)
+        if self.sasl is not None and principal.kind != "node":  # a login is due
+            conn.expect_login(time.monotonic() + self.config.login_timeout_ms / 1000)
         self._connections.add(conn)
         self.metrics.inbound_opened += 1
         try:

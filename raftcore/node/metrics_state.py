@@ -97,6 +97,7 @@ class StateCollector:
         conns.add_metric([INBOUND], len(node._connections))
         conns.add_metric([PEER], sum(1 for p in node._peers.values() if p.connected.is_set()))
         yield conns
+        yield from self._bounds(node)
 
         applied = _gauge(
             "raftcore_statemachine_applied_offset",
@@ -105,6 +106,42 @@ class StateCollector:
         if node.applier is not None:
             applied.add_metric([], node.applier.applied_offset)
         yield applied
+
+    @staticmethod
+    def _bounds(node: RaftNode) -> Iterator[Metric]:
+        """The bounds on accepted connections (raftcore.node.connection_limits, ...timeouts)."""
+        refused = CounterMetricFamily(
+            "raftcore_connections_refused",
+            "Connections closed as they were accepted, past max.connections or "
+            "max.connections.per.ip",
+            labels=["reason"],
+        )
+        for reason, count in node.limits.refused.items():
+            refused.add_metric([reason], count)
+        yield refused
+        timed_out = CounterMetricFamily(
+            "raftcore_connections_timed_out",
+            "Connections closed for a timeout: idle (connections.max.idle.ms), "
+            "login_timeout, frame_timeout",
+            labels=["reason"],
+        )
+        for reason, count in node.timeouts.closed.items():
+            timed_out.add_metric([reason], count)
+        yield timed_out
+        budget = node.request_budget
+        used = _gauge(
+            "raftcore_queued_request_bytes",
+            "Bytes of requests received (or being received) and not yet answered "
+            "(queued.max.request.bytes bounds them)",
+        )
+        used.add_metric([], budget.used)
+        yield used
+        waiting = _gauge(
+            "raftcore_queued_request_waiting_connections",
+            "Connections not read because queued.max.request.bytes is spent",
+        )
+        waiting.add_metric([], budget.waiting)
+        yield waiting
 
     @staticmethod
     def _log(node: RaftNode) -> Iterator[Metric]:

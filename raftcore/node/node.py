@@ -45,7 +45,6 @@ from raftcore.node.producer_ids import NODE_ID_BITS
 from raftcore.node.producer_state import ProducerStateManager
 from raftcore.node.producer_tracker import ProducerStateTracker
 from raftcore.node.snapshotter import Snapshotter, snapshot_source
-from raftcore.node.tls_listener import serve_tls
 from raftcore.node.transport import PeerConnection, ServerConnection
 from raftcore.raft import (
     Appended,
@@ -106,7 +105,7 @@ class RaftNode(Messaging):
         self.producer_tracker = ProducerStateTracker(self.producers, prefix=self.prefix)
         self.leader_changes = 0
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._server: asyncio.Server | None = None
+        self._server: Any = None  # asyncio.Server, or a TlsServer
         self._connections: set[ServerConnection] = set()
         self._peers: dict[int, PeerConnection] = {}
         self._peer_requests: dict[tuple[int, int], tuple[int, int]] = {}
@@ -136,6 +135,7 @@ class RaftNode(Messaging):
         # SASL logins on the listener (None without SASL): reads the users file now
         self.sasl = SaslAuthenticator.for_node(config, self.prefix)
         self._tls_context: Any = None  # the listener's, on SSL / SASL_SSL (raftcore.security.tls)
+        self._bound_connections()  # limits, timeouts, request budget (raftcore.node.messaging)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -222,21 +222,7 @@ class RaftNode(Messaging):
                 )
                 peer.start()
                 self._peers[peer_id] = peer
-        if self._tls_context is not None:  # TLS before the first byte is read (tls_listener)
-            self._server = await serve_tls(
-                self._accept,
-                self._tls_context,
-                self.prefix,
-                sock=listen_socket,
-                host=cfg.listen.host,
-                port=cfg.listen.port,
-            )
-        elif listen_socket is not None:
-            self._server = await asyncio.start_server(self._accept, sock=listen_socket)
-        else:
-            self._server = await asyncio.start_server(
-                self._accept, cfg.listen.host, cfg.listen.port
-            )
+        self._server = await self._listen(listen_socket)  # within the bounds (messaging)
         if cfg.metrics_port is not None:  # a port in use closes all this and fails the start
             self._metrics_server = await serve_metrics(self)
         self._flusher.start()
@@ -286,6 +272,7 @@ class RaftNode(Messaging):
             self._interval_task.cancel()
         if self._server is not None:
             self._server.close()
+        self.timeouts.close()
         for conn in list(self._connections):
             conn.close()
         for peer in self._peers.values():

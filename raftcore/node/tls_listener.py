@@ -14,6 +14,11 @@ before reading, on either loop. Why not ``asyncio.start_server(ssl=...)``: it dr
 handshake silently; here a failure is a WARNING naming the address and OpenSSL's reason, once
 per client host and reason, then once per 30 s with the count of those not logged (librdkafka
 retries a refused handshake every ~50 ms, a refused node every second).
+
+A connection past ``max.connections`` or ``max.connections.per.ip``
+(:class:`~raftcore.node.connection_limits.ConnectionLimits`) is closed before its handshake
+starts (an idle TLS connection costs the node about 330 KiB); a handshake must complete within
+the node's login timeout.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import Any
 
 from raftcore.connect_errors import host_port
 from raftcore.log_limit import RepeatLimiter
+from raftcore.node.connection_limits import ConnectionLimits
 from raftcore.security.config import Principal
 from raftcore.security.tls import HANDSHAKE_TIMEOUT_S, principal_of
 
@@ -44,7 +50,8 @@ HANDSHAKE_LOG_EVERY_S = 30.0  # per client host and reason
 class TlsServer:
     """Accepts on ``sock``, runs each connection's TLS handshake, and hands the streams and the
     principal the certificate proved to ``handler``. ``close``/``is_serving``/``sockets`` as
-    ``asyncio.Server`` has them."""
+    ``asyncio.Server`` has them. ``limits`` (if any) admits each connection before its
+    handshake and is told when it ends."""
 
     def __init__(
         self,
@@ -53,11 +60,16 @@ class TlsServer:
         handler: Handler,
         prefix: str,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        limits: ConnectionLimits | None = None,
+        handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
     ) -> None:
         self._sock = sock
         self._context = context
         self._handler = handler
         self._prefix = prefix
+        self._limits = limits
+        self._handshake_timeout_s = handshake_timeout_s
         self._failures = RepeatLimiter(HANDSHAKE_LOG_EVERY_S, clock=clock)
         self._accepting: asyncio.Task[None] | None = None
         self._connections: set[asyncio.Task[None]] = set()
@@ -92,11 +104,25 @@ class TlsServer:
                 logger.warning("%s accept failed: %s", self._prefix, exc)
                 await asyncio.sleep(ACCEPT_ERROR_PAUSE_S)
                 continue
-            task = asyncio.ensure_future(self._serve(conn, address))
+            host = None
+            if self._limits is not None:
+                host = self._limits.admit(address)
+                if host is None:  # past a cap: counted and logged
+                    conn.close()
+                    continue
+            task = asyncio.ensure_future(self._serve(conn, address, host))
             self._connections.add(task)
             task.add_done_callback(self._connections.discard)
 
-    async def _serve(self, conn: socket.socket, address: Any) -> None:
+    async def _serve(self, conn: socket.socket, address: Any, host: str | None) -> None:
+        try:
+            await self._handshake_and_serve(conn, address)
+        finally:
+            if host is not None:
+                assert self._limits is not None
+                self._limits.release(host)
+
+    async def _handshake_and_serve(self, conn: socket.socket, address: Any) -> None:
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader()
         protocol = asyncio.StreamReaderProtocol(reader)
@@ -105,7 +131,7 @@ class TlsServer:
                 lambda: protocol,
                 conn,
                 ssl=self._context,
-                ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S,
+                ssl_handshake_timeout=self._handshake_timeout_s,
             )
         except (OSError, asyncio.TimeoutError, EOFError) as exc:
             reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
@@ -134,11 +160,21 @@ async def serve_tls(
     host: str | None = None,
     port: int | None = None,
     clock: Callable[[], float] = time.monotonic,
+    limits: ConnectionLimits | None = None,
+    handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
 ) -> TlsServer:
     """A started :class:`TlsServer` on ``sock`` (bound and listening), or on a new socket
     bound to ``host:port``."""
     if sock is None:
         sock = socket.create_server((host or "", port or 0))
-    server = TlsServer(sock, context, handler, prefix, clock)
+    server = TlsServer(
+        sock,
+        context,
+        handler,
+        prefix,
+        clock,
+        limits=limits,
+        handshake_timeout_s=handshake_timeout_s,
+    )
     server.start()
     return server

@@ -14,14 +14,16 @@ import random
 import struct
 import types
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from raftcore.connect_errors import host_port
+from raftcore.node.answer_writer import PIECE_BYTES, frame_pieces, write_frame
 from raftcore.node.framing import FrameReceiver, FrameTooLarge, take_over, too_large
 from raftcore.security.config import ANONYMOUS, Principal
 
 if TYPE_CHECKING:
+    from raftcore.node.connection_limits import RequestBudget
     from raftcore.security.tls import PeerTls
 
 __all__ = [
@@ -52,24 +54,14 @@ async def read_frame(reader: asyncio.StreamReader, max_bytes: int | Callable[[],
     return await reader.readexactly(size)
 
 
-def write_frame(writer: asyncio.StreamWriter, parts: list[bytes | memoryview]) -> None:
-    """Write one frame; small frames go out as one piece, large ones without joining their
-    parts (a fetch response's records are not copied into a new buffer)."""
-    size = sum(len(p) for p in parts)
-    header = _SIZE.pack(size)
-    if size < 65536:
-        writer.write(header + b"".join(parts))
-    else:
-        writer.write(header)
-        for part in parts:
-            writer.write(part)
-
-
 # a handler answers with the frame's parts, None (nothing to send: acks=0), or a Later
 Handler = Callable[["ServerConnection", bytes], Awaitable[Any]]
 
 
 MAX_IN_FLIGHT = 64  # requests read and not yet answered, per connection
+# A connection closed with answers its client has not read yet is aborted after this long
+# (what it had not sent is dropped): a client that stops reading cannot keep the buffer.
+CLOSE_LINGER_S = 5.0
 
 
 class ServerConnection:
@@ -87,6 +79,13 @@ class ServerConnection:
     :meth:`serve` hands the connection (opened with the streams API, TLS and all) over to a
     :class:`~raftcore.node.framing.FrameReceiver`: frames arrive by callback, a large one in a
     buffer of its own that nothing copies; not reading is ``pause_reading`` on the transport.
+
+    The node's bounds (:mod:`raftcore.node.connection_limits`, ``connection_timeouts``):
+    request bytes are counted in ``budget`` from a frame's start to its answer, and a large
+    frame waits for room in it; an answer of :data:`PIECE_BYTES` or more is written a piece
+    at a time while the transport is under its high-water mark
+    (:mod:`raftcore.node.answer_writer`); :meth:`activity` and :meth:`partial_frame` tell the
+    timeouts what moves, and ``login_deadline`` when a login must be done by.
     """
 
     def __init__(
@@ -98,6 +97,7 @@ class ServerConnection:
         name: str,
         *,
         max_in_flight: int = MAX_IN_FLIGHT,
+        budget: RequestBudget | None = None,
     ) -> None:
         self.reader = reader
         self.writer = writer
@@ -115,12 +115,23 @@ class ServerConnection:
         self._order: deque[tuple[asyncio.Future[Any], int]] = deque()
         self._order_bytes = 0
         self._write_blocked = False  # waiting for the client to read what was written
+        self._pieces: Iterator[bytes | memoryview] | None = None  # an answer being written
+        self._written = 0  # answers and pieces handed to the transport
         self._tasks: set[asyncio.Future[None]] = set()
         self.closed = False
+        self._budget = budget
+        self._reserved = 0  # budget taken for large frames not handed to _on_frame yet
         self._receiver = FrameReceiver(
-            self._on_frame, self._frame_limit, self._on_lost, on_writable=self._on_writable
+            self._on_frame,
+            self._frame_limit,
+            self._on_lost,
+            on_writable=self._on_writable,
+            admit=None if budget is None else self._admit_large,
         )
         self._ended: asyncio.Future[None] | None = None
+        # when a login must be done by (time.monotonic), and who the connection was before
+        self.login_deadline: float | None = None
+        self._login_as: Principal | None = None
 
     async def serve(self) -> None:
         """Serve requests until the connection ends."""
@@ -136,12 +147,47 @@ class ServerConnection:
     def _frame_limit(self) -> int:
         return self.max_frame_bytes
 
+    # ---- what the bounds look at ---------------------------------------------------------------
+
+    def expect_login(self, deadline: float) -> None:
+        """The connection must log in (its principal change) by ``deadline``."""
+        self.login_deadline = deadline
+        self._login_as = self.principal
+
+    def logged_in(self) -> bool:
+        # a completed login sets a new principal (raftcore.security.sasl)
+        return self.principal is not self._login_as
+
+    def activity(self) -> tuple[int, int, int]:
+        """Changes whenever a byte is received or an answer goes out or drains."""
+        transport = self.writer.transport
+        return self._receiver.received, self._written, transport.get_write_buffer_size()
+
+    def partial_frame(self) -> int | None:
+        return self._receiver.partial_frame()
+
+    def _admit_large(self, size: int) -> bool:
+        assert self._budget is not None
+        if self._budget.try_take(size, self._receiver.admit_again):
+            self._reserved += size
+            return True
+        return False
+
+    # ---- requests ------------------------------------------------------------------------------
+
     def _on_frame(self, frame: bytes | memoryview) -> None:
         if self.closed:
             return
+        size = len(frame)
+        budget = self._budget
+        if budget is not None:
+            if size >= self._receiver.large_frame:
+                self._reserved -= size  # taken when it started
+            else:
+                budget.used += size  # a small frame is counted, never refused
         slot: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._order.append((slot, len(frame)))
-        self._order_bytes += len(frame)
+        self._order.append((slot, size))
+        self._order_bytes += size
         self._start(frame, slot)
         if self._full() and not self.closed:
             self._receiver.pause()
@@ -200,9 +246,20 @@ class ServerConnection:
     def _drain(self) -> None:
         """Write the answers that are ready, in request order, until one is not ready or the
         client stops reading."""
-        while self._order and self._order[0][0].done() and not self._write_blocked:
-            slot, size = self._order.popleft()
+        order = self._order
+        while not self._write_blocked and not self.closed:
+            if self._pieces is not None:
+                self._write_pieces()
+                continue
+            if not order or not order[0][0].done():
+                break
+            slot, size = order.popleft()
             self._order_bytes -= size
+            budget = self._budget
+            if budget is not None:
+                budget.used -= size
+                if budget.waiters:
+                    budget.wake()
             result = slot.result()
             if result is CLOSE:
                 self.close()
@@ -210,38 +267,77 @@ class ServerConnection:
             last = getattr(result, "reason", None)  # AnswerThenClose (raftcore.security.sasl)
             if last is not None:
                 level = result.log_level  # DEBUG when sasl logged it (once per 30 s per host)
-                result = result.parts
-            if result is not None and not self.closed:
-                write_frame(self.writer, result)
-                if self._receiver.writing_paused:  # over the high-water mark: resume_writing
-                    self._write_blocked = True
-            if last is not None:
+                write_frame(self.writer, result.parts)  # small: a login's refusal
                 logger.log(
                     level, "%s closing connection from %s: %s", self.name, self.address, last
                 )
                 self.close()  # the transport still sends what was written
                 return
+            if result is not None:
+                self._written += 1
+                size = sum(len(p) for p in result)
+                if size >= PIECE_BYTES:
+                    self._pieces = frame_pieces(result, size)  # written at the loop's top
+                    continue
+                write_frame(self.writer, result, size)
+                if self._receiver.writing_paused:  # over the high-water mark: resume_writing
+                    self._write_blocked = True
         if self._receiver.paused and not self._full() and not self.closed:
             # after the writes: the frames it hands out may answer at once (a nested _drain)
             self._receiver.resume()
 
-    def close(self) -> None:
+    def _write_pieces(self) -> None:
+        """The next pieces of a large answer, until it is all written or the transport is
+        over its high-water mark (then ``resume_writing`` goes on)."""
+        pieces = self._pieces
+        assert pieces is not None
+        transport = self.writer.transport
+        receiver = self._receiver
+        for piece in pieces:
+            if transport.is_closing():  # lost while writing: the rest has nowhere to go
+                break
+            transport.write(piece)
+            self._written += 1
+            if receiver.writing_paused:
+                self._write_blocked = True
+                return
+        self._pieces = None
+
+    def close(self, *, abort: bool = False) -> None:
         """Close the connection and stop the requests still being worked on: their answers
         could only go back on it (a long-poll fetch would otherwise wait out its MaxWaitMs
-        for nobody). What a request already did (an append) stays done."""
-        if not self.closed:
-            self.closed = True
-            for slot, _ in self._order:
-                if not slot.done():
-                    slot.cancel()
-            self._order.clear()
-            self._order_bytes = 0
-            if self._ended is not None and not self._ended.done():
-                self._ended.set_result(None)
-            for task in self._tasks:
-                if task is not asyncio.current_task():
-                    task.cancel()
+        for nobody). What a request already did (an append) stays done.
+
+        With ``abort`` (a bound was broken), what was not sent yet is dropped at once; else
+        it is sent first, for :data:`CLOSE_LINGER_S` at most."""
+        if self.closed:
+            return
+        self.closed = True
+        self._pieces = None
+        for slot, _ in self._order:
+            if not slot.done():
+                slot.cancel()
+        if self._budget is not None:
+            self._budget.give_back(self._order_bytes + self._reserved)
+            self._budget.forget(self._receiver.admit_again)
+            self._reserved = 0
+        self._order.clear()
+        self._order_bytes = 0
+        if self._ended is not None and not self._ended.done():
+            self._ended.set_result(None)
+        for task in self._tasks:
+            if task is not asyncio.current_task():
+                task.cancel()
+        transport = self.writer.transport
+        if self._receiver.lost:  # the transport is gone already
             self.writer.close()
+        elif abort:
+            transport.abort()
+        else:
+            unsent = transport.get_write_buffer_size()
+            self.writer.close()
+            if unsent:
+                asyncio.get_running_loop().call_later(CLOSE_LINGER_S, transport.abort)
 
 
 @types.coroutine
