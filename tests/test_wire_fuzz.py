@@ -10,7 +10,7 @@ steady writer (``Producer``, acks=all) writes numbered values:
   the cut length; and, sampled, a size that promises more than is ever sent) and mutated (bit
   flips, byte replacement, length-looking fields inflated);
 - raft requests (Vote, BeginQuorumEpoch, EndQuorumEpoch, replica Fetch) with another cluster
-  id, or from ids outside the voter set, with absurd epochs;
+  id, or from ids outside the voter set with an epoch that could never be raised again;
 - slow clients (a request a byte at a time over about two seconds; frames begun and never
   finished, held for the whole run); 300 idle connections per node, held and then closed;
 - an HTTP request and a TLS ClientHello on the Kafka port;
@@ -22,13 +22,15 @@ steady writer (``Producer``, acks=all) writes numbered values:
   connections, closed after ``connections.max.idle.ms``. Clients from the voters' host
   (127.0.0.1) are served throughout; the attackers come from 127.0.0.2 and up.
 
-Raft input that is legitimate is never sent: a Vote or BeginQuorumEpoch from a voter id with
-our cluster id (or none) and a high epoch is what a real candidate or leader sends, and may
-depose the leader -- that is the protocol working, not a bug (the protocol has no
-authentication; Kafka's has none either). So raft requests are sent only with another cluster
-id or a source id outside the voter set, and every mutated frame that still decodes is checked
-locally: if it is a raft request (or a replica Fetch) from a voter id with an acceptable
-cluster id, it is counted as skipped and not sent.
+Raft input that is legitimate is never sent: a Vote, BeginQuorumEpoch or EndQuorumEpoch with
+our cluster id (or none) and a high epoch is what a real candidate or leader sends, from any
+id (KIP-853: a voter just added is in no lagging replica's voter set), and may depose the
+leader -- that is the protocol working, not a bug (a PLAINTEXT listener trusts its network;
+Kafka's protocol has no authentication either). So raft requests are sent only with another
+cluster id, or from a source id outside the voter set with the epoch 2^31-1, which no epoch
+can follow (INVALID_REQUEST), and every mutated frame that still decodes is checked locally:
+if it is such legitimate input (or a replica Fetch from a voter id), it is counted as skipped
+and not sent.
 
 Then: every process is alive and serving (ApiVersions and Metadata answered by each node,
 DescribeQuorum names a leader, no epoch moved to an absurd value), every write the writer saw
@@ -101,6 +103,7 @@ MAX_FRAME = 100 * 1024 * 1024  # the nodes' default max_frame_bytes
 VOTERS = (1, 2, 3)
 OUTSIDERS = (0x7FFFFFFF, 4, 99, 1000, 65536)  # ids outside the voter set
 ABSURD_EPOCHS = (0x7FFFFFFF, 0x7FFFFFFE, 1 << 30, 1 << 20)
+MAX_EPOCH = 0x7FFFFFFF  # epochs are int32: a node refuses one it could not raise
 TOPIC = "raftcore"
 FD_TOLERANCE = 10
 RSS_TOLERANCE_KIB = 64 * 1024
@@ -187,7 +190,10 @@ def legitimate_raft_input(frame: bytes, cluster_id: str) -> bool:
     elif key in (ApiKey.VOTE, ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH):
         for topic in body.topics:
             for p in topic.partitions:
-                sources.append(p.candidate_id if key == ApiKey.VOTE else p.leader_id)
+                epoch = p.candidate_epoch if key == ApiKey.VOTE else p.leader_epoch
+                source = p.candidate_id if key == ApiKey.VOTE else p.leader_id
+                if 0 <= epoch < MAX_EPOCH and source >= 0:
+                    return True  # any id may be a voter some lagging replica does not know
     elif key == ApiKey.FETCH_SNAPSHOT:
         sources.append(body.replica_id)
     return any(s in VOTERS for s in sources)
@@ -213,7 +219,8 @@ def build_body(key: ApiKey, version: int, cluster_id: str, rng: random.Random, *
     wrong_cluster = kw.get("wrong_cluster", False)
     raft_cluster = "not-" + cluster_id if wrong_cluster else cluster_id
     source = rng.choice(VOTERS) if wrong_cluster else rng.choice(OUTSIDERS)
-    epoch = rng.choice(ABSURD_EPOCHS)
+    # an epoch no epoch can follow (INVALID_REQUEST) unless another cluster refuses it first
+    epoch = rng.choice(ABSURD_EPOCHS) if wrong_cluster else MAX_EPOCH
     if key == ApiKey.API_VERSIONS:
         return cls(client_software_name="raftcore-fuzz", client_software_version="1.0")
     if key == ApiKey.METADATA:
@@ -399,7 +406,7 @@ def answer_check(t: Template) -> Any:
         if "wrong-cluster" in t.variant:
             allowed = {Errors.INCONSISTENT_CLUSTER_ID}
         elif t.key in RAFT_KEYS:
-            allowed = {Errors.INCONSISTENT_VOTER_SET}
+            allowed = {Errors.INVALID_REQUEST}  # an epoch no epoch could follow
         elif t.version < 13:
             allowed = {Errors.UNKNOWN_TOPIC_ID}  # replica fetches need topic ids (v13+)
         else:

@@ -85,6 +85,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 INF = float("inf")
+MAX_EPOCH = (1 << 31) - 1  # epochs are int32 on the wire
 
 
 @dataclass(slots=True)
@@ -358,15 +359,18 @@ class RaftCore(LeaderRequests):
 
     def validate_voter_only_request(self, remote_id: int, request_epoch: int) -> int | None:
         """Checks shared by Vote, BeginQuorumEpoch and EndQuorumEpoch: an older epoch is
-        fenced; a negative sender id is invalid."""
+        fenced; a negative sender id or an epoch that could not be raised again is invalid."""
         if request_epoch < self.quorum.epoch:
             return Errors.FENCED_LEADER_EPOCH
-        if remote_id < 0:
+        if remote_id < 0 or request_epoch >= MAX_EPOCH:
+            # (an epoch that could not be raised again: no cluster gets there, a client may
+            # send it)
             return Errors.INVALID_REQUEST
-        # KIP-853 (Kafka 3.9 dropped the voter check here): with the voter set in the log, a
-        # replica's view of it may be behind -- a voter just added has not read the record
-        # that added it, and may not even know the cluster left its static voter set -- so any
-        # replica answers. What counts is that a candidate counts only its voters, by key.
+        # Neither the sender nor this replica need be a voter of this replica's voter set
+        # (KIP-853; Kafka 3.9 checks neither): a replica's view may be behind -- a voter just
+        # added has not read the record that added it (found by the simulation: a lagging
+        # voter that refused a new voter's pre-votes kept a quorum from electing anyone). A
+        # candidate counts only the votes of its own voter set, by key.
         return None
 
     def validate_leader_only_request(self, request_epoch: int) -> int | None:
