@@ -23,7 +23,13 @@ from raftcore.node.delete_records import delete_records
 from raftcore.node.producer_ids import describe_producers, init_producer_id
 from raftcore.node.producer_state import Duplicate
 from raftcore.produce_validation import validate_produced
-from raftcore.protocol.api import SUPPORTED_VERSIONS, ApiKey, encode_response, response_spec
+from raftcore.protocol.api import (
+    SUPPORTED_VERSIONS,
+    UNADVERTISED,
+    ApiKey,
+    encode_response,
+    response_spec,
+)
 from raftcore.raft import Appended, NotLeaderError
 from raftcore.raft.states import LeaderState
 from raftcore.records import scan_batches
@@ -82,7 +88,7 @@ def _api_versions_body(version: int, sasl: bool = False) -> Any:
     keys = [
         cls.ApiVersion(api_key=int(k), min_version=lo, max_version=hi)
         for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())
-        if sasl or k not in _SASL_APIS
+        if (sasl or k not in _SASL_APIS) and k not in UNADVERTISED
     ]
     return cls(error_code=Errors.NONE, api_keys=keys, throttle_time_ms=0)
 
