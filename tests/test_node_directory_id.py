@@ -1,9 +1,10 @@
 """Replica identity on disk (KIP-853): a data directory gets a random directory id when it is
 first formatted, keeps it, and a directory written before directory ids existed gets one on its
-first start with this release."""
+first start with this release; the node names its replica by it."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 import pytest
@@ -11,8 +12,10 @@ import pytest
 from raftcore.errors import RaftcoreError
 from raftcore.node.config import Endpoint, NodeConfig
 from raftcore.node.data_dir import META_PROPERTIES, check_meta_properties, read_directory_id
+from raftcore.node.local_cluster import free_ports
+from raftcore.node.node import RaftNode
 from raftcore.raft import QuorumConfig
-from raftcore.raft.voters import directory_id_text, parse_directory_id
+from raftcore.raft.voters import VoterEndpoint, directory_id_text, parse_directory_id
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -83,3 +86,27 @@ def test_a_directory_id_that_is_not_one_refuses_to_start_naming_the_file(tmp_pat
     )
     with pytest.raises(RaftcoreError, match=r"meta\.properties: directory\.id"):
         check_meta_properties(_config(tmp_path))
+
+
+def test_the_node_names_its_replica_by_its_directory_id_and_advertised_endpoint(tmp_path):
+    cfg = _config(tmp_path / "node", port=free_ports(1)[0])
+
+    async def main():  # type: ignore[no-untyped-def]
+        node = RaftNode(cfg)
+        await node.start()
+        try:
+            core = node.core
+            assert core is not None
+            assert core.local_key.id == 1
+            assert core.local_key.directory_id == read_directory_id(cfg.data_dir)
+            assert core.endpoint == VoterEndpoint("PLAINTEXT", "127.0.0.1", cfg.listen.port)  # type: ignore[union-attr]
+        finally:
+            await node.stop()
+        again = RaftNode(cfg)
+        await again.start()
+        try:
+            assert again.core.local_key == core.local_key  # type: ignore[union-attr]
+        finally:
+            await again.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 30))

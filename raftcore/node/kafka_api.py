@@ -1,6 +1,7 @@
 """The Kafka client API a raftcore node serves: ApiVersions, Metadata, Produce, Fetch (for
-consumers), ListOffsets, DescribeQuorum, DeleteRecords (:mod:`raftcore.node.delete_records`),
-InitProducerId and DescribeProducers (:mod:`raftcore.node.producer_ids`).
+consumers), ListOffsets, DescribeQuorum (:mod:`raftcore.node.describe_quorum`), DeleteRecords
+(:mod:`raftcore.node.delete_records`), InitProducerId and DescribeProducers
+(:mod:`raftcore.node.producer_ids`).
 
 One topic with one partition (``NodeConfig.topic``, partition 0) is the raft log. The leader
 takes produce requests and serves consumers -- committed records only, up to the high
@@ -20,6 +21,7 @@ from raftcore.error_codes import Errors
 from raftcore.errors import CorruptRecordError, InvalidAppendError, RaftcoreError
 from raftcore.node import raft_wire
 from raftcore.node.delete_records import delete_records
+from raftcore.node.describe_quorum import describe_quorum
 from raftcore.node.producer_ids import describe_producers, init_producer_id
 from raftcore.node.producer_state import Duplicate
 from raftcore.produce_validation import validate_produced
@@ -31,7 +33,6 @@ from raftcore.protocol.api import (
     response_spec,
 )
 from raftcore.raft import Appended, NotLeaderError
-from raftcore.raft.states import LeaderState
 from raftcore.records import scan_batches
 
 if TYPE_CHECKING:
@@ -101,11 +102,19 @@ def api_versions(node: RaftNode, body: Any, version: int) -> Any:
 
 
 def _brokers(node: RaftNode, cls: Any) -> list[Any]:
-    out = []
-    for node_id in sorted(node.config.voters):
-        ep = node.config.endpoint_of(node_id)
-        out.append(cls(node_id=node_id, host=ep.host, port=ep.port, rack=None))
-    return out
+    """The voters (from the voter set in force), the leader if it is not one any more (it
+    removed itself and has not resigned yet), and this node (an observer answers too)."""
+    book = node.address_book
+    known = dict(book.voter_endpoints())
+    leader = node.leader_and_epoch
+    for extra in (leader.leader_id if leader.known else None, node.config.node_id):
+        if extra is not None and extra not in known:
+            ep = book.endpoint_of(extra)
+            if ep is not None:
+                known[extra] = ep
+    return [
+        cls(node_id=i, host=ep.host, port=ep.port, rack=None) for i, ep in sorted(known.items())
+    ]
 
 
 def _asked_for(node: RaftNode, topic: Any, version: int) -> str | None:
@@ -132,7 +141,7 @@ def metadata(node: RaftNode, body: Any, version: int) -> Any:
             error = Errors.UNKNOWN_TOPIC_ID if name is None else Errors.UNKNOWN_TOPIC_OR_PARTITION
             topics.append(cls.MetadataResponseTopic(error_code=error, name=name, partitions=[]))
             continue
-        voters = sorted(cfg.voters)
+        voters = sorted(node.address_book.voter_set())
         partition = cls.MetadataResponsePartition(
             error_code=Errors.NONE if leader.known else Errors.LEADER_NOT_AVAILABLE,
             partition_index=0,
@@ -469,69 +478,6 @@ def _offset_for_time(node: RaftNode, timestamp: int) -> tuple[int, int]:
                 if record.timestamp >= timestamp:
                     return record.offset, record.timestamp
     return -1, -1
-
-
-# ---- DescribeQuorum -------------------------------------------------------------------------
-
-
-def describe_quorum(node: RaftNode, body: Any, version: int) -> Any:
-    cls = response_spec(ApiKey.DESCRIBE_QUORUM).cls
-    core = node.core
-    cfg = node.config
-    topics = []
-    for topic in body.topics:
-        parts = []
-        for p in topic.partitions:
-            resp = cls.PartitionData(
-                partition_index=p.partition_index, leader_id=-1, leader_epoch=-1, high_watermark=-1
-            )
-            if topic.topic_name != cfg.topic or p.partition_index != 0:
-                resp.error_code = Errors.UNKNOWN_TOPIC_OR_PARTITION
-            elif core is None or not isinstance(core.state, LeaderState):
-                resp.error_code = Errors.NOT_LEADER_OR_FOLLOWER
-            else:
-                _describe(node, core.state, resp, cls)
-            parts.append(resp)
-        topics.append(cls.TopicData(topic_name=topic.topic_name, partitions=parts))
-    response = cls(error_code=Errors.NONE, topics=topics)
-    if version >= 2:
-        response.nodes = [
-            cls.Node(
-                node_id=i, listeners=[cls.Listener(name="PLAINTEXT", host=ep.host, port=ep.port)]
-            )
-            for i, ep in sorted(cfg.voters.items())
-        ]
-    return response
-
-
-def _describe(node: RaftNode, state: LeaderState, resp: Any, cls: Any) -> None:
-    now_mono = node._now()
-    now_wall = int(time.time() * 1000)
-
-    def wall(t: int) -> int:
-        return -1 if t < 0 else now_wall - (now_mono - t)
-
-    resp.leader_id = state.local_id
-    resp.leader_epoch = state.epoch
-    resp.high_watermark = -1 if state.high_watermark is None else state.high_watermark
-
-    def replica(s: Any) -> Any:
-        if s.replica_id == state.local_id:
-            return cls.ReplicaState(
-                replica_id=s.replica_id,
-                log_end_offset=node.log.end_offset,
-                last_fetch_timestamp=now_wall,
-                last_caught_up_timestamp=now_wall,
-            )
-        return cls.ReplicaState(
-            replica_id=s.replica_id,
-            log_end_offset=-1 if s.end_offset is None else s.end_offset,
-            last_fetch_timestamp=wall(s.last_fetch_ms),
-            last_caught_up_timestamp=wall(s.last_caught_up_ms),
-        )
-
-    resp.current_voters = [replica(s) for _, s in sorted(state.voter_states.items())]
-    resp.observers = [replica(s) for _, s in sorted(state.observer_states.items())]
 
 
 _HANDLERS = {

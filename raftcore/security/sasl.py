@@ -252,8 +252,10 @@ class SaslAuthenticator:
         m = NODE_USER.fullmatch(name)
         if m is None or not self._node_password:
             return None
-        node_id = int(m.group(1))
-        return node_id if node_id in self.voters else None
+        # Any node id: the voter set changes at run time, and a node joining the cluster
+        # fetches as an observer before it is a voter. The inter-node password is what makes
+        # it a node.
+        return int(m.group(1))
 
     def principal(self, name: str) -> Principal:
         node_id = self._node_id_of(name)
