@@ -332,14 +332,18 @@ def _produce_partition(
 # ---- Fetch (consumers) ---------------------------------------------------------------------------
 
 
-def _committed_end(data: Any, hw: int) -> int:
-    """Byte length of the batches in ``data`` that lie wholly below the high watermark."""
+def _committed_end(data: Any, hw: int, limit: int | None = None) -> int:
+    """Byte length of the batches in ``data`` that lie wholly below the high watermark (and,
+    with ``limit``, within that many bytes)."""
     scan = scan_batches(data, check_crc=False)
     end = 0
     for i in range(scan.count):
         if int(scan.last_offsets[i]) >= hw:
             break
-        end = int(scan.positions[i] + scan.sizes[i])
+        batch_end = int(scan.positions[i] + scan.sizes[i])
+        if limit is not None and batch_end > limit:
+            break
+        end = batch_end
     return end
 
 
@@ -412,7 +416,8 @@ def _fetch_once(node: RaftNode, body: Any, version: int, cls: Any) -> tuple[Any,
                     # partition's; the first batch of the answer comes whole even when it is
                     # larger (KIP-74).
                     data = log.read(p.fetch_offset, max(1, min(p.partition_max_bytes, budget)))
-                    end = _committed_end(data, hw)
+                    # the log reads a first batch whole: only the answer's first may overrun
+                    end = _committed_end(data, hw, budget if has_data else None)
                     resp.records = data[:end]  # a view of the log, sent uncopied
                     budget -= end
                     has_data = has_data or end > 0
