@@ -101,10 +101,10 @@ class AddressBook:
         return out
 
     def describe(self, node_id: int) -> str:
-        """``voter 2``, ``node 4`` (not a voter) or ``bootstrap server 127.0.0.1:9092``, for
-        log lines."""
+        """``voter 2``, ``node 4`` (not a voter) or ``bootstrap server``, for log lines (which
+        name the address after it)."""
         if node_id < 0:
-            return f"bootstrap server {self.bootstrap.get(node_id)}"
+            return "bootstrap server"  # its address follows in every line that names it
         return f"{'voter' if node_id in self.voter_set() else 'node'} {node_id}"
 
 
