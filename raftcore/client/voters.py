@@ -43,7 +43,7 @@ class ChangeResult:
     error: int = Errors.NONE
 
 
-def _cluster(bootstrap: list[str], topic: str, timeout_s: float, sec: Any) -> ClusterClient:
+def _cluster(bootstrap: list[Any], topic: str, timeout_s: float, sec: Any) -> ClusterClient:
     return ClusterClient(
         bootstrap,
         topic=topic,
