@@ -24,6 +24,7 @@ from raftcore.logtools import (
     verify_log,
 )
 from raftcore.node_cli import add_node_command
+from raftcore.quorum_cli import add_quorum_commands
 from raftcore.security.client_config import add_command_config_option, load_client_security
 from raftcore.snapshot import SnapshotId
 from raftcore.snapshot_cli import add_snapshot_commands, verdict_line
@@ -426,6 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_users_commands(sub)
     add_certs_command(sub)
     _add_cluster_commands(sub)
+    add_quorum_commands(sub)
     _finish(parser)
     return parser
 

@@ -17,7 +17,13 @@ __all__ = ["add_node_command"]
 
 def _cmd_node(args: argparse.Namespace) -> int:
     from raftcore.log import LogConfig
-    from raftcore.node.config import NodeConfig, parse_endpoint, parse_voters
+    from raftcore.node.config import (
+        NodeConfig,
+        parse_endpoint,
+        parse_endpoints,
+        parse_principals,
+        parse_voters,
+    )
     from raftcore.node.preflight import check_data_dir
     from raftcore.node.runner import check_event_loop, run_node
     from raftcore.raft.config import QuorumConfig
@@ -25,9 +31,22 @@ def _cmd_node(args: argparse.Namespace) -> int:
     from raftcore.users_cli import sasl_listener_security
 
     try:
-        voters = parse_voters(args.voters)
+        if bool(args.voters) == bool(args.bootstrap):
+            raise ValueError(
+                "give --voters (the voters of a new cluster) or --bootstrap (servers of an "
+                "existing cluster to join through), not both"
+                if args.voters
+                else "give --voters (the voters of a new cluster) or --bootstrap (servers of "
+                "an existing cluster to join through)"
+            )
+        if args.auto_join and not args.bootstrap:
+            raise ValueError("--auto-join is for a node that joins with --bootstrap")
+        voters = parse_voters(args.voters) if args.voters else {}
+        bootstrap = parse_endpoints(args.bootstrap) if args.bootstrap else ()
         listen = parse_endpoint(args.listen) if args.listen else None
-        tls_listen, security = node_listener(args, len(voters))  # --listeners, --ssl-*, --config
+        # a node that joins is one of several: its listener must let the others prove who
+        # they are (--listeners, --ssl-*, --config)
+        tls_listen, security = node_listener(args, len(voters) or 2)
         listen = parse_endpoint(tls_listen) if tls_listen else listen
         advertised = parse_endpoint(args.advertised) if args.advertised else None
         quorum = QuorumConfig(
@@ -63,6 +82,9 @@ def _cmd_node(args: argparse.Namespace) -> int:
             login_timeout_ms=args.login_timeout_ms,
             frame_receive_timeout_ms=args.frame_receive_timeout_ms,
             queued_max_request_bytes=args.queued_max_request_bytes,
+            bootstrap=bootstrap,
+            auto_join=args.auto_join,
+            admin_principals=parse_principals(args.admin_principals or ""),
         )
         config = dataclasses.replace(config, security=sasl_listener_security(args, config.security))
         if quorum.snapshots_enabled and args.state_machine == "none":
@@ -89,14 +111,38 @@ def add_node_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
     p.add_argument(
         "--voters",
         type=types.voter_list,
-        required=True,
-        help="every voter, as Kafka's controller.quorum.voters: 1@host:port,2@host:port,...",
+        default=None,
+        help="the voters of a new cluster, as Kafka's controller.quorum.voters: "
+        "1@host:port,2@host:port,... (the same list on each of them)",
+    )
+    p.add_argument(
+        "--bootstrap",
+        type=types.bootstrap_list,
+        default=None,
+        metavar="HOST:PORT[,...]",
+        help="instead of --voters: nodes of an existing cluster to join through (Kafka's "
+        "controller.quorum.bootstrap.servers). The node starts as an observer and copies the "
+        "log; 'raftcore quorum add-voter' makes it a voter",
+    )
+    p.add_argument(
+        "--auto-join",
+        action="store_true",
+        help="with --bootstrap: once caught up, ask the leader to add this node as a voter "
+        "(Kafka's controller.quorum.auto.join.enable)",
+    )
+    p.add_argument(
+        "--admin-principals",
+        default=None,
+        metavar="User:NAME[,...]",
+        help="on a TLS or SASL listener, the principals besides the nodes that may add and "
+        "remove voters and hand leadership over (Kafka's super.users)",
     )
     p.add_argument(
         "--listen",
         type=types.endpoint,
         default=None,
-        help="host:port to listen on (default: this node's voter entry)",
+        help="host:port to listen on (default: this node's entry in --voters; required with "
+        "--bootstrap)",
     )
     p.add_argument(
         "--advertised",

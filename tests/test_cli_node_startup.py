@@ -253,13 +253,16 @@ def test_a_node_whose_peers_are_down_names_each_once_not_per_retry(
         await node.start()
         try:
             await asyncio.sleep(2.0)
-            retries = node._peers[2]._failures
+            retries = node.peers.connections[2].connection._failures
             server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", ports[1])
             try:
                 deadline = time.monotonic() + 5
-                while not node._peers[2].connected.is_set() and time.monotonic() < deadline:
+                while (
+                    not node.peers.connections[2].connection.connected.is_set()
+                    and time.monotonic() < deadline
+                ):
                     await asyncio.sleep(0.05)
-                return retries, node._peers[2].connected.is_set()
+                return retries, node.peers.connections[2].connection.connected.is_set()
             finally:
                 server.close()
         finally:

@@ -110,8 +110,8 @@ def test_the_first_batch_comes_whole_even_when_larger_than_the_cap_kip_74(tmp_pa
         (node,) = await started(tmp_path, fetch_max_bytes=1024)
         try:
             await leader_of([node])
-            await node.append([(b"k", b"v" * 5000)], wait=True)  # one batch over the cap
-            offset = node.log.end_offset - 1
+            appended = await node.append([(b"k", b"v" * 5000)], wait=True)  # over the cap
+            offset = appended.first_offset
             answer = await raw_request(node, ApiKey.FETCH, 16, fetch_body(node, offset=offset))
             (part,) = partitions(answer)
             assert part.error_code == Errors.NONE and len(part.records) > 5000

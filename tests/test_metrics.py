@@ -220,6 +220,13 @@ def test_a_stopped_replicas_last_fetch_time_is_the_same_at_every_scrape(tmp_path
         async with cluster(tmp_path) as nodes:
             leader = await leader_of(nodes)
             follower = next(n for n in nodes if n is not leader)
+            # its first request to a new leader may be an UpdateRaftVoter (KIP-853): wait for
+            # a fetch, the moment the metric is about
+            seen = leader.core.state.voter_states[follower.node_id]
+            for _ in range(250):
+                if seen.last_fetch_ms >= 0:
+                    break
+                await asyncio.sleep(0.02)
             await follower.stop(timeout_s=0.5)  # fetches no more
             await asyncio.sleep(0.3)  # a fetch it sent before it stopped has been handled
             key = {"replica": str(follower.node_id), "voter": "true"}

@@ -11,6 +11,7 @@ import pytest
 from raftcore.error_codes import Errors
 from raftcore.node import raft_wire
 from raftcore.node.config import Endpoint, NodeConfig
+from raftcore.node.peers import AddressBook
 from raftcore.protocol.api import ApiKey, decode_request, encode_response
 from raftcore.raft.messages import FetchSnapshotRequest, FetchSnapshotResponse, Outbound
 from raftcore.raft.values import LeaderAndEpoch, OffsetAndEpoch
@@ -19,7 +20,7 @@ from raftcore.raft.values import LeaderAndEpoch, OffsetAndEpoch
 def _node(tmp_path, node_id=1):
     voters = {i: Endpoint("127.0.0.1", 9000 + i) for i in (1, 2, 3)}
     cfg = NodeConfig(node_id=node_id, voters=voters, data_dir=tmp_path, cluster_id="c1")
-    return SimpleNamespace(config=cfg)
+    return SimpleNamespace(config=cfg, address_book=AddressBook(cfg))
 
 
 def _request():

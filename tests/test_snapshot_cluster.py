@@ -321,6 +321,50 @@ def test_a_fresh_observer_catches_up_by_snapshot_and_log_to_the_same_state(tmp_p
     run(main(), timeout_s=220)
 
 
+def test_a_node_joining_with_bootstrap_only_learns_the_voters_from_a_snapshot_and_is_added(
+    tmp_path,
+):
+    """KIP-853: a node that knows one address of the cluster, and no voter, finds the leader
+    through it, downloads the snapshot its log start requires -- whose header carries the
+    voter set -- then the log, and is added as a voter."""
+    from raftcore.client.voters import add_voter
+
+    async def main():
+        nodes, machines, leader, end = await cluster_with_snapshots(tmp_path, 60_000)
+        joiner = None
+        try:
+            await wait_until(
+                lambda: leader.core.kraft_version == 1,
+                30,
+                "the voter set in the log",  # type: ignore[union-attr]
+            )
+            end = await write_ops(leader, 2000)
+            cfg = dataclasses.replace(
+                observer_config(tmp_path, leader.config),
+                voters={},
+                bootstrap=(nodes[0].config.listen,),
+            )
+            joiner = RaftNode(cfg, state_machine=lmdb_at(cfg))
+            await joiner.start()
+            await joiner.wait_applied(end, timeout_s=90)
+            core = joiner.core
+            assert core is not None and core.snapshots.installed >= 1
+            assert core.voter_set == leader.core.voter_set  # type: ignore[union-attr]
+            assert not core.quorum.is_voter
+            result = await add_voter([str(n.config.listen) for n in nodes], 4, timeout_s=20)
+            assert result.ok, result.line
+            await wait_until(lambda: core.quorum.is_voter, 30, "node 4 to be a voter")
+        finally:
+            if joiner is not None:
+                await joiner.stop()
+                joiner.state_machine.close()  # type: ignore[union-attr]
+            await stop_all(nodes)
+            for m in machines:
+                m.close()
+
+    run(main(), timeout_s=220)
+
+
 def test_a_node_with_neither_state_machine_nor_listener_installs_a_snapshot_and_replicates(
     tmp_path,
 ):
@@ -456,7 +500,7 @@ def test_a_download_resumes_from_its_position_after_a_lost_connection(tmp_path):
             broken = asyncio.Event()
 
             def break_connection() -> None:
-                peer = observer._peers[leader.node_id]
+                peer = observer.peers.connections[leader.node_id].connection  # type: ignore[union-attr]
                 assert peer._writer is not None
                 peer._writer.close()  # the connection goes, with the next request in flight
                 broken.set()

@@ -1,11 +1,14 @@
 """DescribeQuorum from the leader, as data and as the table Kafka's ``kafka-metadata-quorum
-describe --status / --replication`` prints."""
+describe --status / --replication`` prints: every replica by id and directory id (KIP-853),
+where it listens, and (raftcore's own fields) the kraft.version in force and the voter change
+not done yet."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from raftcore.client.cluster import ClusterClient
 from raftcore.client.connection import ConnectionClosed
@@ -13,6 +16,7 @@ from raftcore.connect_errors import describe
 from raftcore.error_codes import Errors, error_name
 from raftcore.errors import RaftcoreError
 from raftcore.protocol.api import ApiKey, request_spec
+from raftcore.raft.voters import directory_id_text
 from raftcore.security.config import ClientSecurity
 
 __all__ = [
@@ -34,6 +38,15 @@ class ReplicaInfo:
     last_fetch_ms: int  # wall clock, -1 unknown
     last_caught_up_ms: int
     voter: bool
+    directory_id: bytes | None = None  # None: not known (a static voter that never fetched)
+    endpoint: str | None = None  # "NAME://host:port", None: not known
+
+    @property
+    def key_text(self) -> str:
+        """``4`` or ``4:<directory id>``, as the nodes' log lines name replicas."""
+        if self.directory_id is None:
+            return str(self.replica_id)
+        return f"{self.replica_id}:{directory_id_text(self.directory_id)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +55,8 @@ class QuorumInfo:
     leader_epoch: int
     high_watermark: int
     replicas: list[ReplicaInfo]
+    kraft_version: int = -1  # -1: the leader did not say (not a raftcore node)
+    pending_change: str | None = None  # a voter change or transfer not done yet, in words
 
     @property
     def voters(self) -> list[ReplicaInfo]:
@@ -123,19 +138,41 @@ async def _describe_once(cluster: ClusterClient, topic: str) -> QuorumInfo:
         if r.replica_id == p.leader_id:
             leader_end = r.log_end_offset
 
-    def info(r: object, voter: bool) -> ReplicaInfo:
-        end = r.log_end_offset  # type: ignore[attr-defined]
+    listeners = {
+        n.node_id: f"{n.listeners[0].name}://{n.listeners[0].host}:{n.listeners[0].port}"
+        for n in (resp.nodes or [])
+        if n.listeners
+    }
+
+    def info(r: Any, voter: bool) -> ReplicaInfo:
+        end = r.log_end_offset
+        directory = bytes(r.replica_directory_id or b"")
+        if voter:
+            endpoint = listeners.get(r.replica_id)
+        elif r.listener is not None:
+            endpoint = f"{r.listener.name}://{r.listener.host}:{r.listener.port}"
+        else:
+            endpoint = None
         return ReplicaInfo(
-            replica_id=r.replica_id,  # type: ignore[attr-defined]
+            replica_id=r.replica_id,
             log_end_offset=end,
             lag=max(0, leader_end - end) if end >= 0 else -1,
-            last_fetch_ms=r.last_fetch_timestamp,  # type: ignore[attr-defined]
-            last_caught_up_ms=r.last_caught_up_timestamp,  # type: ignore[attr-defined]
+            last_fetch_ms=r.last_fetch_timestamp,
+            last_caught_up_ms=r.last_caught_up_timestamp,
             voter=voter,
+            directory_id=None if directory in (b"", bytes(16)) else directory,
+            endpoint=endpoint,
         )
 
     replicas = [info(r, True) for r in p.current_voters] + [info(r, False) for r in p.observers]
-    return QuorumInfo(p.leader_id, p.leader_epoch, p.high_watermark, replicas)
+    return QuorumInfo(
+        p.leader_id,
+        p.leader_epoch,
+        p.high_watermark,
+        replicas,
+        p.k_raft_version,
+        p.pending_voter_change,
+    )
 
 
 def _ago(ts_ms: int, now_ms: int) -> str:
@@ -146,16 +183,23 @@ def _ago(ts_ms: int, now_ms: int) -> str:
 
 def format_quorum(info: QuorumInfo, now_ms: int | None = None) -> str:
     now = int(time.time() * 1000) if now_ms is None else now_ms
+    version = "?" if info.kraft_version < 0 else str(info.kraft_version)
+    if info.kraft_version == 0:
+        version += " (static voters: they move into the log once every voter runs this release)"
     lines = [
         f"LeaderId:       {info.leader_id}",
         f"LeaderEpoch:    {info.leader_epoch}",
         f"HighWatermark:  {info.high_watermark}",
         f"CurrentVoters:  {[r.replica_id for r in info.voters]}",
         f"CurrentObservers: {[r.replica_id for r in info.observers]}",
+        f"KRaftVersion:   {version}",
+        f"PendingChange:  {info.pending_change or 'none'}",
         "",
     ]
     header = (
         "NodeId",
+        "DirectoryId",
+        "Endpoint",
         "LogEndOffset",
         "Lag",
         "LastFetchTimestamp",
@@ -170,6 +214,8 @@ def format_quorum(info: QuorumInfo, now_ms: int | None = None) -> str:
         rows.append(
             (
                 str(r.replica_id),
+                directory_id_text(r.directory_id),
+                r.endpoint or "-",
                 str(r.log_end_offset),
                 str(r.lag) if r.lag >= 0 else "?",
                 _ago(r.last_fetch_ms, now),

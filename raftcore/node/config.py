@@ -1,5 +1,5 @@
-"""Configuration of a node: who it is, where it listens, the voters, the data directory, and the
-quorum, log and flush settings."""
+"""Configuration of a node: who it is, where it listens, the voters (or the servers to join
+through), the data directory, and the quorum, log and flush settings."""
 
 from __future__ import annotations
 
@@ -17,7 +17,14 @@ from raftcore.node.connection_limits import (
 from raftcore.raft.config import QuorumConfig
 from raftcore.security.config import ListenerSecurity
 
-__all__ = ["Endpoint", "NodeConfig", "parse_endpoint", "parse_voters"]
+__all__ = [
+    "Endpoint",
+    "NodeConfig",
+    "parse_endpoint",
+    "parse_endpoints",
+    "parse_principals",
+    "parse_voters",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,13 +59,40 @@ def parse_voters(text: str) -> dict[int, Endpoint]:
     return voters
 
 
+def parse_endpoints(text: str) -> tuple[Endpoint, ...]:
+    """``host:port[,host:port...]`` (Kafka's ``controller.quorum.bootstrap.servers``)."""
+    endpoints = tuple(parse_endpoint(part.strip()) for part in text.split(",") if part.strip())
+    if not endpoints:
+        raise ValueError("the list of servers is empty")
+    return endpoints
+
+
+def parse_principals(text: str) -> frozenset[str]:
+    """``User:alice,User:ops`` (Kafka's ``super.users``, comma separated)."""
+    names = frozenset(part.strip() for part in text.split(",") if part.strip())
+    for name in names:
+        kind, sep, rest = name.partition(":")
+        if not sep or kind != "User" or not rest:
+            raise ValueError(f"expected User:<name> in the principal list, got {name!r}")
+    return names
+
+
 @dataclass(frozen=True)
 class NodeConfig:
     """A node of a raftcore cluster.
 
-    - ``voters``: every voter's id and endpoint (the same list on every node);
+    - ``voters``: every voter's id and endpoint (the same list on every node): the first voter
+      set of a new cluster (kraft.version 0; the cluster moves its voter set into the log by
+      itself once every voter runs a release that can, see :mod:`raftcore.raft.reconfig`);
+    - ``bootstrap``: instead of ``voters``, the addresses of nodes of an existing cluster to
+      join through (Kafka's ``controller.quorum.bootstrap.servers``): the node starts as an
+      observer, learns the leader and the voter set from the cluster and replicates the log;
+      an operator adds it as a voter (``raftcore quorum add-voter``), or it asks to be added
+      itself once caught up with ``auto_join`` (Kafka's ``controller.quorum.auto.join.enable``);
+    - ``admin_principals``: on a TLS or SASL listener, who besides the nodes may add and remove
+      voters and hand leadership over (``User:alice``: Kafka's ``super.users``);
     - ``listen`` / ``advertised``: where this node accepts connections and what it tells
-      clients (default: the listen address, or its entry in ``voters``);
+      clients and the other nodes (default: the listen address, or its entry in ``voters``);
     - ``topic``: the one topic-partition (partition 0) this cluster serves to Kafka clients;
     - ``flush``: ``"always"`` (default: every append is fsynced before it is acknowledged,
       as KRaft requires) or ``"interval"`` (fsync every ``flush_interval_ms``; acknowledges
@@ -115,6 +149,9 @@ class NodeConfig:
     login_timeout_ms: int = 10_000
     frame_receive_timeout_ms: int = 30_000
     queued_max_request_bytes: int = QUEUED_MAX_REQUEST_BYTES
+    bootstrap: tuple[Endpoint, ...] = ()
+    auto_join: bool = False
+    admin_principals: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if self.node_id < 0:
@@ -124,6 +161,13 @@ class NodeConfig:
         if self.flush not in ("always", "interval"):
             raise ValueError(f"flush must be 'always' or 'interval', got {self.flush!r}")
         object.__setattr__(self, "data_dir", Path(self.data_dir))
+        if self.voters and self.bootstrap:
+            raise ValueError(
+                "give the voters of a new cluster or the servers of an existing one to join "
+                "through, not both"
+            )
+        if not self.voters and not self.bootstrap:
+            raise ValueError("give the voters of a new cluster or the servers to join through")
         listen = self.listen or self.voters.get(self.node_id)
         if listen is None:
             raise ValueError(f"node {self.node_id} is not a voter: give it a listen address")
@@ -147,7 +191,12 @@ class NodeConfig:
         object.__setattr__(
             self,
             "quorum",
-            replace(self.quorum, voters=frozenset(self.voters), cluster_id=self.cluster_id),
+            replace(
+                self.quorum,
+                voters=frozenset(self.voters),
+                cluster_id=self.cluster_id,
+                bootstrap_servers=len(self.bootstrap),
+            ),
         )
 
     @cached_property
@@ -157,7 +206,15 @@ class NodeConfig:
         Kafka Fetch/Metadata carries it, and a uuid5 per message cost a follower 9% of its CPU."""
         return uuid.uuid5(uuid.NAMESPACE_URL, f"raftcore:{self.cluster_id}:{self.topic}").bytes
 
+    @property
+    def listener_name(self) -> str:
+        """The name of this node's one listener, as the voter set records it (KIP-853's
+        endpoints are named): its security protocol."""
+        return self.security.protocol
+
     def endpoint_of(self, node_id: int) -> Endpoint | None:
+        """This node's advertised address, or a static voter's (the address book,
+        :mod:`raftcore.node.peers`, knows every node's)."""
         if node_id == self.node_id:
             return self.advertised
         return self.voters.get(node_id)

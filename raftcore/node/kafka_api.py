@@ -1,6 +1,7 @@
 """The Kafka client API a raftcore node serves: ApiVersions, Metadata, Produce, Fetch (for
-consumers), ListOffsets, DescribeQuorum, DeleteRecords (:mod:`raftcore.node.delete_records`),
-InitProducerId and DescribeProducers (:mod:`raftcore.node.producer_ids`).
+consumers), ListOffsets, DescribeQuorum (:mod:`raftcore.node.describe_quorum`), DeleteRecords
+(:mod:`raftcore.node.delete_records`), InitProducerId and DescribeProducers
+(:mod:`raftcore.node.producer_ids`).
 
 One topic with one partition (``NodeConfig.topic``, partition 0) is the raft log. The leader
 takes produce requests and serves consumers -- committed records only, up to the high
@@ -20,12 +21,18 @@ from raftcore.error_codes import Errors
 from raftcore.errors import CorruptRecordError, InvalidAppendError, RaftcoreError
 from raftcore.node import raft_wire
 from raftcore.node.delete_records import delete_records
+from raftcore.node.describe_quorum import describe_quorum
 from raftcore.node.producer_ids import describe_producers, init_producer_id
 from raftcore.node.producer_state import Duplicate
 from raftcore.produce_validation import validate_produced
-from raftcore.protocol.api import SUPPORTED_VERSIONS, ApiKey, encode_response, response_spec
+from raftcore.protocol.api import (
+    SUPPORTED_VERSIONS,
+    UNADVERTISED,
+    ApiKey,
+    encode_response,
+    response_spec,
+)
 from raftcore.raft import Appended, NotLeaderError
-from raftcore.raft.states import LeaderState
 from raftcore.records import scan_batches
 
 if TYPE_CHECKING:
@@ -82,7 +89,7 @@ def _api_versions_body(version: int, sasl: bool = False) -> Any:
     keys = [
         cls.ApiVersion(api_key=int(k), min_version=lo, max_version=hi)
         for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())
-        if sasl or k not in _SASL_APIS
+        if (sasl or k not in _SASL_APIS) and k not in UNADVERTISED
     ]
     return cls(error_code=Errors.NONE, api_keys=keys, throttle_time_ms=0)
 
@@ -95,11 +102,19 @@ def api_versions(node: RaftNode, body: Any, version: int) -> Any:
 
 
 def _brokers(node: RaftNode, cls: Any) -> list[Any]:
-    out = []
-    for node_id in sorted(node.config.voters):
-        ep = node.config.endpoint_of(node_id)
-        out.append(cls(node_id=node_id, host=ep.host, port=ep.port, rack=None))
-    return out
+    """The voters (from the voter set in force), the leader if it is not one any more (it
+    removed itself and has not resigned yet), and this node (an observer answers too)."""
+    book = node.address_book
+    known = dict(book.voter_endpoints())
+    leader = node.leader_and_epoch
+    for extra in (leader.leader_id if leader.known else None, node.config.node_id):
+        if extra is not None and extra not in known:
+            ep = book.endpoint_of(extra)
+            if ep is not None:
+                known[extra] = ep
+    return [
+        cls(node_id=i, host=ep.host, port=ep.port, rack=None) for i, ep in sorted(known.items())
+    ]
 
 
 def _asked_for(node: RaftNode, topic: Any, version: int) -> str | None:
@@ -126,7 +141,7 @@ def metadata(node: RaftNode, body: Any, version: int) -> Any:
             error = Errors.UNKNOWN_TOPIC_ID if name is None else Errors.UNKNOWN_TOPIC_OR_PARTITION
             topics.append(cls.MetadataResponseTopic(error_code=error, name=name, partitions=[]))
             continue
-        voters = sorted(cfg.voters)
+        voters = sorted(node.address_book.voter_set())
         partition = cls.MetadataResponsePartition(
             error_code=Errors.NONE if leader.known else Errors.LEADER_NOT_AVAILABLE,
             partition_index=0,
@@ -317,14 +332,18 @@ def _produce_partition(
 # ---- Fetch (consumers) ---------------------------------------------------------------------------
 
 
-def _committed_end(data: Any, hw: int) -> int:
-    """Byte length of the batches in ``data`` that lie wholly below the high watermark."""
+def _committed_end(data: Any, hw: int, limit: int | None = None) -> int:
+    """Byte length of the batches in ``data`` that lie wholly below the high watermark (and,
+    with ``limit``, within that many bytes)."""
     scan = scan_batches(data, check_crc=False)
     end = 0
     for i in range(scan.count):
         if int(scan.last_offsets[i]) >= hw:
             break
-        end = int(scan.positions[i] + scan.sizes[i])
+        batch_end = int(scan.positions[i] + scan.sizes[i])
+        if limit is not None and batch_end > limit:
+            break
+        end = batch_end
     return end
 
 
@@ -397,7 +416,8 @@ def _fetch_once(node: RaftNode, body: Any, version: int, cls: Any) -> tuple[Any,
                     # partition's; the first batch of the answer comes whole even when it is
                     # larger (KIP-74).
                     data = log.read(p.fetch_offset, max(1, min(p.partition_max_bytes, budget)))
-                    end = _committed_end(data, hw)
+                    # the log reads a first batch whole: only the answer's first may overrun
+                    end = _committed_end(data, hw, budget if has_data else None)
                     resp.records = data[:end]  # a view of the log, sent uncopied
                     budget -= end
                     has_data = has_data or end > 0
@@ -463,69 +483,6 @@ def _offset_for_time(node: RaftNode, timestamp: int) -> tuple[int, int]:
                 if record.timestamp >= timestamp:
                     return record.offset, record.timestamp
     return -1, -1
-
-
-# ---- DescribeQuorum -------------------------------------------------------------------------
-
-
-def describe_quorum(node: RaftNode, body: Any, version: int) -> Any:
-    cls = response_spec(ApiKey.DESCRIBE_QUORUM).cls
-    core = node.core
-    cfg = node.config
-    topics = []
-    for topic in body.topics:
-        parts = []
-        for p in topic.partitions:
-            resp = cls.PartitionData(
-                partition_index=p.partition_index, leader_id=-1, leader_epoch=-1, high_watermark=-1
-            )
-            if topic.topic_name != cfg.topic or p.partition_index != 0:
-                resp.error_code = Errors.UNKNOWN_TOPIC_OR_PARTITION
-            elif core is None or not isinstance(core.state, LeaderState):
-                resp.error_code = Errors.NOT_LEADER_OR_FOLLOWER
-            else:
-                _describe(node, core.state, resp, cls)
-            parts.append(resp)
-        topics.append(cls.TopicData(topic_name=topic.topic_name, partitions=parts))
-    response = cls(error_code=Errors.NONE, topics=topics)
-    if version >= 2:
-        response.nodes = [
-            cls.Node(
-                node_id=i, listeners=[cls.Listener(name="PLAINTEXT", host=ep.host, port=ep.port)]
-            )
-            for i, ep in sorted(cfg.voters.items())
-        ]
-    return response
-
-
-def _describe(node: RaftNode, state: LeaderState, resp: Any, cls: Any) -> None:
-    now_mono = node._now()
-    now_wall = int(time.time() * 1000)
-
-    def wall(t: int) -> int:
-        return -1 if t < 0 else now_wall - (now_mono - t)
-
-    resp.leader_id = state.local_id
-    resp.leader_epoch = state.epoch
-    resp.high_watermark = -1 if state.high_watermark is None else state.high_watermark
-
-    def replica(s: Any) -> Any:
-        if s.replica_id == state.local_id:
-            return cls.ReplicaState(
-                replica_id=s.replica_id,
-                log_end_offset=node.log.end_offset,
-                last_fetch_timestamp=now_wall,
-                last_caught_up_timestamp=now_wall,
-            )
-        return cls.ReplicaState(
-            replica_id=s.replica_id,
-            log_end_offset=-1 if s.end_offset is None else s.end_offset,
-            last_fetch_timestamp=wall(s.last_fetch_ms),
-            last_caught_up_timestamp=wall(s.last_caught_up_ms),
-        )
-
-    resp.current_voters = [replica(s) for _, s in sorted(state.voter_states.items())]
-    resp.observers = [replica(s) for _, s in sorted(state.observer_states.items())]
 
 
 _HANDLERS = {

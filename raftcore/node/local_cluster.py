@@ -1,6 +1,10 @@
 """A cluster of node processes on loopback, for the demo, the multi-process tests and the
 benchmarks. Every process it starts, it ends by its pid (``close`` kills what is still running;
-use it as a context manager)."""
+use it as a context manager).
+
+The first ``size`` nodes are the static voters (``--voters``); :meth:`LocalCluster.join_node`
+starts more, each joining through ``--bootstrap`` with a data directory and port of its own
+(a node replaced under an old id gets a new directory and port: a new disk, a new machine)."""
 
 from __future__ import annotations
 
@@ -103,29 +107,42 @@ class LocalCluster:
         self.env = env
         self.tls_dir = None if tls_dir is None else Path(tls_dir).absolute()
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        # nodes started with --bootstrap: id -> (port, data directory, extra arguments)
+        self.joined: dict[int, tuple[int, Path, list[str]]] = {}
         self._logs: dict[int, IO[bytes]] = {}
         self.started_pids: list[int] = []
 
     # ---- addresses ---------------------------------------------------------------------------
 
     def endpoint(self, node_id: int) -> str:
+        if node_id in self.joined:
+            return f"{self.host}:{self.joined[node_id][0]}"
         return f"{self.host}:{self.ports[node_id - 1]}"
 
     @property
     def voters(self) -> str:
-        return ",".join(f"{i}@{self.endpoint(i)}" for i in self.node_ids)
+        """The static voters: the first ``size`` nodes."""
+        return ",".join(f"{i}@{self.host}:{self.ports[i - 1]}" for i in self.node_ids)
 
     @property
     def bootstrap(self) -> list[str]:
-        return [self.endpoint(i) for i in self.node_ids]
+        """Every node's address (the static voters', then the joined nodes')."""
+        ids = [i for i in self.node_ids if i not in self.joined] + list(self.joined)
+        return [self.endpoint(i) for i in ids]
 
     def data_dir(self, node_id: int) -> Path:
+        if node_id in self.joined:
+            return self.joined[node_id][1]
         return self.directory / f"node-{node_id}"
 
     def log_file(self, node_id: int) -> Path:
         return self.directory / f"node-{node_id}.log"
 
     def command(self, node_id: int, cluster_id: str | None = None) -> list[str]:
+        if node_id in self.joined:
+            peers = ["--bootstrap", self.joined_through(node_id), *self.joined[node_id][2]]
+        else:
+            peers = ["--voters", self.voters]
         return [
             sys.executable,
             "-m",
@@ -134,8 +151,7 @@ class LocalCluster:
             "--id",
             str(node_id),
             *self._listener_args(node_id),
-            "--voters",
-            self.voters,
+            *peers,
             "--data-dir",
             str(self.data_dir(node_id)),
             # one argument: an id may start with "-" (base64), which argparse would take
@@ -146,6 +162,37 @@ class LocalCluster:
             *self.node_args,
             *self.node_own_args.get(node_id, []),
         ]
+
+    def joined_through(self, node_id: int) -> str:
+        """The --bootstrap of a joining node: the other nodes running now (all, if none)."""
+        others = [i for i in [*self.node_ids, *self.joined] if i != node_id]
+        running = [i for i in others if self.alive(i)] or others
+        return ",".join(dict.fromkeys(self.endpoint(i) for i in running))
+
+    def join_node(
+        self,
+        node_id: int,
+        *,
+        data_dir: str | os.PathLike[str] | None = None,
+        args: list[str] | None = None,
+        wait: bool = True,
+        timeout_s: float = 30.0,
+    ) -> subprocess.Popen[bytes]:
+        """Start node ``node_id`` with ``--bootstrap`` (the nodes running now) on a new port and
+        in ``data_dir`` (default: a new directory): it joins as an observer. An id already in
+        use (a voter replaced with a new disk) must be stopped first; it keeps its log file."""
+        if self.alive(node_id):
+            raise RaftcoreError(f"node {node_id} is already running")
+        directory = Path(data_dir) if data_dir is not None else self._new_data_dir(node_id)
+        self.joined[node_id] = (free_ports(1, self.host)[0], directory.absolute(), args or [])
+        return self.start_node(node_id, wait=wait, timeout_s=timeout_s)
+
+    def _new_data_dir(self, node_id: int) -> Path:
+        for n in range(1, 1000):
+            candidate = self.directory / f"node-{node_id}-{n}"
+            if not candidate.exists():
+                return candidate
+        raise RaftcoreError(f"no new data directory name for node {node_id}")
 
     def _listener_args(self, node_id: int) -> list[str]:
         if self.tls_dir is None:

@@ -1,8 +1,10 @@
 """The node's messages on the wire, part of :class:`~raftcore.node.node.RaftNode`: what the
 core sends goes to a peer's connection (requests) or back to the waiting inbound connection
 (responses); responses from peers and requests from inbound connections come back into the
-core through ``_run``; Kafka client requests go to :mod:`raftcore.node.kafka_api`. Nothing
-here decides anything: it moves bytes, within the bounds on accepted connections
+core through ``_run``; the voter RPCs of an operator go to :mod:`raftcore.node.admin`, Kafka
+client requests to :mod:`raftcore.node.kafka_api`. The node's own requests to a peer (an
+auto-join's AddRaftVoter) share the peer's connection, answered by future. Nothing here
+decides anything: it moves bytes, within the bounds on accepted connections
 (:mod:`raftcore.node.connection_limits`, :mod:`raftcore.node.connection_timeouts`)."""
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 from raftcore.error_codes import Errors
 from raftcore.errors import RaftcoreError
-from raftcore.node import kafka_api, raft_wire
+from raftcore.node import admin, kafka_api, raft_wire
 from raftcore.node.connection_limits import (
     ConnectionLimits,
     RequestBudget,
@@ -30,6 +32,8 @@ from raftcore.protocol.api import (
     UnknownApiKeyError,
     UnsupportedVersionError,
     decode_request,
+    decode_response,
+    encode_request,
     encode_response,
 )
 from raftcore.raft import Outbound
@@ -41,7 +45,13 @@ __all__ = ["RAFT_APIS", "Messaging"]
 logger = logging.getLogger("raftcore.node.node")
 
 RAFT_APIS = frozenset(
-    {ApiKey.VOTE, ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH, ApiKey.FETCH_SNAPSHOT}
+    {
+        ApiKey.VOTE,
+        ApiKey.BEGIN_QUORUM_EPOCH,
+        ApiKey.END_QUORUM_EPOCH,
+        ApiKey.FETCH_SNAPSHOT,
+        ApiKey.UPDATE_RAFT_VOTER,
+    }
 )
 
 
@@ -53,7 +63,7 @@ class Messaging:
     prefix: str
     _started: bool
     _loop: Any
-    _peers: dict[int, Any]
+    peers: Any  # raftcore.node.peers.Peers
     _peer_requests: dict[tuple[int, int], tuple[int, int]]
     _inbound: dict[int, tuple[Any, int, int, int, float]]
     _foreign_peers: set[int]
@@ -65,6 +75,8 @@ class Messaging:
     timeouts: ConnectionTimeouts
     sasl: Any  # raftcore.security.sasl.SaslAuthenticator, on a SASL listener
     _tls_context: Any  # the listener's ssl.SSLContext, or None (PLAINTEXT)
+    # the node's own requests to peers: (peer, correlation id) -> (api key, version, future)
+    _own_requests: dict[tuple[int, int], tuple[int, int, asyncio.Future[Any]]]
 
     def _run(self, step: Any) -> None:
         raise NotImplementedError
@@ -73,9 +85,8 @@ class Messaging:
 
     def _send(self, message: Outbound) -> None:
         if message.is_request:
-            peer = self._peers.get(message.destination)
-            if peer is None:
-                logger.warning("%s no connection to node %d", self.prefix, message.destination)
+            peer = self.peers.get(message.destination)  # opened now if need be
+            if peer is None:  # no address known (logged once by the address book)
                 return
             api_key, version, frame = raft_wire.encode_request(self, message)
             # Sent or not, it is in flight until answered or found lost (_connected_handler);
@@ -101,6 +112,15 @@ class Messaging:
         def on_response(correlation_id: int, frame: bytes) -> None:
             self.metrics.peer_received_bytes += len(frame) + 4
             key = (peer_id, correlation_id)
+            own = self._own_requests.pop(key, None)
+            if own is not None:
+                api_key, version, fut = own
+                if not fut.done():
+                    try:
+                        fut.set_result(decode_response(api_key, version, frame)[1])
+                    except RaftcoreError as exc:
+                        fut.set_exception(exc)
+                return
             sent = self._peer_requests.pop(key, None)
             if sent is None or self.core is None or not self._started:
                 return
@@ -132,6 +152,10 @@ class Messaging:
             none): fail them now, so the core sends again at once, not at the timeout (a
             snapshot download resumes from the bytes it holds)."""
             self.metrics.peer_opened += 1
+            for key in [k for k in self._own_requests if k[0] == peer_id]:
+                fut = self._own_requests.pop(key)[2]
+                if not fut.done():
+                    fut.set_exception(ConnectionError(f"the connection to node {peer_id} was lost"))
             lost = [cid for (peer, cid) in self._peer_requests if peer == peer_id]
             for cid in lost:
                 del self._peer_requests[(peer_id, cid)]
@@ -139,6 +163,35 @@ class Messaging:
                     self._run(lambda now, c=cid: self.core.request_lost(peer_id, c, now))  # type: ignore[union-attr]
 
         return on_connected
+
+    def peer_callbacks(self, peer_id: int) -> tuple[Any, Any, Any]:
+        """What a connection to ``peer_id`` tells the node (raftcore.node.peers)."""
+        return (
+            self._response_handler(peer_id),
+            self._refused_handler(peer_id),
+            self._connected_handler(peer_id),
+        )
+
+    async def request_peer(
+        self, peer_id: int, api_key: int, version: int, body: Any, timeout_s: float
+    ) -> Any:
+        """Send the node's own request to ``peer_id`` on its peer connection; the answer's
+        body. ConnectionError when there is no connection or it is lost, TimeoutError."""
+        peer = self.peers.get(peer_id)
+        if peer is None:
+            raise ConnectionError(f"no address known for node {peer_id}")
+        correlation_id = self.core.next_correlation_id()
+        frame = encode_request(api_key, version, correlation_id, raft_wire.CLIENT_ID, body)
+        fut: asyncio.Future[Any] = self._loop.create_future()
+        key = (peer_id, correlation_id)
+        self._own_requests[key] = (api_key, version, fut)
+        try:
+            if not peer.send([frame]):
+                raise ConnectionError(f"not connected to node {peer_id}")
+            self.metrics.peer_sent_bytes += len(frame) + 4
+            return await asyncio.wait_for(fut, timeout_s)
+        finally:
+            self._own_requests.pop(key, None)
 
     def _refused_handler(self, peer_id: int) -> Any:
         def on_refused() -> None:
@@ -271,6 +324,16 @@ class Messaging:
             if refused is not None:
                 return refused
             return await self._handle_raft_request(header, body, conn)
+        if api_key in admin.ADMIN_APIS:
+            refused = authorization.refuse_unless_admin(self, conn, header)
+            if refused is not None:
+                return refused
+            started = time.perf_counter()
+            answer = await admin.handle(self, header, body)  # type: ignore[arg-type]
+            self.metrics.kafka_request(api_key)(time.perf_counter() - started)
+            return encode_response(
+                api_key, header.request_api_version, header.correlation_id, answer
+            )
         return await kafka_api.handle(self, header, body)
 
     async def _handle_raft_request(

@@ -91,11 +91,11 @@ class StateCollector:
 
         conns = GaugeMetricFamily(
             "raftcore_connections",
-            "Open connections: accepted (inbound) and to the other voters (peer)",
+            "Open connections: accepted (inbound) and to the other nodes (peer)",
             labels=["connection"],
         )
         conns.add_metric([INBOUND], len(node._connections))
-        conns.add_metric([PEER], sum(1 for p in node._peers.values() if p.connected.is_set()))
+        conns.add_metric([PEER], 0 if node.peers is None else node.peers.open_count())
         yield conns
         yield from self._bounds(node)
 

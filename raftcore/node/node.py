@@ -1,10 +1,11 @@
 """RaftNode: one replica of a raftcore cluster in one asyncio loop.
 
 It binds the pure :class:`~raftcore.raft.RaftCore` to the world: the segmented log and the
-quorum-state file in the data directory, TCP (Kafka framing) to the other voters and from
-clients, a timer for the core's next deadline, and a thread that fsyncs the log off the event
-loop. Messages the core marks ``after_flush`` wait for the fsync that covers them; appends that
-arrive during an fsync are covered by the next one (group commit).
+quorum-state file in the data directory, TCP (Kafka framing) to the other nodes (found in the
+address book, :mod:`raftcore.node.peers`) and from clients, a timer for the core's next
+deadline, and a thread that fsyncs the log off the event loop. Messages the core marks
+``after_flush`` wait for the fsync that covers them; appends that arrive during an fsync are
+covered by the next one (group commit).
 
 Embedding API::
 
@@ -32,6 +33,7 @@ from typing import Any
 from raftcore.errors import RaftcoreError, RaftInvariantError
 from raftcore.log import SegmentedLog
 from raftcore.node import reads
+from raftcore.node.admin import AutoJoiner, ChangeWaiters
 from raftcore.node.applier import Applier, check_start_offset
 from raftcore.node.config import NodeConfig
 from raftcore.node.core_listener import CoreListener
@@ -40,12 +42,12 @@ from raftcore.node.flusher import Flusher
 from raftcore.node.messaging import Messaging
 from raftcore.node.metrics import NodeMetrics
 from raftcore.node.metrics_http import MetricsServer, serve_metrics
-from raftcore.node.peer_health import PeerReachability, call_both
-from raftcore.node.producer_ids import NODE_ID_BITS
+from raftcore.node.peers import SWEEP_EVERY_S, AddressBook, Peers
+from raftcore.node.producer_ids import ProducerIdSource
 from raftcore.node.producer_state import ProducerStateManager
 from raftcore.node.producer_tracker import ProducerStateTracker
 from raftcore.node.snapshotter import Snapshotter, snapshot_source
-from raftcore.node.transport import PeerConnection, ServerConnection
+from raftcore.node.transport import ServerConnection
 from raftcore.raft import (
     Appended,
     AppendOutcome,
@@ -56,6 +58,7 @@ from raftcore.raft import (
     Output,
     RaftCore,
 )
+from raftcore.raft.voters import VoterEndpoint, directory_id_text
 from raftcore.security import tls
 from raftcore.security.sasl import SaslAuthenticator
 from raftcore.statemachine.api import StateMachine
@@ -68,10 +71,6 @@ logger = logging.getLogger(__name__)
 def _time_out(fut: asyncio.Future[Any]) -> None:
     if not fut.done():
         fut.set_exception(TimeoutError())
-
-
-_PRODUCER_ID_EPOCH_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z
-_NODE_ID_MASK = (1 << NODE_ID_BITS) - 1
 
 
 class RaftNode(Messaging):
@@ -107,7 +106,14 @@ class RaftNode(Messaging):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: Any = None  # asyncio.Server, or a TlsServer
         self._connections: set[ServerConnection] = set()
-        self._peers: dict[int, PeerConnection] = {}
+        # where the other nodes listen, and the connections to them (raftcore.node.peers)
+        self.address_book = AddressBook(config)
+        self.peers: Peers | None = None
+        self._own_requests: dict[tuple[int, int], tuple[int, int, asyncio.Future[Any]]] = {}
+        self.directory_id: bytes | None = None  # this replica's (meta.properties), once started
+        self.voter_changes = ChangeWaiters()  # admin requests waiting for the core's verdict
+        self._auto_join = AutoJoiner(self) if config.auto_join else None
+        self._housekeeping: asyncio.Task[None] | None = None
         self._peer_requests: dict[tuple[int, int], tuple[int, int]] = {}
         # raft requests the core has not answered yet: (Later, api key, version, correlation
         # id, when it came), by the token the core answers with (raftcore.node.messaging)
@@ -125,7 +131,7 @@ class RaftNode(Messaging):
         self._stopping = False
         self._closing: asyncio.Future[None] | None = None
         self._reads = reads.ReadWaiters()
-        self.producer_id_counter = 0
+        self.producer_ids = ProducerIdSource(config.node_id)
         self._foreign_peers: set[int] = set()
         self.metrics = NodeMetrics(self)  # docs/metrics.md
         self._metrics_server: MetricsServer | None = None
@@ -149,7 +155,7 @@ class RaftNode(Messaging):
             peer_tls = tls.peer_context(cfg.security)
         self._loop = asyncio.get_running_loop()
         cfg.data_dir.mkdir(parents=True, exist_ok=True)
-        check_meta_properties(cfg)
+        self.directory_id = check_meta_properties(cfg)
         self.log = SegmentedLog.open(cfg.data_dir / LOG_DIR, config=cfg.log)
         try:
             self.producer_tracker.attach(self.log)
@@ -194,7 +200,11 @@ class RaftNode(Messaging):
             listener=CoreListener(self),
             listener_start_offset=start_offset,
             log_prefix=self.prefix,
+            directory_id=self.directory_id,
+            endpoint=VoterEndpoint(cfg.listener_name, cfg.advertised.host, cfg.advertised.port),  # type: ignore[union-attr]
         )
+        core = self.core
+        self.address_book.voters = lambda: core.voter_set
         if self._snapshot_source is not None:
             applier = self.applier
             self.snapshotter = Snapshotter(
@@ -205,23 +215,13 @@ class RaftNode(Messaging):
                 prefix=self.prefix,
             )
             self.snapshotter.on_taken = self.metrics.snapshot_taken
-        for peer_id, endpoint in cfg.voters.items():
-            if peer_id != cfg.node_id:
-                health = PeerReachability(self.prefix, f"voter {peer_id}", str(endpoint))
-                peer = PeerConnection(
-                    f"{self.prefix}->{peer_id}",
-                    endpoint.host,
-                    endpoint.port,
-                    self._response_handler(peer_id),
-                    on_refused=self._refused_handler(peer_id),
-                    on_connected=call_both(health.connected, self._connected_handler(peer_id)),
-                    on_failed=health.failed,
-                    max_frame_bytes=cfg.max_frame_bytes,
-                    authenticate=None if self.sasl is None else self.sasl.peer_login,
-                    tls=None if peer_tls is None else tls.PeerTls(peer_tls, peer_id, self.prefix),
-                )
-                peer.start()
-                self._peers[peer_id] = peer
+        self.peers = Peers(
+            self.address_book,
+            self.prefix,
+            self.peer_callbacks,
+            tls_context=peer_tls,
+            login=None if self.sasl is None else self.sasl.peer_login,
+        )
         self._server = await self._listen(listen_socket)  # within the bounds (messaging)
         if cfg.metrics_port is not None:  # a port in use closes all this and fails the start
             self._metrics_server = await serve_metrics(self)
@@ -230,12 +230,15 @@ class RaftNode(Messaging):
             self._interval_task = asyncio.ensure_future(self._interval_flush_loop())
         self._started = True
         self._drive(self.core.start(self._now()))
+        self._housekeeping = asyncio.ensure_future(self._housekeeping_loop())
         logger.info(
-            "%s listening on %s://%s, voters %s, log %s",
+            "%s listening on %s://%s, directory id %s, voters %r (kraft.version %d), log %s",
             self.prefix,
             cfg.security.protocol,
             cfg.listen,
-            ",".join(f"{k}@{v}" for k, v in sorted(cfg.voters.items())),
+            directory_id_text(self.directory_id),
+            self.core.voter_set,
+            self.core.kraft_version,
             self.log,
         )
 
@@ -270,13 +273,19 @@ class RaftNode(Messaging):
             self._flusher.close()  # nothing it reports from now on is acted on
         if self._interval_task is not None:
             self._interval_task.cancel()
+        if self._housekeeping is not None:
+            self._housekeeping.cancel()
+        if self._auto_join is not None:
+            await self._auto_join.close()
         if self._server is not None:
             self._server.close()
         self.timeouts.close()
         for conn in list(self._connections):
             conn.close()
-        for peer in self._peers.values():
-            await peer.stop()
+        if self.peers is not None:
+            await self.peers.close()
+        if self.core is not None:
+            self.voter_changes.fail_all(self.core.leader_and_epoch())
         self._reads.fail_all(RaftcoreError(f"{self.prefix} node stopped"))
         verdicts, self._verdicts = self._verdicts, {}
         for fut in verdicts.values():
@@ -456,6 +465,8 @@ class RaftNode(Messaging):
                 fut.set_result(outcome)
         if out.reads:
             self._reads.deliver(out.reads)
+        if out.voter_changes:
+            self.voter_changes.deliver(out.voter_changes)
         flushed = self._durable.flushed_offset
         for message in out.messages:
             if message.after_flush >= 0 and message.after_flush > flushed:
@@ -501,6 +512,30 @@ class RaftNode(Messaging):
                 "%s a step of the Raft core failed; stopping", self.prefix, exc_info=True
             )
             self._stop_after_failure()
+
+    def poke(self) -> None:
+        """Poll the core now (after a request to it whose outcome comes in an Output)."""
+        if self._started and self.core is not None:
+            self._run(self.core.poll)
+
+    async def _housekeeping_loop(self) -> None:
+        """Now and once a second: connections to the voters and the leader (open, so that an
+        election or a first fetch does not wait for a TLS handshake), none to the ids no longer
+        needed (raftcore.node.peers); auto-join."""
+        while True:
+            core, peers = self.core, self.peers
+            if core is not None and peers is not None and self._started:
+                needed = set(core.voter_set)
+                leader = core.leader_and_epoch()
+                if leader.known:
+                    needed.add(leader.leader_id)  # type: ignore[arg-type]
+                needed.discard(self.node_id)
+                peers.sweep(needed)
+                for node_id in needed:
+                    peers.get(node_id)
+                if self._auto_join is not None:
+                    self._auto_join.check()
+            await asyncio.sleep(SWEEP_EVERY_S)
 
     def _stop_after_failure(self) -> None:
         if self._closing is None:
@@ -560,18 +595,5 @@ class RaftNode(Messaging):
     # ---- used by the Kafka API ---------------------------------------------------------------
 
     def next_producer_id(self) -> int:
-        """A producer id unique in the cluster, from any node (Kafka clients ask whichever
-        broker they like): node id (14 bits: ids that differ by a multiple of 16384 share them),
-        then milliseconds since 2024 (40 bits, 34 years), then a counter (8 bits); the
-        (milliseconds, counter) pair only grows within a process, and a restarted node starts
-        from its clock, later than any id it gave before (unless the clock went back). Bit 62
-        stays clear: ids with it set are derived by clients (:mod:`raftcore.node.producer_ids`)."""
-        now = int(time.time() * 1000) - _PRODUCER_ID_EPOCH_MS
-        last_ms, count = divmod(self.producer_id_counter, 256)
-        if now > last_ms:
-            self.producer_id_counter = now << 8
-        elif count < 255:
-            self.producer_id_counter += 1
-        else:
-            self.producer_id_counter = (last_ms + 1) << 8
-        return ((self.config.node_id & _NODE_ID_MASK) << 48) | self.producer_id_counter
+        """A producer id unique in the cluster (:class:`~.producer_ids.ProducerIdSource`)."""
+        return self.producer_ids.next()

@@ -4,7 +4,7 @@ tells a producer how far the leader's log has its batches.
 **Two kinds of id, never equal.** Bit 62 splits the space:
 
 - ids a node hands out (InitProducerId) have bit 62 clear: node id (14 bits), milliseconds
-  since 2024 (40 bits), a counter (8 bits) -- see :meth:`RaftNode.next_producer_id`;
+  since 2024 (40 bits), a counter (8 bits) -- see :class:`ProducerIdSource`;
 - ids a client derives itself have bit 62 set (:func:`derived_producer_id`): a writer that must
   resume after its process died (a Spark task retried, :mod:`raftcore.spark.sink`) computes the
   same id again from a name it was given, asks DescribeProducers for the last sequence the
@@ -15,6 +15,7 @@ tells a producer how far the leader's log has its batches.
 from __future__ import annotations
 
 import hashlib
+import time
 from typing import TYPE_CHECKING, Any
 
 from raftcore.error_codes import Errors
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DERIVED_ID_BIT",
     "NODE_ID_BITS",
+    "ProducerIdSource",
     "derived_producer_id",
     "describe_producers",
     "init_producer_id",
@@ -33,6 +35,33 @@ __all__ = [
 
 NODE_ID_BITS = 14
 DERIVED_ID_BIT = 1 << 62
+_PRODUCER_ID_EPOCH_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z
+_NODE_ID_MASK = (1 << NODE_ID_BITS) - 1
+
+
+class ProducerIdSource:
+    """The producer ids one node hands out."""
+
+    def __init__(self, node_id: int) -> None:
+        self.node_id = node_id
+        self.counter = 0
+
+    def next(self) -> int:
+        """A producer id unique in the cluster, from any node (Kafka clients ask whichever
+        broker they like): node id (14 bits: ids that differ by a multiple of 16384 share
+        them), then milliseconds since 2024 (40 bits, 34 years), then a counter (8 bits); the
+        (milliseconds, counter) pair only grows within a process, and a restarted node starts
+        from its clock, later than any id it gave before (unless the clock went back). Bit 62
+        stays clear: ids with it set are derived by clients (:func:`derived_producer_id`)."""
+        now = int(time.time() * 1000) - _PRODUCER_ID_EPOCH_MS
+        last_ms, count = divmod(self.counter, 256)
+        if now > last_ms:
+            self.counter = now << 8
+        elif count < 255:
+            self.counter += 1
+        else:
+            self.counter = (last_ms + 1) << 8
+        return ((self.node_id & _NODE_ID_MASK) << 48) | self.counter
 
 
 def derived_producer_id(name: str) -> int:

@@ -1,5 +1,6 @@
 """The Raft core's messages on the Kafka wire: Vote (v2, with KIP-996's PreVote),
-BeginQuorumEpoch, EndQuorumEpoch (v1), the replica Fetch (v17) and FetchSnapshot (v1, KIP-630).
+BeginQuorumEpoch, EndQuorumEpoch (v1), the replica Fetch (v17), FetchSnapshot (v1, KIP-630) and
+UpdateRaftVoter (v0, KIP-853).
 
 Kafka's RPCs are multi-partition; a raftcore cluster replicates exactly one topic-partition, so a
 request carries one topic (by name, or by id in Fetch) with one partition 0. A request that names
@@ -7,16 +8,24 @@ anything else is answered with UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID for 
 reaches the core. Nodes of one cluster speak the same versions, so peers do not negotiate
 (ApiVersions is for clients).
 
-Two fields are ours, tagged on a Fetch partition where Kafka 3.9 has none: ``HighWatermark``
+Replicas are named by id and directory id (KIP-853): the directory ids travel in Vote v1+,
+BeginQuorumEpoch v1, EndQuorumEpoch v1 (the preferred candidates), Fetch v17 and FetchSnapshot
+v1; Kafka's zero uuid is the core's None (not known). Every address another node tells (the
+leader endpoints of a request, the NodeEndpoints of an answer) goes into the node's address
+book (:mod:`raftcore.node.peers`), which is also where the endpoints this node tells come from.
+
+Three fields are ours, tagged where Kafka 3.9 has none: on a Fetch partition ``HighWatermark``
 (tag 100, the fetcher's known high watermark, which Kafka added in Fetch v18) and
-``IsFollower`` (tag 101, KIP-595's draft field). Kafka brokers skip unknown tags.
+``IsFollower`` (tag 101, KIP-595's draft field); on the Fetch itself ``ReplicaEndpoint`` (tag
+102, where the fetching replica listens: the leader needs it to add an observer as a voter).
+Kafka brokers skip unknown tags.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from raftcore.error_codes import Errors
+from raftcore.error_codes import Errors, error_name
 from raftcore.errors import RaftcoreError
 from raftcore.protocol.api import ApiKey, request_spec, response_spec
 from raftcore.protocol.api import decode_response as decode_frame
@@ -33,10 +42,13 @@ from raftcore.raft.messages import (
     Outbound,
     RaftRequest,
     RaftResponse,
+    UpdateVoterRequest,
+    UpdateVoterResponse,
     VoteRequest,
     VoteResponse,
 )
 from raftcore.raft.values import LeaderAndEpoch, OffsetAndEpoch
+from raftcore.raft.voters import VoterEndpoint
 
 if TYPE_CHECKING:
     from raftcore.node.node import RaftNode
@@ -46,6 +58,7 @@ __all__ = [
     "WrongPartition",
     "decode_request",
     "decode_response",
+    "directory_id",
     "encode_request",
     "encode_response",
     "error_response",
@@ -58,10 +71,23 @@ VERSIONS = {
     ApiKey.END_QUORUM_EPOCH: 1,
     ApiKey.FETCH: 17,
     ApiKey.FETCH_SNAPSHOT: 1,
+    ApiKey.UPDATE_RAFT_VOTER: 0,
 }
 _ZERO_UUID = b"\x00" * 16
 CLIENT_ID = "raftcore-replica"
-LISTENER = "PLAINTEXT"
+
+
+def _uuid(directory_id: bytes | None) -> bytes:
+    """A directory id on the wire: Kafka's zero uuid for none."""
+    return _ZERO_UUID if directory_id is None else directory_id
+
+
+def directory_id(raw: Any) -> bytes | None:
+    """A directory id off the wire: None for Kafka's zero uuid (or a field not sent)."""
+    if raw is None:
+        return None
+    value = bytes(raw)
+    return None if value == _ZERO_UUID or len(value) != 16 else value
 
 
 class WrongPartition(RaftcoreError):
@@ -91,6 +117,7 @@ def encode_request(node: RaftNode, out: Outbound) -> tuple[int, int, bytes]:
             partition_max_bytes=message.max_bytes,
             high_watermark=message.high_watermark,
             is_follower=message.is_follower,
+            replica_directory_id=_uuid(message.replica_directory_id),
         )
         body = cls(
             cluster_id=message.cluster_id,
@@ -105,6 +132,9 @@ def encode_request(node: RaftNode, out: Outbound) -> tuple[int, int, bytes]:
             forgotten_topics_data=[],
             rack_id="",
         )
+        ep = message.replica_endpoint
+        if ep is not None:
+            body.replica_endpoint = cls.ReplicaEndpoint(name=ep.name, host=ep.host, port=ep.port)
     elif isinstance(message, FetchSnapshotRequest):
         key = ApiKey.FETCH_SNAPSHOT
         cls = request_spec(key).cls
@@ -115,7 +145,7 @@ def encode_request(node: RaftNode, out: Outbound) -> tuple[int, int, bytes]:
                 end_offset=message.snapshot_id.offset, epoch=message.snapshot_id.epoch
             ),
             position=message.position,
-            replica_directory_id=_ZERO_UUID,
+            replica_directory_id=_uuid(message.replica_directory_id),
         )
         body = cls(
             cluster_id=message.cluster_id,
@@ -130,8 +160,8 @@ def encode_request(node: RaftNode, out: Outbound) -> tuple[int, int, bytes]:
             partition_index=0,
             candidate_epoch=message.candidate_epoch,
             candidate_id=message.candidate_id,
-            candidate_directory_id=_ZERO_UUID,
-            voter_directory_id=_ZERO_UUID,
+            candidate_directory_id=_uuid(message.candidate_directory_id),
+            voter_directory_id=_uuid(message.voter_directory_id),
             last_offset_epoch=message.last_offset_epoch,
             last_offset=message.last_offset,
             pre_vote=message.pre_vote,
@@ -146,7 +176,7 @@ def encode_request(node: RaftNode, out: Outbound) -> tuple[int, int, bytes]:
         cls = request_spec(key).cls
         partition = cls.PartitionData(
             partition_index=0,
-            voter_directory_id=_ZERO_UUID,
+            voter_directory_id=_uuid(message.voter_directory_id),
             leader_id=message.leader_id,
             leader_epoch=message.leader_epoch,
         )
@@ -164,7 +194,10 @@ def encode_request(node: RaftNode, out: Outbound) -> tuple[int, int, bytes]:
             leader_id=message.leader_id,
             leader_epoch=message.leader_epoch,
             preferred_candidates=[
-                cls.ReplicaInfo(candidate_id=c, candidate_directory_id=_ZERO_UUID)
+                cls.ReplicaInfo(
+                    candidate_id=c,
+                    candidate_directory_id=_uuid(node.address_book.directory_id_of(c)),
+                )
                 for c in message.preferred_successors
             ],
         )
@@ -172,6 +205,22 @@ def encode_request(node: RaftNode, out: Outbound) -> tuple[int, int, bytes]:
             cluster_id=message.cluster_id,
             topics=[cls.TopicData(topic_name=cfg.topic, partitions=[partition])],
             leader_endpoints=_leader_endpoints(node, cls),
+        )
+    elif isinstance(message, UpdateVoterRequest):
+        key = ApiKey.UPDATE_RAFT_VOTER
+        cls = request_spec(key).cls
+        ep = message.endpoint
+        listeners = [] if ep is None else [cls.Listener(name=ep.name, host=ep.host, port=ep.port)]
+        body = cls(
+            cluster_id=message.cluster_id,
+            current_leader_epoch=message.current_leader_epoch,
+            voter_id=message.voter_id,
+            voter_directory_id=_uuid(message.voter_directory_id),
+            listeners=listeners,
+            k_raft_version_feature=cls.KRaftVersionFeature(
+                min_supported_version=message.min_version,
+                max_supported_version=message.max_version,
+            ),
         )
     else:
         raise TypeError(f"not a raft request: {message!r}")
@@ -181,9 +230,17 @@ def encode_request(node: RaftNode, out: Outbound) -> tuple[int, int, bytes]:
 
 
 def _leader_endpoints(node: RaftNode, cls: Any) -> list[Any]:
-    ep = node.config.advertised
+    cfg = node.config
+    ep = cfg.advertised
     assert ep is not None
-    return [cls.LeaderEndpoint(name=LISTENER, host=ep.host, port=ep.port)]
+    return [cls.LeaderEndpoint(name=cfg.listener_name, host=ep.host, port=ep.port)]
+
+
+def _learn_leader(node: RaftNode, leader_id: int, endpoints: Any) -> None:
+    """A BeginQuorumEpoch or EndQuorumEpoch says where its leader listens."""
+    for ep in endpoints or ():
+        node.address_book.learn(leader_id, ep.host, ep.port)
+        break
 
 
 # ---- requests in -----------------------------------------------------------------------------
@@ -244,6 +301,8 @@ def decode_request(node: RaftNode, header: Any, body: Any) -> tuple[int, RaftReq
             max_bytes=max(1, min(p.partition_max_bytes, body.max_bytes)),
             is_follower=bool(getattr(p, "is_follower", False)),
             high_watermark=getattr(p, "high_watermark", -1),
+            replica_directory_id=directory_id(getattr(p, "replica_directory_id", None)),
+            replica_endpoint=_endpoint(getattr(body, "replica_endpoint", None)),
         )
     if key == ApiKey.FETCH_SNAPSHOT:
         p = _single_partition(node, key, body)
@@ -254,6 +313,7 @@ def decode_request(node: RaftNode, header: Any, body: Any) -> tuple[int, RaftReq
             snapshot_id=OffsetAndEpoch(p.snapshot_id.end_offset, p.snapshot_id.epoch),
             position=p.position,
             max_bytes=max(1, body.max_bytes),
+            replica_directory_id=directory_id(getattr(p, "replica_directory_id", None)),
         )
     if key == ApiKey.VOTE:
         p = _single_partition(node, key, body)
@@ -265,18 +325,25 @@ def decode_request(node: RaftNode, header: Any, body: Any) -> tuple[int, RaftReq
             last_offset=p.last_offset,
             voter_id=getattr(body, "voter_id", -1),
             pre_vote=bool(getattr(p, "pre_vote", False)),
+            candidate_directory_id=directory_id(getattr(p, "candidate_directory_id", None)),
+            voter_directory_id=directory_id(getattr(p, "voter_directory_id", None)),
         )
     if key == ApiKey.BEGIN_QUORUM_EPOCH:
         p = _single_partition(node, key, body)
+        _learn_leader(node, p.leader_id, getattr(body, "leader_endpoints", None))
         return p.leader_id, BeginQuorumEpochRequest(
             cluster_id=body.cluster_id,
             leader_id=p.leader_id,
             leader_epoch=p.leader_epoch,
             voter_id=getattr(body, "voter_id", -1),
+            voter_directory_id=directory_id(getattr(p, "voter_directory_id", None)),
         )
     if key == ApiKey.END_QUORUM_EPOCH:
         p = _single_partition(node, key, body)
+        _learn_leader(node, p.leader_id, getattr(body, "leader_endpoints", None))
         if header.request_api_version >= 1:
+            # the candidates' directory ids are not the core's business: a replica that is not
+            # a voter (a wiped disk under a voter's id) never stands, whatever it is told
             successors = tuple(c.candidate_id for c in p.preferred_candidates)
         else:
             successors = tuple(p.preferred_successors)
@@ -286,7 +353,25 @@ def decode_request(node: RaftNode, header: Any, body: Any) -> tuple[int, RaftReq
             leader_epoch=p.leader_epoch,
             preferred_successors=successors,
         )
+    if key == ApiKey.UPDATE_RAFT_VOTER:
+        listeners = body.listeners or []
+        feature = body.k_raft_version_feature
+        return body.voter_id, UpdateVoterRequest(
+            cluster_id=body.cluster_id,
+            current_leader_epoch=body.current_leader_epoch,
+            voter_id=body.voter_id,
+            voter_directory_id=directory_id(body.voter_directory_id),
+            endpoint=_endpoint(listeners[0]) if listeners else None,
+            min_version=0 if feature is None else feature.min_supported_version,
+            max_version=0 if feature is None else feature.max_supported_version,
+        )
     raise TypeError(f"API {key} is not a raft request")
+
+
+def _endpoint(listener: Any) -> VoterEndpoint | None:
+    if listener is None or not listener.host:
+        return None
+    return VoterEndpoint(listener.name, listener.host, listener.port)
 
 
 # ---- responses out ----------------------------------------------------------------------------
@@ -352,6 +437,19 @@ def encode_response(node: RaftNode, out: Outbound, api_key: int, version: int) -
         if version >= 1:
             body.node_endpoints = node_endpoints(node, cls.NodeEndpoint, leader)
         return body
+    if isinstance(message, UpdateVoterResponse):
+        leader = message.current_leader
+        ep = node.address_book.endpoint_of(leader.leader_id) if leader.known else None  # type: ignore[arg-type]
+        return cls(
+            throttle_time_ms=0,
+            error_code=message.error_code,
+            current_leader=cls.CurrentLeader(
+                leader_id=leader.leader_id if leader.known else -1,
+                leader_epoch=leader.epoch,
+                host="" if ep is None else ep.host,
+                port=-1 if ep is None else ep.port,
+            ),
+        )
     if not isinstance(message, (VoteResponse, BeginQuorumEpochResponse, EndQuorumEpochResponse)):
         raise TypeError(f"not a raft response: {message!r}")
     partition = cls.PartitionData(
@@ -379,7 +477,7 @@ def node_endpoints(node: RaftNode, cls: Any, leader: LeaderAndEpoch) -> list[Any
     NodeEndpoint struct; Rack, where the message has it, stays null)."""
     if not leader.known:
         return []
-    ep = node.config.endpoint_of(leader.leader_id)  # type: ignore[arg-type]
+    ep = node.address_book.endpoint_of(leader.leader_id)  # type: ignore[arg-type]
     if ep is None:
         return []
     return [cls(node_id=leader.leader_id, host=ep.host, port=ep.port)]
@@ -392,6 +490,10 @@ def error_response(node: RaftNode, api_key: int, version: int, error_code: int) 
         return cls(throttle_time_ms=0, error_code=error_code, session_id=0, responses=[])
     if api_key == ApiKey.FETCH_SNAPSHOT:
         return cls(throttle_time_ms=0, error_code=error_code, topics=[])
+    if api_key == ApiKey.UPDATE_RAFT_VOTER:
+        return cls(throttle_time_ms=0, error_code=error_code)
+    if api_key in (ApiKey.ADD_RAFT_VOTER, ApiKey.REMOVE_RAFT_VOTER, ApiKey.TRANSFER_LEADERSHIP):
+        return cls(throttle_time_ms=0, error_code=error_code, error_message=error_name(error_code))
     return cls(error_code=error_code, topics=[])
 
 
@@ -402,6 +504,17 @@ def decode_response(node: RaftNode, api_key: int, version: int, frame: bytes) ->
     """The core's response from a response frame; RaftcoreError when it does not parse or does
     not answer for our partition."""
     _, body = decode_frame(api_key, version, frame)
+    for ep in getattr(body, "node_endpoints", None) or ():  # KIP-951: where the leader is
+        node.address_book.learn(ep.node_id, ep.host, ep.port)
+    if api_key == ApiKey.UPDATE_RAFT_VOTER:
+        cl = body.current_leader
+        if cl is None:
+            return UpdateVoterResponse(body.error_code, LeaderAndEpoch(None, -1))
+        node.address_book.learn(cl.leader_id, cl.host, cl.port)
+        return UpdateVoterResponse(
+            body.error_code,
+            LeaderAndEpoch(cl.leader_id if cl.leader_id >= 0 else None, cl.leader_epoch),
+        )
     if body.error_code != Errors.NONE:
         return _top_level_error(api_key, body.error_code)
     if api_key == ApiKey.FETCH:

@@ -66,7 +66,7 @@ class ReadWaiters:
 
 def _not_leader(node: RaftNode, leader: LeaderAndEpoch) -> NotLeaderForReadError:
     leader_id = leader.leader_id
-    endpoint = None if leader_id is None else node.config.endpoint_of(leader_id)
+    endpoint = None if leader_id is None else node.address_book.endpoint_of(leader_id)
     if leader_id == node.config.node_id:
         where = "this node, which no longer leads it (an election is due)"
     elif leader.known:

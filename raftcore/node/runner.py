@@ -61,9 +61,15 @@ def _listening_line(config: NodeConfig) -> str:
     loop = type(asyncio.get_running_loop()).__module__.split(".")[0]  # asyncio, uvloop
     return (
         f"raftcore node {config.node_id} listening on {config.listen} "
-        f"(voters {','.join(f'{k}@{v}' for k, v in sorted(config.voters.items()))}, "
+        f"({_peers_text(config)}, "
         f"data {config.data_dir}, cluster {config.cluster_id}, event loop {loop})"
     )
+
+
+def _peers_text(config: NodeConfig) -> str:
+    if config.voters:
+        return f"voters {','.join(f'{k}@{v}' for k, v in sorted(config.voters.items()))}"
+    return f"joining through {','.join(map(str, config.bootstrap))}"
 
 
 async def _serve_node(

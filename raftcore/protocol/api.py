@@ -7,7 +7,8 @@
   ApiVersions, whose response header is always v0 so that a client can read the answer to a
   version it does not yet know the broker supports (KIP-511).
 
-``SUPPORTED_VERSIONS`` is what a raftcore node serves and advertises in ApiVersions. Produce is
+``SUPPORTED_VERSIONS`` is what a raftcore node serves and advertises in ApiVersions (but for
+``UNADVERTISED``: raftcore's own APIs, under keys Kafka does not use). Produce is
 advertised from v0 because librdkafka disables compression otherwise (KAFKA-18659); versions
 0-2 carry message formats v0/v1, which are answered with UNSUPPORTED_FOR_MESSAGE_FORMAT.
 """
@@ -24,6 +25,7 @@ from raftcore.protocol.schema import MessageSpec, ProtocolError, Reader, Writer,
 
 __all__ = [
     "SUPPORTED_VERSIONS",
+    "UNADVERTISED",
     "ApiKey",
     "ProtocolError",
     "RequestHeader",
@@ -56,6 +58,12 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_QUORUM = 55
     FETCH_SNAPSHOT = 59
     DESCRIBE_PRODUCERS = 61
+    ADD_RAFT_VOTER = 80
+    REMOVE_RAFT_VOTER = 81
+    UPDATE_RAFT_VOTER = 82
+    # raftcore's own (see TransferLeadershipRequest.json): far above Kafka's keys, and never
+    # listed in ApiVersions
+    TRANSFER_LEADERSHIP = 10000
 
 
 _NAMES = {
@@ -74,6 +82,10 @@ _NAMES = {
     ApiKey.DESCRIBE_QUORUM: "DescribeQuorum",
     ApiKey.FETCH_SNAPSHOT: "FetchSnapshot",
     ApiKey.DESCRIBE_PRODUCERS: "DescribeProducers",
+    ApiKey.ADD_RAFT_VOTER: "AddRaftVoter",
+    ApiKey.REMOVE_RAFT_VOTER: "RemoveRaftVoter",
+    ApiKey.UPDATE_RAFT_VOTER: "UpdateRaftVoter",
+    ApiKey.TRANSFER_LEADERSHIP: "TransferLeadership",
 }
 
 # What a node serves (inclusive ranges).
@@ -93,7 +105,14 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.DESCRIBE_QUORUM: (0, 2),
     ApiKey.FETCH_SNAPSHOT: (0, 1),
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+    ApiKey.ADD_RAFT_VOTER: (0, 0),
+    ApiKey.REMOVE_RAFT_VOTER: (0, 0),
+    ApiKey.UPDATE_RAFT_VOTER: (0, 0),
+    ApiKey.TRANSFER_LEADERSHIP: (0, 0),  # served, not advertised (UNADVERTISED)
 }
+
+# Served but never listed in ApiVersions: raftcore's own APIs, which no Kafka client knows.
+UNADVERTISED = frozenset({ApiKey.TRANSFER_LEADERSHIP})
 
 
 def request_spec(key: int) -> MessageSpec:

@@ -1,5 +1,6 @@
-"""Who may send the Raft RPCs: Vote, BeginQuorumEpoch, EndQuorumEpoch, FetchSnapshot and a
-replica's Fetch.
+"""Who may send the Raft RPCs: Vote, BeginQuorumEpoch, EndQuorumEpoch, FetchSnapshot,
+UpdateRaftVoter and a replica's Fetch; and who may change the voter set (AddRaftVoter,
+RemoveRaftVoter, TransferLeadership: :func:`refuse_unless_admin`).
 
 On a TLS or SASL listener (SSL, SASL_PLAINTEXT, SASL_SSL) only a node may, and only for itself.
 A connection is a node's when its certificate names ``node-<id>`` (SSL and SASL_SSL: there the
@@ -16,6 +17,10 @@ The check has two steps, both here:
    of a Fetch or FetchSnapshot); node 3 holding node 2's certificate and claiming to be node 3
    is answered CLUSTER_AUTHORIZATION_FAILED.
 
+The voter set may be changed, on those listeners, by a node or by a principal the node's
+configuration names as an administrator (``--admin-principals User:alice,User:ops``, as Kafka's
+``super.users``); anyone else is answered CLUSTER_AUTHORIZATION_FAILED.
+
 Each refusal is logged once per connection (a peer retries every few milliseconds). On a
 PLAINTEXT listener nothing is checked: a PLAINTEXT cluster trusts its network.
 """
@@ -29,7 +34,7 @@ from raftcore.connect_errors import host_port
 from raftcore.error_codes import Errors
 from raftcore.protocol.api import ApiKey, encode_response
 
-__all__ = ["refuse_unless_node", "refuse_unless_that_node"]
+__all__ = ["refuse_unless_admin", "refuse_unless_node", "refuse_unless_that_node"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +44,7 @@ _CLAIMS: dict[int, str] = {
     ApiKey.END_QUORUM_EPOCH: "an EndQuorumEpoch from leader",
     ApiKey.FETCH: "a replica Fetch from replica",
     ApiKey.FETCH_SNAPSHOT: "a FetchSnapshot from replica",
+    ApiKey.UPDATE_RAFT_VOTER: "an UpdateRaftVoter from voter",
 }
 
 Answer = list[bytes | memoryview]
@@ -66,6 +72,21 @@ def refuse_unless_that_node(node: Any, conn: Any, header: Any, source: int) -> A
         return None
     key = header.request_api_key
     _log_once(node, conn, f"{_CLAIMS.get(key, f'API {key} for node')} {source}", f"node-{source}")
+    return _refusal(node, header)
+
+
+def refuse_unless_admin(node: Any, conn: Any, header: Any) -> Answer | None:
+    """The refusal of a voter change or a transfer from a connection that is neither a node's
+    nor an administrator's, or None."""
+    principal = conn.principal
+    if (
+        not _checked(node)
+        or principal.kind == "node"
+        or str(principal) in node.config.admin_principals
+    ):
+        return None
+    key = header.request_api_key
+    _log_once(node, conn, ApiKey(key).name, "a node or an administrator (--admin-principals)")
     return _refusal(node, header)
 
 

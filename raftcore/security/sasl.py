@@ -341,14 +341,15 @@ class SaslAuthenticator:
         return encode_response(ApiKey.SASL_HANDSHAKE, version, header.correlation_id, answer)
 
     def credentials(self, name: str) -> User | None:
-        """Who may log in as ``name``: a user's credentials; for ``node-<id>`` (a voter) the
-        node's own, or, for a node without credentials of its own, the shared password's."""
+        """Who may log in as ``name``: a user's credentials; for ``node-<id>`` (any node: a
+        joining one is not a voter yet) the node's own, or, for a node without credentials of
+        its own, the shared password's."""
         m = NODE_USER.fullmatch(name)
         if m is None:
             return self.users.get(name)
+        # Any node id: the voter set changes at run time, and a node joining the cluster
+        # fetches as an observer before it is a voter.
         node_id = int(m.group(1))
-        if node_id not in self.voters:
-            return None
         own = self.users.node(node_id)
         if own is not None:
             return own
@@ -367,7 +368,7 @@ class SaslAuthenticator:
     def principal(self, name: str) -> Principal:
         """The principal a completed login as ``name`` gives on SASL_PLAINTEXT."""
         m = NODE_USER.fullmatch(name)
-        if m is not None and int(m.group(1)) in self.voters:
+        if m is not None:
             return Principal("node", name, node_id=int(m.group(1)))
         return Principal("user", name)
 

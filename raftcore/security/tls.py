@@ -199,10 +199,11 @@ def principal_of(cert: dict[str, Any] | None) -> Principal:
 
 
 class PeerTls:
-    """How this node opens its connection to voter ``peer_id``: TLS with its own certificate,
-    and the peer's certificate must name ``node-<peer_id>``. A failure is logged once (until
-    the next success or a different failure), naming the peer, and raised as an OSError, which
-    the connection's reconnect loop handles like any other."""
+    """How this node opens its connection to node ``peer_id``: TLS with its own certificate,
+    and the peer's certificate must name ``node-<peer_id>`` (any node's, for a bootstrap
+    server: a negative id). A failure is logged once (until the next success or a different
+    failure), naming the peer, and raised as an OSError, which the connection's reconnect loop
+    handles like any other."""
 
     def __init__(self, context: ssl.SSLContext, peer_id: int, prefix: str) -> None:
         self.context = context
@@ -225,11 +226,12 @@ class PeerTls:
             self._failed(host, port, f"TLS handshake failed: {exc.reason or exc}")
             raise
         principal = principal_of(writer.get_extra_info("peercert"))
-        if principal.node_id != self.peer_id:
+        # a bootstrap server (a negative id) is whichever node listens there: any node will do
+        anyone = self.peer_id < 0 and principal.kind == "node"
+        if principal.node_id != self.peer_id and not anyone:
             writer.close()
-            reason = (
-                f"its certificate names {principal}, not {node_name(self.peer_id)}: refusing it"
-            )
+            wanted = "a node's" if self.peer_id < 0 else node_name(self.peer_id)
+            reason = f"its certificate names {principal}, not {wanted}: refusing it"
             self._failed(host, port, reason)
             raise PeerIdentityError(reason)
         self._last_failure = None
