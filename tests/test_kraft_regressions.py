@@ -7,12 +7,10 @@ from raft_harness import Harness, batch, log_with
 from raftcore.error_codes import Errors
 from raftcore.raft import (
     BeginQuorumEpochRequest,
-    ElectionState,
     FetchRequest,
     FetchResponse,
     InMemoryLog,
     LeaderAndEpoch,
-    MemoryQuorumStateStore,
     OffsetAndEpoch,
     RaftInvariantError,
 )
@@ -59,15 +57,17 @@ def test_kafka_16529_a_replica_never_accepts_a_second_leader_for_an_epoch():
 
 
 def test_a_message_naming_this_replica_leader_when_it_is_not_is_a_bug():
-    """(On a replica that started from its quorum-state: one without it may be a new disk
-    under an old id, see test_raft_reconfig.)"""
-    store = MemoryQuorumStateStore()
-    store.write(ElectionState(epoch=1))
-    h = Harness(store=store)
-    h.begin_quorum_epoch(2, 5)
+    """(On a replica the voter set names by its own directory id; under a static voter set, or
+    one that names another directory under this id, it is another replica's leadership: a
+    wiped or replaced disk, see test_raft_reconfig.)"""
+    from test_raft_reconfig import DIR, dynamic_leader
+
+    leader = dynamic_leader()  # node 1's log: the voter set names 2 by DIR[2]
+    h = Harness(2, (1, 2, 3), log=leader.log, directory_id=DIR[2])
+    h.begin_quorum_epoch(1, 5)
     [out] = h.take(FetchRequest)
     with pytest.raises(RaftInvariantError):
-        h.respond(out, FetchResponse(Errors.NOT_LEADER_OR_FOLLOWER, -1, 0, LeaderAndEpoch(1, 6)))
+        h.respond(out, FetchResponse(Errors.NOT_LEADER_OR_FOLLOWER, -1, 0, LeaderAndEpoch(2, 6)))
 
 
 def test_an_invalid_request_answer_is_treated_as_a_local_bug():

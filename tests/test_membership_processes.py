@@ -21,7 +21,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from cluster_helpers import FAST, consume_all, key, produce, run
+from cluster_helpers import FAST, consume_all, key, produce, run, wait_for
 
 from raftcore.client import Producer, describe_quorum
 from raftcore.client.admin import QuorumInfo
@@ -223,7 +223,12 @@ def test_a_node_started_with_auto_join_adds_itself_once_caught_up(cluster):
     directory = read_directory_id(cluster.data_dir(4))
     info = wait_quorum(cluster, lambda q: 4 in voters(q), "node 4 to add itself")
     assert voters(info)[4] == directory
-    assert "auto-join: added as voter 4:" in cluster.log_tail(4, 200)
+    # the change is in force once in the log; the answer comes once it is committed
+    wait_for(
+        lambda: "auto-join: added as voter 4:" in cluster.log_tail(4, 400),
+        10,
+        "node 4 to log its auto-join",
+    )
 
 
 # ---- every node replaced while a writer writes -------------------------------------------------

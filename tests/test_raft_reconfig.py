@@ -364,3 +364,60 @@ def test_a_transfer_to_a_replica_that_does_not_catch_up_times_out_and_appends_re
     assert h.changes[0].error == Errors.REQUEST_TIMED_OUT
     assert isinstance(h.state, LeaderState)
     h.core.append([(b"k", b"x")], h.now)  # appends again
+
+
+# ---- bounds -----------------------------------------------------------------------------------
+
+
+def test_the_leader_forgets_observers_silent_for_five_minutes_and_keeps_at_most_1024():
+    """Any id may fetch (a client on the network too): what the leader keeps of observers is
+    bounded in time and in count."""
+    from raftcore.raft.states.leader import MAX_OBSERVERS, OBSERVER_SESSION_MS
+
+    h = Harness(1, (1,), directory_id=DIR[1])  # a lone voter: no check quorum to lose
+    h.time_out_election()
+    h.flush()
+    assert isinstance(h.state, LeaderState)
+    h.fetch(9, 0, 0, directory_id=DIR[9])
+    assert ReplicaKey(9, DIR[9]) in h.state.observer_states
+    h.advance(OBSERVER_SESSION_MS + 1)
+    assert ReplicaKey(9, DIR[9]) not in h.state.observer_states
+    for n in range(MAX_OBSERVERS + 50):
+        h.now += 1
+        h.fetch(100 + n, 0, 0, correlation_id=n)
+    h.poll()
+    assert len(h.state.observer_states) == MAX_OBSERVERS
+    assert ReplicaKey(100 + MAX_OBSERVERS + 49) in h.state.observer_states  # the newest stay
+
+
+def test_a_snapshot_download_does_not_make_a_lagging_replica_count_as_caught_up():
+    """Caught up is a Fetch reaching the leader's end (or the end the leader had at the
+    replica's previous Fetch); a FetchSnapshot in between is no Fetch (found by the
+    simulation: a replica that had fetched 4 offsets long ago downloaded a snapshot, fetched at
+    its end -- past those 4 -- and was added as caught up at the download's time)."""
+    from raftcore.raft.messages import FetchSnapshotRequest
+
+    h = dynamic_leader(snapshot_min_records=1, max_replication_lag_ms=1)
+    h.fetch(4, 0, 0, directory_id=DIR[4], endpoint=ep(4))  # far behind, long ago
+    for _ in range(5):
+        h.advance(1_000)
+        catch_up(h, 2, 3)  # the voters keep the leader's quorum
+    for _ in range(20):
+        h.core.append([(b"k", b"v")], h.now)
+    h.flush()
+    catch_up(h, 2, 3)
+    writer = h.core.create_snapshot(h.core.high_watermark, h.now)
+    writer.freeze()
+    h.core.snapshot_frozen(writer.snapshot_id, h.now)
+    h.advance(10)
+    catch_up(h, 2, 3)
+    sid = writer.snapshot_id
+    assert h.log.log_start_offset == sid.offset
+    h.core.append([(b"k", b"later")], h.now)  # the leader moves on
+    h.flush()
+    catch_up(h, 2, 3)
+    h.request(4, FetchSnapshotRequest(CLUSTER, 4, h.epoch, sid, 0, replica_directory_id=DIR[4]))
+    h.fetch(4, sid.offset, sid.epoch, directory_id=DIR[4], endpoint=ep(4))  # behind the end
+    h.core.add_voter(ReplicaKey(4, DIR[4]), None, 10_000, h.now)
+    h.poll()
+    assert h.changes[-1].error == Errors.REQUEST_TIMED_OUT, h.changes[-1]

@@ -28,11 +28,11 @@ def maybe_transition(
     refusing what would mean two leaders in one epoch."""
     quorum = core.quorum
     if leader_id is not None and leader_id == core.node_id and _not_our_leadership(core, epoch):
-        # Another replica under this id led that epoch: this one started without a
-        # quorum-state (a new or wiped disk, KIP-853). It is not the voter that led it.
+        # Another replica under this id led that epoch (a new or wiped disk, KIP-853): this
+        # one is not the voter that led it, and acts as an observer until the log says more.
         quorum.demote(
             f"a replica with id {core.node_id} led epoch {epoch}, which this replica never "
-            "knew: its disk is new (wiped or replaced), so it is another replica"
+            "led: its disk is not that replica's (wiped or replaced), so it is another replica"
         )
         if epoch > quorum.epoch:
             core.transition_to_unattached(epoch, now, reason)
@@ -61,25 +61,17 @@ def maybe_transition(
         core.transition_to_follower(epoch, leader_id, now, reason)
 
 
-def _another_replica_under_this_id(core: RaftCore) -> bool:
-    """Is the voter with this replica's id another replica -- the disk this one replaced? The
-    voter set names it by a directory id that is not ours (KIP-853)."""
-    named = core.history.latest().key_of(core.node_id)
-    return (
-        named is not None
-        and named.directory_id is not None
-        and named.directory_id != core.local_key.directory_id
-    )
-
-
 def _not_our_leadership(core: RaftCore, epoch: int) -> bool:
-    """A message names this replica's id leader of ``epoch``, which this replica cannot
-    have led, and it started without a quorum-state: a new disk under an old id."""
+    """A message names this replica's id the leader of ``epoch``, which this replica never led:
+    another replica under this id did -- the disk this one replaced (wiped, or its
+    quorum-state lost) -- unless the voter set names this very replica by its directory id, in
+    which case only a bug can say so (KIP-853)."""
     quorum = core.quorum
-    if not (quorum.started_without_state or _another_replica_under_this_id(core)):
+    named = core.history.latest().key_of(core.node_id)
+    if named is not None and named.directory_id is not None and named == core.local_key:
         return False
     if epoch > quorum.epoch:
-        return True
+        return True  # it would know: it writes its quorum-state before it leads
     return epoch == quorum.epoch and not isinstance(quorum.state, (LeaderState, ResignedState))
 
 

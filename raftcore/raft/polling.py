@@ -75,6 +75,7 @@ def _poll_leader(core: RaftCore, state: LeaderState, now: int) -> float:
     if core.quorum.state is not state:
         return now  # it resigned (removed itself, or handed over)
     core.snapshots.maybe_advance_as_leader(state, now)
+    state.forget_idle_observers(now)
     core.feed.maybe_fire_leader_change()
     heartbeat = state.begin_quorum_due(now)
     if heartbeat or state.reads:

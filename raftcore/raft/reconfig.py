@@ -468,6 +468,10 @@ def update_due(core: RaftCore, state: FollowerState, now: int) -> bool:
     fetch: one request to the leader at a time.)"""
     if state.voter_updated or core.endpoint is None or core.local_key.directory_id is None:
         return False
+    if state.high_watermark is None:
+        # Not before a fetch told it the leader's high watermark: a leader takes the update only
+        # once it has committed in its epoch, and the first request to a leader is a fetch.
+        return False
     voter = core.history.latest().get(core.node_id)
     if voter is None or not voter.key.admits(core.local_key):
         return False

@@ -19,6 +19,9 @@ from raftcore.raft.voters import ReplicaKey, VoterEndpoint, VoterSet
 
 logger = logging.getLogger(__name__)
 
+OBSERVER_SESSION_MS = 5 * 60 * 1000  # an observer silent this long is forgotten
+MAX_OBSERVERS = 1024  # the most observers a leader keeps (the longest silent go first)
+
 
 @dataclass(slots=True)
 class ReplicaState:
@@ -30,6 +33,7 @@ class ReplicaState:
     last_fetch_ms: int = -1
     last_caught_up_ms: int = -1
     leader_end_at_last_fetch: int = -1
+    last_fetch_request_ms: int = -1  # of the Fetch that leader_end_at_last_fetch belongs to
     directory_id: bytes | None = None
     endpoint: VoterEndpoint | None = None  # where it listens, as its fetches say
 
@@ -44,8 +48,10 @@ class ReplicaState:
         if fetch_offset >= leader_end_offset:
             self.last_caught_up_ms = max(self.last_caught_up_ms, now)
         elif self.leader_end_at_last_fetch > 0 and fetch_offset >= self.leader_end_at_last_fetch:
-            self.last_caught_up_ms = max(self.last_caught_up_ms, self.last_fetch_ms)
+            # (the previous *Fetch*: a FetchSnapshot since says nothing of the leader's end)
+            self.last_caught_up_ms = max(self.last_caught_up_ms, self.last_fetch_request_ms)
         self.leader_end_at_last_fetch = leader_end_offset
+        self.last_fetch_request_ms = now
         self.last_fetch_ms = max(self.last_fetch_ms, now)
         self.end_offset = fetch_offset
 
@@ -122,6 +128,21 @@ class LeaderState(EpochState):
                 key.id, False, directory_id=key.directory_id
             )
         return observer
+
+    def forget_idle_observers(self, now: int, idle_ms: int = OBSERVER_SESSION_MS) -> None:
+        """Observers silent for ``idle_ms`` are forgotten, and past ``MAX_OBSERVERS`` the
+        longest silent: any id may fetch (a client on the network too), and what the leader
+        keeps of each must stay bounded."""
+        states = self.observer_states
+        if not states:
+            return
+        idle = [k for k, s in states.items() if now - s.last_fetch_ms > idle_ms]
+        for key in idle:
+            del states[key]
+        if len(states) > MAX_OBSERVERS:
+            oldest = sorted(states, key=lambda k: states[k].last_fetch_ms)
+            for key in oldest[: len(states) - MAX_OBSERVERS]:
+                del states[key]
 
     def update_voters(self, voter_set: VoterSet) -> None:
         """The voter set changed (a Voters record in this leader's log): from now on the high
