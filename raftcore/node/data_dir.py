@@ -29,6 +29,7 @@ __all__ = [
     "check_meta_properties",
     "new_directory_id",
     "read_directory_id",
+    "replace_directory_id",
 ]
 
 META_PROPERTIES = "meta.properties"
@@ -85,6 +86,21 @@ def check_meta_properties(cfg: NodeConfig) -> bytes:
         return parse_directory_id(written)
     except ValueError as exc:
         raise RaftcoreError(f"{path}: directory.id: {exc}; refusing to start") from None
+
+
+def replace_directory_id(cfg: NodeConfig) -> bytes:
+    """Give the data directory a new directory id (the replica lost its quorum-state: it comes
+    back as a new replica, KIP-853), rewriting ``meta.properties`` atomically."""
+    path = cfg.data_dir / META_PROPERTIES
+    directory_id = new_directory_id()
+    lines = [
+        line
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.partition("=")[0].strip() != "directory.id"
+    ]
+    lines.append(f"directory.id={directory_id_text(directory_id)}")
+    write_atomically(path, ("\n".join(lines) + "\n").encode())
+    return directory_id
 
 
 def new_directory_id() -> bytes:

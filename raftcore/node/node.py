@@ -30,14 +30,19 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from raftcore.errors import RaftcoreError, RaftInvariantError
+from raftcore.errors import LostQuorumStateError, RaftcoreError, RaftInvariantError
 from raftcore.log import SegmentedLog
 from raftcore.node import reads
 from raftcore.node.admin import AutoJoiner, ChangeWaiters
 from raftcore.node.applier import Applier, check_start_offset
 from raftcore.node.config import NodeConfig
 from raftcore.node.core_listener import CoreListener
-from raftcore.node.data_dir import LOG_DIR, UnsyncedView, check_meta_properties
+from raftcore.node.data_dir import (
+    LOG_DIR,
+    UnsyncedView,
+    check_meta_properties,
+    replace_directory_id,
+)
 from raftcore.node.flusher import Flusher
 from raftcore.node.messaging import Messaging
 from raftcore.node.metrics import NodeMetrics
@@ -191,18 +196,29 @@ class RaftNode(Messaging):
             )
             self.applier.on_restored = self.metrics.snapshot_loaded
             self.applier.start()
-        self.core = RaftCore(
-            cfg.node_id,
-            cfg.quorum,
-            self._durable,
-            store,
-            rng=self.rng,
-            listener=CoreListener(self),
-            listener_start_offset=start_offset,
-            log_prefix=self.prefix,
-            directory_id=self.directory_id,
-            endpoint=VoterEndpoint(cfg.listener_name, cfg.advertised.host, cfg.advertised.port),  # type: ignore[union-attr]
-        )
+        endpoint = VoterEndpoint(cfg.listener_name, cfg.advertised.host, cfg.advertised.port)  # type: ignore[union-attr]
+        for attempt in range(2):
+            self.core = RaftCore(
+                cfg.node_id,
+                cfg.quorum,
+                self._durable,
+                store,
+                rng=self.rng,
+                listener=CoreListener(self),
+                listener_start_offset=start_offset,
+                log_prefix=self.prefix,
+                directory_id=self.directory_id,
+                endpoint=endpoint,
+            )
+            try:  # the core reads the quorum-state: it decides whether it may be itself
+                started = self.core.start(self._now())
+                break
+            except LostQuorumStateError as exc:
+                if exc.static or attempt:
+                    self.log.close()
+                    raise
+                logger.warning("%s %s", self.prefix, exc)  # never vote twice: a new replica
+                self.directory_id = replace_directory_id(cfg)
         core = self.core
         self.address_book.voters = lambda: core.voter_set
         if self._snapshot_source is not None:
@@ -229,7 +245,7 @@ class RaftNode(Messaging):
         if cfg.flush == "interval":
             self._interval_task = asyncio.ensure_future(self._interval_flush_loop())
         self._started = True
-        self._drive(self.core.start(self._now()))
+        self._drive(started)
         self._housekeeping = asyncio.ensure_future(self._housekeeping_loop())
         logger.info(
             "%s listening on %s://%s, directory id %s, voters %r (kraft.version %d), log %s",
