@@ -37,6 +37,7 @@ from raftcore.log.checkpoints import _CleanPoint, write_clean_point, write_log_s
 from raftcore.log.config import INT32_MAX, LogConfig
 from raftcore.log.observer import LogObserver
 from raftcore.log.recovery import lock_directory, recover
+from raftcore.log.repair import overwrite_batch
 from raftcore.log.segment import (
     _epoch_changes,
     _Segment,
@@ -229,6 +230,10 @@ class SegmentedLog(TruncationAndRetention):
             if result.end_offset < 0:
                 return EpochEndOffset((self.last_fetched_epoch, end))
             return result
+
+    def overwrite_batch(self, data: Any) -> tuple[int, int]:
+        """Write a sound copy of a damaged batch in place (:mod:`raftcore.log.repair`)."""
+        return overwrite_batch(self, data)
 
     def epoch_for_offset(self, offset: int) -> int:
         """The leader epoch of the record at ``offset`` (-1 if unknown)."""
