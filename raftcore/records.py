@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import struct
+from typing import Any
 
 from raftcore._native.kv_records import DEFAULT_MAX_KEY_SIZE, KvPairs, decode_kv_pairs
 from raftcore._native.records import (
@@ -37,6 +38,7 @@ from raftcore.errors import CorruptRecordError, UnsupportedCompressionError
 
 __all__ = [
     "COMPRESSION_NAMES",
+    "sound_batch",
     "DEFAULT_MAX_KEY_SIZE",
     "RECORD_BATCH_OVERHEAD",
     "BatchBuilder",
@@ -117,4 +119,20 @@ def encode_control_batch(
         leader_epoch=leader_epoch,
         timestamp_ms=timestamp_ms,
         control=True,
+    )
+
+
+def sound_batch(data: Any) -> tuple[bytes, int, int, int]:
+    """(bytes, base offset, last offset, epoch) of the first batch of ``data``, which must be
+    sound; CorruptRecordError otherwise."""
+    scan = scan_batches(data, check_crc=True)
+    if scan.count == 0:
+        raise CorruptRecordError(f"no sound batch in the copy ({scan.error})")
+    size = int(scan.sizes[0])
+    start = int(scan.positions[0])
+    return (
+        bytes(memoryview(data)[start : start + size]),
+        int(scan.base_offsets[0]),
+        int(scan.last_offsets[0]),
+        int(scan.epochs[0]),
     )

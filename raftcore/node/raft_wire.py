@@ -117,6 +117,7 @@ def encode_request(node: RaftNode, out: Outbound) -> tuple[int, int, bytes]:
             partition_max_bytes=message.max_bytes,
             high_watermark=message.high_watermark,
             is_follower=message.is_follower,
+            repair=message.repair,
             replica_directory_id=_uuid(message.replica_directory_id),
         )
         body = cls(
@@ -300,6 +301,7 @@ def decode_request(node: RaftNode, header: Any, body: Any) -> tuple[int, RaftReq
             max_wait_ms=max(0, body.max_wait_ms),
             max_bytes=max(1, min(p.partition_max_bytes, body.max_bytes)),
             is_follower=bool(getattr(p, "is_follower", False)),
+            repair=bool(getattr(p, "repair", False)),
             high_watermark=getattr(p, "high_watermark", -1),
             replica_directory_id=directory_id(getattr(p, "replica_directory_id", None)),
             replica_endpoint=_endpoint(getattr(body, "replica_endpoint", None)),

@@ -36,6 +36,7 @@ from raftcore.raft import (
 )
 from raftcore.raft.config import QuorumConfig
 from raftcore.raft.control_records import leader_change_record
+from raftcore.raft.damage import Damage, DamageTracker
 from raftcore.raft.leader_requests import LeaderRequests, NotLeaderError
 from raftcore.raft.listener import CommittedBatch, Listener, ListenerFeed
 from raftcore.raft.messages import (
@@ -153,6 +154,7 @@ class RaftCore(LeaderRequests):
             listener_start_offset,  # None: a new listener (it loads the latest snapshot)
         )
         self.snapshots = SnapshotManager(self)
+        self.damage = DamageTracker(log)  # damaged batches in the log (raftcore.raft.damage)
         self._outbox: list[Outbound] = []
         self._completions: list[AppendOutcome] = []
         self._append_token = 0
@@ -288,6 +290,12 @@ class RaftCore(LeaderRequests):
 
     def snapshot_abandoned(self, now: int) -> Output:
         self.snapshots.abandoned(now)
+        return self._finish(now)
+
+    def report_damage(self, damage: Damage, now: int, where: str = "scrubbing") -> Output:
+        """A damaged batch in this replica's log (found by the scrubber, by the listener, or
+        on the way out): never served; repaired from the leader (raftcore.raft.damage)."""
+        self.damage.report(self, damage, now, where)
         return self._finish(now)
 
     def request_lost(self, destination: int, correlation_id: int, now: int) -> Output:
@@ -528,7 +536,12 @@ class RaftCore(LeaderRequests):
         if not self._started:
             raise RaftcoreError(f"{self.prefix} call start() first")
         deadline = polling.poll(self, now)
+        if self.feed.damaged is not None and not self.damage:
+            self.feed.resume_after_repair()  # repaired (or truncated away): read on
         self.feed.update()
+        if self.feed.damaged is not None and not self.damage:
+            self.damage.report(self, self.feed.damaged, now, "replaying committed batches")
+            deadline = min(deadline, polling.poll(self, now))  # a leader resigns at once
         if self.purgatory:
             self.purgatory.complete(now, expired_only=True)
         deadline = min(

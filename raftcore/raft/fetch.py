@@ -30,12 +30,13 @@ leader's -- KAFKA-18723) followed by high watermark = min(leader's, local end of
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from raftcore.error_codes import Errors
 from raftcore.errors import CorruptRecordError, InvalidAppendError, RaftInvariantError
 from raftcore.produce_validation import check_well_formed
 from raftcore.raft import fetch_snapshot
+from raftcore.raft.damage import read_intact, repair_from, repair_request_offset_and_epoch
 from raftcore.raft.leader_news import handle_common_response
 from raftcore.raft.messages import FetchRequest, FetchResponse
 from raftcore.raft.replicated_log import truncate_to_end_offset, validate_offset_and_epoch
@@ -151,6 +152,9 @@ def try_complete(
     replica = ReplicaKey(request.replica_id, request.replica_directory_id)
     state.update_check_quorum(replica, now)  # voters only: the state knows who counts
     end = log.end_offset
+    state.replica(replica).repairing = request.repair
+    if request.repair:
+        return _answer_repair(core, request, now)
     if state.update_replica_state(replica, request.fetch_offset, end, now):
         core.on_high_watermark_changed(now)
     if request.replica_endpoint is not None and replica.id >= 0:
@@ -158,9 +162,13 @@ def try_complete(
     # Whatever the replica asked for, at most replica.fetch.response.max.bytes (KIP-74: the
     # first batch whole even when it is larger).
     max_bytes = min(request.max_bytes, core.config.replica_fetch_response_max_bytes)
-    records = (
-        log.read(request.fetch_offset, max(1, max_bytes)) if request.fetch_offset < end else b""
-    )
+    records: Any = b""
+    if request.fetch_offset < end:
+        # Only sound batches leave (CTRL): the first damaged one and what follows stay here.
+        records, damage = read_intact(log, request.fetch_offset, max(1, max_bytes))
+        if damage is not None:
+            core.damage.blocked_epoch = state.epoch  # the leader hands over
+            core.damage.report(core, damage, now, f"serving replica {replica}")
     hw = state.high_watermark
     error = Errors.NONE
     if request.is_follower and core.history.kraft_version == 0 and replica.id not in state.voters:
@@ -174,6 +182,32 @@ def try_complete(
     ):
         return None
     return answer(core, error, records=records)
+
+
+def _answer_repair(core: RaftCore, request: FetchRequest, now: int) -> FetchResponse:
+    """A repair fetch (raftcore.raft.damage): the one batch holding its offset, if this
+    leader's copy is sound; it acknowledges nothing (the fetcher's log end has not moved)."""
+    records, damage = read_intact(core.log, request.fetch_offset, 1)
+    if damage is not None:
+        core.damage.report(core, damage, now, "serving a repair")
+        return answer(core, Errors.KAFKA_STORAGE_ERROR)
+    return answer(core, records=records)
+
+
+def build_repair_request(core: RaftCore, state: FollowerState) -> FetchRequest:
+    offset, epoch = repair_request_offset_and_epoch(core)
+    return FetchRequest(
+        cluster_id=core.config.cluster_id,
+        replica_id=core.node_id,
+        fetch_offset=offset,
+        last_fetched_epoch=epoch,
+        current_leader_epoch=state.epoch,
+        max_wait_ms=0,
+        max_bytes=1,
+        is_follower=core.quorum.is_voter,
+        replica_directory_id=core.local_key.directory_id,
+        repair=True,
+    )
 
 
 # ---- the follower's handling of the answer ------------------------------------------------
@@ -194,12 +228,19 @@ def handle_response(core: RaftCore, source: int, response: FetchResponse, now: i
     if not isinstance(state, FollowerState) or state.leader != source:
         return True  # an observer's discovery answer, or a leader we no longer follow
     error = response.error_code
+    repairing, state.repairing = state.repairing, False
     if error == Errors.INCONSISTENT_VOTER_SET:
         core.quorum.demote(f"leader {source} does not count replica {core.node_id} as a voter")
     elif error != Errors.NONE:
         logger.info("%s fetch from %d failed: %d", core.prefix, source, error)
         return False
     log = core.log
+    if repairing and response.diverging_epoch is None and response.snapshot_id is None:
+        # The leader's copy of our damaged batch (raftcore.raft.damage): in place, if it fits.
+        if len(response.records) > 0:
+            repair_from(core, response.records, source, now)
+        state.reset_fetch_timeout(now)
+        return True
     if response.diverging_epoch is not None:
         diverging = response.diverging_epoch
         hw = state.high_watermark

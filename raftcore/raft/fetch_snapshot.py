@@ -253,6 +253,10 @@ def _installed(
         # Everything below the snapshot's end is committed (KAFKA-9491).
         state.update_high_watermark(snapshot_id.offset)
     core.snapshots.on_snapshot_installed(snapshot_id)
+    if core.damage and core.damage.damaged.offset < snapshot_id.offset:
+        # A repair fetch answered with the snapshot: the leader no longer holds the damaged
+        # batch, and this replica needs it no more (the snapshot holds everything below).
+        core.snapshots.move_log_start(snapshot_id, "the damaged batch is below the snapshot")
     logger.info(
         "%s installed snapshot %r from leader %d%s",
         core.prefix,

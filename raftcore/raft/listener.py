@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 from raftcore.errors import RaftcoreError
+from raftcore.raft.damage import Damage, read_intact
 from raftcore.raft.replicated_log import snapshot_log
 from raftcore.raft.states import LeaderState
 from raftcore.raft.values import LeaderAndEpoch
@@ -126,6 +127,8 @@ class ListenerFeed:
         # its backlog is full): delivery stops where it is and resumes from there (Kafka hands
         # a listener its next batch only once it has closed the last one).
         self.paused = False
+        # A damaged batch where the listener reads next: the core repairs it, then clears this.
+        self.damaged: Damage | None = None
         self._last_fired = LeaderAndEpoch(None, 0)
 
     def _maybe_load_snapshot(self, hw: int) -> None:
@@ -159,6 +162,10 @@ class ListenerFeed:
         self.next_offset = latest.offset
         self.snapshots_loaded += 1
 
+    def resume_after_repair(self) -> None:
+        """A damaged batch was repaired: read on (the next update checks again)."""
+        self.damaged = None
+
     def maybe_fire_leader_change(self) -> None:
         if self.listener is None:
             return
@@ -189,22 +196,26 @@ class ListenerFeed:
             and (self._fresh or self.next_offset < self.log.log_start_offset)
         ):
             self._maybe_load_snapshot(hw)
-        while hw is not None and self.next_offset < hw and not self.paused:
+        while hw is not None and self.next_offset < hw and not self.paused and not self.damaged:
             # A copy: the batches handed out may outlive the log's mapped view (a truncation,
             # a closed segment); copying is cheap, decoding the records is left to the listener.
-            data = bytes(self.log.read(self.next_offset, LISTENER_READ_BYTES))
+            # Only sound batches (raftcore.raft.damage): a damaged one stops the listener there
+            # until it is repaired from the leader.
+            view, damage = read_intact(self.log, self.next_offset, LISTENER_READ_BYTES)
+            if damage is not None:
+                self.damaged = damage
+            data = bytes(view)
             committed: list[CommittedBatch] = []
             next_offset = self.next_offset
             for batch in iter_batches(data):
                 if batch.base_offset >= hw:
                     break
-                batch.validate()
                 if not batch.is_control:
                     committed.append(CommittedBatch(batch, next_offset))
                 next_offset = batch.last_offset + 1
                 self.bytes_read += batch.size_in_bytes
             if next_offset == self.next_offset:
-                break  # nothing readable (should not happen below the high watermark)
+                break  # nothing readable: a damaged batch, waiting for its repair
             self.next_offset = next_offset
             if committed:
                 listener.handle_commit(committed)

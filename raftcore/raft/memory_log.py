@@ -12,14 +12,14 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from raftcore._native.epoch_cache import EpochCache, EpochEndOffset
-from raftcore.errors import InvalidAppendError, OffsetOutOfRangeError, SnapshotError
+from raftcore.errors import InvalidAppendError, LogError, OffsetOutOfRangeError, SnapshotError
 from raftcore.raft.memory_snapshot import (
     MemoryRawSnapshotWriter,
     MemorySnapshotReader,
     MemorySnapshotWriter,
 )
 from raftcore.raft.values import OffsetAndEpoch
-from raftcore.records import encode_batch, restamp_batches, scan_batches
+from raftcore.records import encode_batch, restamp_batches, scan_batches, sound_batch
 
 __all__ = ["InMemoryLog"]
 
@@ -39,6 +39,9 @@ class InMemoryLog:
         self._cache = EpochCache()
         self._timestamp_ms = timestamp_ms
         self._snapshots: dict[OffsetAndEpoch, bytes] = {}  # frozen, by id
+        # bit rot (the simulation's disk nemesis): base offset -> the damaged bytes read there;
+        # the true bytes stay in _batches, for the simulation's invariants (read_true)
+        self._rotted: dict[int, bytes] = {}
 
     # ---- state -------------------------------------------------------------------------------
 
@@ -131,19 +134,60 @@ class InMemoryLog:
     # ---- reads -------------------------------------------------------------------------------
 
     def read(self, offset: int, max_bytes: int = 1 << 20) -> bytes:
+        return self._read(offset, max_bytes, self._rotted)
+
+    def read_true(self, offset: int, max_bytes: int = 1 << 20) -> bytes:
+        """What was written, whatever rotted since (the simulation's invariants only)."""
+        return self._read(offset, max_bytes, None)
+
+    def _read(self, offset: int, max_bytes: int, rotted: dict[int, bytes] | None) -> bytes:
         if offset < self._start or offset > self._end:
             raise OffsetOutOfRangeError(f"offset {offset} outside [{self._start}, {self._end}]")
         if offset == self._end:
             return b""
         i = bisect.bisect_right(self._bases, offset) - 1
-        out = [self._batches[i]]
-        size = len(out[0])
-        for batch in self._batches[i + 1 :]:
-            if size + len(batch) > max_bytes:
-                break
-            out.append(batch)
-            size += len(batch)
-        return b"".join(out)
+        j = i + 1
+        size = len(self._batches[i])
+        while j < len(self._batches) and size + len(self._batches[j]) <= max_bytes:
+            size += len(self._batches[j])
+            j += 1
+        if not rotted:
+            return b"".join(self._batches[i:j])
+        return b"".join(rotted.get(self._bases[k], self._batches[k]) for k in range(i, j))
+
+    def overwrite_batch(self, data: Any) -> tuple[int, int]:
+        """Write a sound copy of a damaged batch in its place (raftcore.log.repair's rules: the
+        same offsets, epoch and size)."""
+        batch, base, last, epoch = sound_batch(data)
+        i = bisect.bisect_left(self._bases, base)
+        if i == len(self._bases) or self._bases[i] != base or self._lasts[i] != last:
+            raise LogError(f"no batch {base}..{last} in the log to write over")
+        if self._epochs[i] != epoch or len(self._batches[i]) != len(batch):
+            raise LogError(
+                f"the copy of {base}..{last} (epoch {epoch}, {len(batch)} bytes) does not fit "
+                f"the batch there (epoch {self._epochs[i]}, {len(self._batches[i])} bytes)"
+            )
+        self._batches[i] = batch
+        self._rotted.pop(base, None)
+        return base, last
+
+    def corrupt(self, offset: int, position: int, bit: int) -> None:
+        """Flip a bit of the batch holding ``offset`` (bit rot, for the simulation): byte
+        ``position`` of the batch from its magic byte on (16: what the CRC and the header
+        checks cover), modulo its size."""
+        i = bisect.bisect_right(self._bases, offset) - 1
+        data = bytearray(self._rotted.get(self._bases[i], self._batches[i]))
+        pos = 16 + position % (len(data) - 16)
+        data[pos] ^= 1 << (bit % 8)
+        self._rotted[self._bases[i]] = bytes(data)
+
+    def rotted(self) -> list[int]:
+        """The base offsets of the batches whose bytes rotted (the simulation's view)."""
+        return sorted(self._rotted)
+
+    def _forget_rot(self) -> None:
+        if self._rotted:
+            self._rotted = {b: d for b, d in self._rotted.items() if self._start <= b < self._end}
 
     def end_offset_for_epoch(self, epoch: int) -> EpochEndOffset:
         result = self._cache.end_offset_for(epoch, self._end)
@@ -172,6 +216,7 @@ class InMemoryLog:
         self._end = new_end
         self._flushed = min(self._flushed, new_end)
         self._cache.truncate_from_end(new_end)
+        self._forget_rot()
         return new_end
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -183,6 +228,7 @@ class InMemoryLog:
         self._start = self._end = self._flushed = offset
         self._cache.clear()
         self._forget_snapshots_below(offset)
+        self._forget_rot()
 
     # ---- snapshots (KIP-630) ------------------------------------------------------------------
 
@@ -266,6 +312,7 @@ class InMemoryLog:
         self._flushed = max(self._flushed, offset)
         self._cache.truncate_from_start(offset)
         self._forget_snapshots_below(offset)
+        self._forget_rot()
         return True
 
     def truncate_to_latest_snapshot(self) -> bool:
@@ -298,6 +345,7 @@ class InMemoryLog:
             del self._batches[i:], self._bases[i:], self._lasts[i:], self._epochs[i:]
             self._end = self._lasts[-1] + 1 if self._lasts else self._start
         self._cache.truncate_from_end(self._end)
+        self._forget_rot()
 
     def __repr__(self) -> str:
         return (

@@ -135,6 +135,9 @@ class FetchRequest:
     # where the fetcher listens (raftcore's own tagged field): the leader needs it to add an
     # observer as a voter (AddRaftVoter names only the replica)
     replica_endpoint: VoterEndpoint | None = None
+    # a repair fetch (raftcore's own tagged field): the leader's copy of one batch the fetcher
+    # found damaged in its log (raftcore.raft.damage); it acknowledges nothing
+    repair: bool = False
 
 
 @dataclass(frozen=True, slots=True)

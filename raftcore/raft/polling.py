@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from raftcore.raft import (
     begin_quorum_epoch,
+    damage,
     end_quorum_epoch,
     fetch,
     fetch_snapshot,
@@ -58,6 +59,8 @@ def poll(core: RaftCore, now: int) -> float:
 
 
 def _poll_leader(core: RaftCore, state: LeaderState, now: int) -> float:
+    if core.damage:
+        damage.decide(core, now)  # a damaged leader hands over once another voter can lead
     if state.resign_requested or core.shutting_down:
         core.resign_leadership(state, now, "resignation requested")
         return now
@@ -132,7 +135,8 @@ def start_election_backoff(core: RaftCore, state: CandidateState, now: int, reas
 
 def _poll_follower(core: RaftCore, state: FollowerState, now: int) -> float:
     if state.fetch_expired(now):
-        if core.quorum.is_voter:
+        stand = core.damage.may_stand(now, core.config.election_timeout_ms)  # damage.py
+        if core.quorum.is_voter and stand:
             why = f"no fetch response from leader {state.leader} within "
             why += f"{core.config.fetch_timeout_ms} ms"
             # the operator's line on losing the leader (the transition is logged at debug): a
@@ -149,6 +153,7 @@ def _poll_follower(core: RaftCore, state: FollowerState, now: int) -> float:
             # KIP-996: ask first; the epoch rises only if a majority lost the leader too.
             core.transition_to_prospective(now, why)
             return now
+    if state.fetch_expired(now) and not core.quorum.is_voter:
         # An observer never stands; it asks a voter who leads now (a new leader does not
         # tell observers), while still trying the leader it knows. It no longer hears from
         # its leader, so it may grant pre-votes again (KAFKA-17641 holds back only a follower
@@ -160,24 +165,30 @@ def _poll_follower(core: RaftCore, state: FollowerState, now: int) -> float:
         core.send_request(state.leader, fetch_snapshot.build_request(core, state), now)
     elif core.requests.is_ready(state.leader, now) and reconfig.update_due(core, state, now):
         reconfig.send_update(core, state, now)  # KIP-853: who it is, in place of a fetch
+    elif core.requests.is_ready(state.leader, now) and core.damage:
+        # The leader's copy of a batch damaged here (raftcore.raft.damage), in place of a fetch
+        state.repairing = True
+        core.send_request(state.leader, fetch.build_repair_request(core, state), now)
     elif core.requests.is_ready(state.leader, now):
         request = fetch.build_request(core, state)
         # The fetch offset acknowledges the log up to it: send only once it is durable
         # (KAFKA-10533; every replica flushes, KAFKA-13884).
         core.send_request(state.leader, request, now, after_flush=request.fetch_offset)
-    if core.quorum.is_voter:
-        return state.fetch_deadline
     if not state.fetch_expired(now):
         return state.fetch_deadline
+    if core.quorum.is_voter:
+        return core.damage.stand_at or now  # a damaged voter waits its turn to stand
     return now + core.config.retry_backoff_ms
 
 
 def _poll_unattached(core: RaftCore, state: UnattachedState | VotedState, now: int) -> float:
     if core.quorum.is_voter:
-        if state.election_expired(now):
+        if not state.election_expired(now):
+            return state.election_deadline
+        if core.damage.may_stand(now, core.config.election_timeout_ms):  # raftcore.raft.damage
             core.transition_to_prospective(now, "election timeout expired")
             return now
-        return state.election_deadline
+        return core.damage.stand_at or now
     _discover_leader(core, now)
     return now + core.config.retry_backoff_ms
 

@@ -268,7 +268,7 @@ class SnapshotManager:
             r.end_offset is not None and r.end_offset >= latest.offset for r in replicas
         )
         if caught_up or now - self._latest_since >= self.config.max_replication_lag_ms:
-            self._move_log_start(latest, "every replica has it" if caught_up else "lag expired")
+            self.move_log_start(latest, "every replica has it" if caught_up else "lag expired")
 
     def maybe_advance_as_follower(self, leader_log_start: int) -> None:
         """Move the log start to the newest snapshot held at or below the leader's."""
@@ -277,9 +277,9 @@ class SnapshotManager:
             return
         candidates = [s for s in self._known if s.offset <= leader_log_start]
         if candidates:
-            self._move_log_start(candidates[-1], f"the leader's log starts at {leader_log_start}")
+            self.move_log_start(candidates[-1], f"the leader's log starts at {leader_log_start}")
 
-    def _move_log_start(self, sid: OffsetAndEpoch, reason: str) -> None:
+    def move_log_start(self, sid: OffsetAndEpoch, reason: str) -> None:
         assert self.log is not None
         if self.log.delete_before_snapshot(sid):
             self.log_start_moves += 1

@@ -33,6 +33,8 @@ class FollowerState(EpochState):
         # KIP-853: this voter told this leader who it is (UpdateRaftVoter), or will again then
         self.voter_updated = False
         self.update_voter_at = 0
+        # the fetch in flight is a repair fetch (raftcore.raft.damage)
+        self.repairing = False
 
     @property
     def leader_id(self) -> int | None:

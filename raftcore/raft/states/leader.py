@@ -36,6 +36,7 @@ class ReplicaState:
     last_fetch_request_ms: int = -1  # of the Fetch that leader_end_at_last_fetch belongs to
     directory_id: bytes | None = None
     endpoint: VoterEndpoint | None = None  # where it listens, as its fetches say
+    repairing: bool = False  # its last fetch was a repair fetch (raftcore.raft.damage)
 
     @property
     def key(self) -> ReplicaKey:
