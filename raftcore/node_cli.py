@@ -85,6 +85,8 @@ def _cmd_node(args: argparse.Namespace) -> int:
             bootstrap=bootstrap,
             auto_join=args.auto_join,
             admin_principals=parse_principals(args.admin_principals or ""),
+            log_scrub_bytes_per_second=args.log_scrub_bytes_per_second,
+            log_scrub_interval_ms=args.log_scrub_interval_ms,
         )
         config = dataclasses.replace(config, security=sasl_listener_security(args, config.security))
         if quorum.snapshots_enabled and args.state_machine == "none":
@@ -190,6 +192,20 @@ def add_node_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
         default=55 * 1024 * 1024,
         help="the most a consumer's Fetch answer holds, whatever the client asks for "
         "(Kafka's fetch.max.bytes; default 55 MiB; a larger first batch still comes whole)",
+    )
+    p.add_argument(
+        "--log-scrub-bytes-per-second",
+        type=types.non_negative_int,
+        default=16 * 1024 * 1024,
+        help="re-read sealed log segments in the background at this rate to find damaged "
+        "batches, which are then repaired from a peer (default 16 MiB/s; 0: off)",
+    )
+    p.add_argument(
+        "--log-scrub-interval-ms",
+        type=types.positive_int,
+        default=24 * 3600 * 1000,
+        help="start a scrub pass this long after the last one ended (default 24 h; the "
+        "first starts when the node does)",
     )
     p.add_argument(
         "--replica-fetch-response-max-bytes",

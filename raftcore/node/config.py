@@ -108,6 +108,11 @@ class NodeConfig:
       it is larger (KIP-74). The answers to the other voters' fetches are capped by the
       core's ``QuorumConfig.replica_fetch_response_max_bytes``.
 
+    - ``log_scrub_bytes_per_second``: the rate at which the scrubber re-reads sealed
+      segments to find damage (raftcore.node.scrubber; 16 MiB/s; 0 turns it off);
+    - ``log_scrub_interval_ms``: a scrub pass starts after the log opens and then this long
+      after the last ended (24 h).
+
     Bounds on accepted connections (docs/security.md, "Bounds", says why each default):
 
     - ``max_connections``: connections open at once (Kafka's ``max.connections``; 768: a
@@ -152,6 +157,8 @@ class NodeConfig:
     bootstrap: tuple[Endpoint, ...] = ()
     auto_join: bool = False
     admin_principals: frozenset[str] = frozenset()
+    log_scrub_bytes_per_second: int = 16 * 1024 * 1024
+    log_scrub_interval_ms: int = 24 * 3600 * 1000
 
     def __post_init__(self) -> None:
         if self.node_id < 0:
@@ -174,7 +181,12 @@ class NodeConfig:
         object.__setattr__(self, "listen", listen)
         if self.fetch_max_bytes < 1:
             raise ValueError(f"fetch.max.bytes must be at least 1, got {self.fetch_max_bytes}")
+        if self.log_scrub_bytes_per_second < 0:
+            raise ValueError(
+                f"the scrub rate must be at least 0, got {self.log_scrub_bytes_per_second}"
+            )
         for name, value in (
+            ("the scrub interval", self.log_scrub_interval_ms),
             ("max.connections", self.max_connections),
             ("max.connections.per.ip", self.max_connections_per_ip),
             ("connections.max.idle.ms", self.connections_max_idle_ms),

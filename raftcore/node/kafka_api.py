@@ -33,6 +33,7 @@ from raftcore.protocol.api import (
     response_spec,
 )
 from raftcore.raft import Appended, NotLeaderError
+from raftcore.raft.damage import read_intact
 from raftcore.records import scan_batches
 
 if TYPE_CHECKING:
@@ -415,7 +416,15 @@ def _fetch_once(node: RaftNode, body: Any, version: int, cls: Any) -> tuple[Any,
                     # fetch.max.bytes, across every partition it lists, however often), and the
                     # partition's; the first batch of the answer comes whole even when it is
                     # larger (KIP-74).
-                    data = log.read(p.fetch_offset, max(1, min(p.partition_max_bytes, budget)))
+                    # Only sound batches leave (raftcore.raft.damage): the first damaged one
+                    # and what follows stay here, and the core hears of it.
+                    data, damage = read_intact(
+                        log, p.fetch_offset, max(1, min(p.partition_max_bytes, budget))
+                    )
+                    if damage is not None:
+                        node.report_damage(damage, "serving a consumer")
+                        if len(data) == 0:
+                            resp.error_code = Errors.KAFKA_STORAGE_ERROR
                     # the log reads a first batch whole: only the answer's first may overrun
                     end = _committed_end(data, hw, budget if has_data else None)
                     resp.records = data[:end]  # a view of the log, sent uncopied

@@ -88,6 +88,7 @@ class StateCollector:
         yield from self._log(node)
         yield from self._replicas(node)
         yield from self._snapshots(node)
+        yield from self._damage(node)
 
         conns = GaugeMetricFamily(
             "raftcore_connections",
@@ -249,6 +250,43 @@ class StateCollector:
             family = CounterMetricFamily(name, doc)
             family.add_metric([], value)
             yield family
+
+    @staticmethod
+    def _damage(node: RaftNode) -> Iterator[Metric]:
+        core = node.core
+        tracker = core.damage if core is not None else None
+        scrubber = node.scrubber
+        for name, doc, value in (
+            (
+                "raftcore_log_damaged_batches_found",
+                "Damaged batches found in this node's log (serving, scrubbing, replaying)",
+                0 if tracker is None else tracker.found,
+            ),
+            (
+                "raftcore_log_damaged_batches_repaired",
+                "Damaged batches written again from the leader's intact copy",
+                0 if tracker is None else tracker.repaired,
+            ),
+            (
+                "raftcore_log_scrubbed_bytes",
+                "Bytes of sealed segments the scrubber checked",
+                0 if scrubber is None else scrubber.bytes_scrubbed,
+            ),
+            (
+                "raftcore_log_scrub_passes",
+                "Scrub passes over every sealed segment completed",
+                0 if scrubber is None else scrubber.passes,
+            ),
+        ):
+            family = CounterMetricFamily(name, doc)
+            family.add_metric([], value)
+            yield family
+        damaged = _gauge(
+            "raftcore_log_damaged",
+            "1 while this node's log holds a damaged batch not yet repaired (never served)",
+        )
+        damaged.add_metric([], 1 if tracker else 0)
+        yield damaged
 
 
 def _gauge(name: str, doc: str) -> GaugeMetricFamily:

@@ -51,6 +51,7 @@ from raftcore.node.peers import SWEEP_EVERY_S, AddressBook, Peers
 from raftcore.node.producer_ids import ProducerIdSource
 from raftcore.node.producer_state import ProducerStateManager
 from raftcore.node.producer_tracker import ProducerStateTracker
+from raftcore.node.scrubber import Scrubber
 from raftcore.node.snapshotter import Snapshotter, snapshot_source
 from raftcore.node.transport import ServerConnection
 from raftcore.raft import (
@@ -63,6 +64,7 @@ from raftcore.raft import (
     Output,
     RaftCore,
 )
+from raftcore.raft.damage import Damage
 from raftcore.raft.voters import VoterEndpoint, directory_id_text
 from raftcore.security import tls
 from raftcore.security.sasl import SaslAuthenticator
@@ -119,6 +121,7 @@ class RaftNode(Messaging):
         self.voter_changes = ChangeWaiters()  # admin requests waiting for the core's verdict
         self._auto_join = AutoJoiner(self) if config.auto_join else None
         self._housekeeping: asyncio.Task[None] | None = None
+        self.scrubber: Scrubber | None = None  # re-reads sealed segments (node.scrubber)
         self._peer_requests: dict[tuple[int, int], tuple[int, int]] = {}
         # raft requests the core has not answered yet: (Later, api key, version, correlation
         # id, when it came), by the token the core answers with (raftcore.node.messaging)
@@ -247,6 +250,14 @@ class RaftNode(Messaging):
         self._started = True
         self._drive(started)
         self._housekeeping = asyncio.ensure_future(self._housekeeping_loop())
+        self.scrubber = Scrubber(
+            self.log,
+            bytes_per_second=cfg.log_scrub_bytes_per_second,
+            interval_ms=cfg.log_scrub_interval_ms,
+            report=lambda damage: self.report_damage(damage, "scrubbing"),
+            prefix=self.prefix,
+        )
+        self.scrubber.start()
         logger.info(
             "%s listening on %s://%s, directory id %s, voters %r (kraft.version %d), log %s",
             self.prefix,
@@ -291,6 +302,8 @@ class RaftNode(Messaging):
             self._interval_task.cancel()
         if self._housekeeping is not None:
             self._housekeeping.cancel()
+        if self.scrubber is not None:
+            self.scrubber.close()
         if self._auto_join is not None:
             await self._auto_join.close()
         if self._server is not None:
@@ -528,6 +541,12 @@ class RaftNode(Messaging):
                 "%s a step of the Raft core failed; stopping", self.prefix, exc_info=True
             )
             self._stop_after_failure()
+
+    def report_damage(self, damage: Damage, where: str) -> None:
+        """A damaged batch in this node's log (raftcore.raft.damage): the core decides."""
+        if self._started and self.core is not None:
+            core = self.core
+            self._run(lambda now: core.report_damage(damage, now, where))
 
     def poke(self) -> None:
         """Poll the core now (after a request to it whose outcome comes in an Output)."""
