@@ -18,13 +18,15 @@ import time
 from raftcore.sim.cluster import Scenario, SimResult, Simulation
 
 
-def _run_one(args: tuple[int, int, int | None, str | None, bool, str, str]) -> SimResult:
-    seed, voters, observers, plant, trace, snapshots, membership = args
+def _run_one(args: tuple[int, int, int | None, str | None, bool, str, str, str]) -> SimResult:
+    seed, voters, observers, plant, trace, snapshots, membership, bit_rot = args
     if plant:
         from raftcore.sim import plants
 
         plants.apply(plant)
-    scenario = Scenario.from_seed(seed, voters, observers, snapshots, membership)
+    scenario = Scenario.from_seed(
+        seed, voters, observers, snapshots=snapshots, membership=membership, bit_rot=bit_rot
+    )
     return Simulation(scenario, trace=trace).run()
 
 
@@ -36,6 +38,7 @@ def replay_command(
     *,
     snapshots: str = "seeded",
     membership: str = "seeded",
+    bit_rot: str = "seeded",
 ) -> str:
     cmd = f"python -m raftcore.sim --nodes {voters} --seeds 1 --start-seed {seed} --trace"
     if observers is not None:
@@ -44,6 +47,8 @@ def replay_command(
         cmd += f" --snapshots {snapshots}"
     if membership != "seeded":
         cmd += f" --membership {membership}"
+    if bit_rot != "seeded":
+        cmd += f" --bit-rot {bit_rot}"
     if plant:
         cmd += f" --plant {plant}"
     return cmd
@@ -85,6 +90,13 @@ def main(argv: list[str] | None = None) -> int:
         help="KIP-853 reconfiguration (voters added, removed, replaced after a wiped disk, "
         "leadership handed over): drawn per seed (1 in 2 runs), always, or never",
     )
+    parser.add_argument(
+        "--bit-rot",
+        choices=["seeded", "on", "off"],
+        default="seeded",
+        help="bit rot in the replicas' logs, repaired from intact copies (protocol-aware "
+        "recovery): drawn per seed (1 in 3 runs), always, or never",
+    )
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     # The simulated network reorders and duplicates; the cores log what they survive.
@@ -101,13 +113,15 @@ def main(argv: list[str] | None = None) -> int:
             args.trace,
             args.snapshots,
             args.membership,
+            args.bit_rot,
         )
         for i, seed in enumerate(range(args.start_seed, args.start_seed + args.seeds))
     ]
     started = time.perf_counter()
     events = done = 0
     outcomes = {"acknowledged": 0, "failed": 0, "indeterminate": 0}
-    snapshot_runs = membership_runs = 0
+    snapshot_runs = membership_runs = rot_runs = 0
+    rot: dict[str, int] = {}
     snapshots: dict[str, int] = {}
     membership: dict[str, int] = {}
     if args.plant:
@@ -130,6 +144,10 @@ def main(argv: list[str] | None = None) -> int:
                 membership_runs += 1
                 for kind, count in result.membership.items():
                     membership[kind] = membership.get(kind, 0) + count
+            if result.bit_rot:
+                rot_runs += 1
+                for kind, count in result.bit_rot.items():
+                    rot[kind] = rot.get(kind, 0) + count
             if args.trace:
                 print("\n".join(result.trace))
             if not result.ok:
@@ -149,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.plant,
                     snapshots=args.snapshots,
                     membership=args.membership,
+                    bit_rot=args.bit_rot,
                 )
                 print(f"replay: {command}")
                 return 1
@@ -174,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
             f"voter changes in {membership_runs} runs: "
             + ", ".join(f"{count} {kind}" for kind, count in membership.items())
         )
+    if rot_runs:
+        print(f"bit rot in {rot_runs} runs: " + ", ".join(f"{n} {kind}" for kind, n in rot.items()))
     return 0
 
 

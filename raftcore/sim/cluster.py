@@ -29,6 +29,7 @@ from raftcore.raft import (
 )
 from raftcore.raft.messages import FetchSnapshotResponse
 from raftcore.raft.states import LeaderState
+from raftcore.sim.bit_rot import BitRot
 from raftcore.sim.invariants import Invariants, Violation
 from raftcore.sim.membership import Membership, directory_id_of, endpoint_of
 from raftcore.sim.scenario import Scenario
@@ -200,6 +201,7 @@ class Simulation(SnapshotDriver):
         self.faults_active = True
         self.invariants = Invariants(self)
         self.membership = Membership(self)
+        self.bit_rot = BitRot(self)
         self.trace: deque[str] = deque(maxlen=None if trace else 400)
         self.appends = 0
         self.events = 0
@@ -248,8 +250,10 @@ class Simulation(SnapshotDriver):
             2 if self.faults_active and sc.duplicate and self.rng.random() < sc.duplicate else 1
         )
         message = out.message
-        if kind == "FetchRequest":
+        if kind == "FetchRequest" and not message.repair:  # a repair fetch is no log end
             self.membership.on_fetch_sent(src, dst, message.fetch_offset)
+        elif kind == "FetchResponse":
+            self.bit_rot.on_send(src, message)
         if (
             sc.corrupt_snapshot_chunk
             and self.faults_active
@@ -410,6 +414,7 @@ class Simulation(SnapshotDriver):
         "fault": _fault,
         "snapshot": SnapshotDriver._snapshot_step,
         "reconfig": lambda self, payload: self.membership.step(payload),
+        "bit-rot": lambda self, payload: self.bit_rot.step(payload),
     }
 
     # ---- the run ------------------------------------------------------------------------------
@@ -444,6 +449,7 @@ class Simulation(SnapshotDriver):
             node.start(0)
         self._plan_faults()
         self.membership.plan()
+        self.bit_rot.plan()
         self.schedule(200, "append", None)
         heal_at = sc.fault_ms
         self.schedule(heal_at, "heal", None)
@@ -462,7 +468,7 @@ class Simulation(SnapshotDriver):
                 if node is not None:
                     self.invariants.after_event(node)
                     self.membership.after_event(node)
-                if not self.faults_active and self.invariants.settled():
+                if not self.faults_active and self.invariants.settled() and self.bit_rot.settled():
                     self.invariants.check_acknowledged()
                     return self._result(None)
             self.invariants.check_liveness()
@@ -491,6 +497,7 @@ class Simulation(SnapshotDriver):
             },
             dict(self.snapshot_stats) if self.scenario.snapshot_every else {},
             dict(self.membership.stats) if self.scenario.reconfig else {},
+            dict(self.bit_rot.stats) if self.scenario.bit_rot_every_ms else {},
         )
 
     def _heal(self) -> None:
@@ -515,6 +522,7 @@ class SimResult:
     outcomes: dict[str, int] = field(default_factory=dict)
     snapshots: dict[str, int] = field(default_factory=dict)
     membership: dict[str, int] = field(default_factory=dict)
+    bit_rot: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

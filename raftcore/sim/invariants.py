@@ -309,7 +309,7 @@ class Invariants:
         start = max(self.checked.get(nid, 0), node.log.log_start_offset)
         if start >= hw:
             return
-        data = node.log.read(start, 1 << 30)
+        data = node.log.read_true(start, 1 << 30)
         for batch in iter_batches(data):
             if batch.base_offset >= hw:
                 break
@@ -328,7 +328,7 @@ class Invariants:
             return
         values = _snapshot_values(node)
         if node.log.end_offset > node.log.log_start_offset:
-            for batch in iter_batches(node.log.read(node.log.log_start_offset, 1 << 30)):
+            for batch in iter_batches(node.log.read_true(node.log.log_start_offset, 1 << 30)):
                 if not batch.is_control:
                     for r in batch.records():
                         if r.offset in self.acked:
@@ -399,7 +399,7 @@ def _values_at(node: SimNode, first: int, last: int) -> list[bytes | None]:
         first = start
         if first > last:
             return values
-    for batch in iter_batches(node.log.read(first, 1 << 30)):
+    for batch in iter_batches(node.log.read_true(first, 1 << 30)):
         if batch.base_offset > last:
             break
         if batch.is_control:

@@ -121,7 +121,7 @@ class Membership:
                     if kind == ControlRecordType.KRAFT_VOTERS:
                         cache.entries.append((earliest.offset - 1, decode_voters(value)))
         if cache.scanned < end:
-            for offset, kind, value in control_records_in(log.read(cache.scanned, 1 << 30)):
+            for offset, kind, value in control_records_in(log.read_true(cache.scanned, 1 << 30)):
                 if kind == ControlRecordType.KRAFT_VOTERS and offset >= cache.scanned:
                     cache.entries.append((offset, decode_voters(value)))
             cache.scanned = end

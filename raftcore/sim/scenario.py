@@ -49,6 +49,9 @@ class Scenario:
     reconfig: bool = False
     wipes: bool = False
     reconfig_every_ms: tuple[int, int] = (1000, 4000)
+    # Bit rot (raftcore.sim.bit_rot): a bit flips in some replica's log every so often
+    # (None: never), repaired from an intact copy (protocol-aware recovery).
+    bit_rot_every_ms: tuple[int, int] | None = None
 
     @classmethod
     def from_seed(
@@ -56,8 +59,10 @@ class Scenario:
         seed: int,
         voters: int,
         observers: int | None = None,
+        *,
         snapshots: str = "seeded",
         membership: str = "seeded",
+        bit_rot: str = "seeded",
     ) -> Scenario:
         """Draw a scenario. Styles: "mixed" (everything, at a moderate rate), "crashy"
         (frequent short crashes, sometimes of every node at once, and crashes right after a
@@ -112,6 +117,10 @@ class Scenario:
             sc.wipes = reconfig.random() < 0.5
             sc.observers = max(sc.observers, 1) if observers is None else sc.observers
             sc.reconfig_every_ms = reconfig.choice([(300, 1500), (1000, 4000)])
+        # Bit rot in one run in three.
+        rot = random.Random(f"bit-rot-scenario-{seed}")
+        if bit_rot == "on" or (bit_rot == "seeded" and rot.random() < 1 / 3):
+            sc.bit_rot_every_ms = rot.choice([(200, 1000), (1000, 4000)])
         return sc
 
     def describe(self) -> str:
@@ -135,4 +144,5 @@ class Scenario:
                 if self.reconfig
                 else ""
             )
+            + (f", bit rot every {self.bit_rot_every_ms} ms" if self.bit_rot_every_ms else "")
         )
