@@ -32,7 +32,13 @@ PLANTS = [
     "wiped-replica-counts",
     "add-before-caught-up",
     "lost-state-forgotten",
+    # protocol-aware recovery, caught by the bit-rot nemesis (raftcore.sim.bit_rot)
+    "serve-damaged",
+    "repair-skipped",
+    "damaged-leader-stays",
 ]
+# Plants run with bit rot in every seed (--bit-rot on), not one in three.
+BIT_ROT_PLANTS = {"serve-damaged", "repair-skipped", "damaged-leader-stays"}
 # Plants run with reconfiguration in every seed (--membership on), not one in two.
 MEMBERSHIP_PLANTS = {
     "two-voter-changes",
@@ -75,6 +81,7 @@ def test_a_thousand_seeds_of_3_and_5_voters_with_every_fault_keep_every_invarian
 @pytest.mark.parametrize("plant", PLANTS)
 def test_the_simulation_catches_a_planted_bug(tmp_path, plant):
     membership = plant in MEMBERSHIP_PLANTS
+    bit_rot = plant in BIT_ROT_PLANTS
     result = run_sim(
         tmp_path,
         "--nodes",
@@ -89,6 +96,7 @@ def test_the_simulation_catches_a_planted_bug(tmp_path, plant):
         str(min(4, os.cpu_count() or 1)),
         "--quiet",
         *(["--membership", "on"] if membership else []),
+        *(["--bit-rot", "on"] if bit_rot else []),
     )
     assert result.returncode == 1, f"{plant} survived {PLANT_SEEDS} seeds"
     caught = re.search(r"VIOLATION at seed (\d+): (.*)", result.stdout)
@@ -98,12 +106,18 @@ def test_the_simulation_catches_a_planted_bug(tmp_path, plant):
     # the report ends with the scenario, the last events and a one-line replay command
     assert (
         f"replay: python -m raftcore.sim --nodes {nodes} --seeds 1 --start-seed {seed} "
-        f"--trace{' --membership on' if membership else ''} --plant {plant}"
+        f"--trace{' --membership on' if membership else ''}{' --bit-rot on' if bit_rot else ''}"
+        f" --plant {plant}"
     ) in result.stdout
     assert "last events:" in result.stdout
     print(f"{plant}: caught at seed {seed} ({nodes} voters): {caught.group(2)}")
     # and the correct core keeps every invariant on that very seed
-    scenario = Scenario.from_seed(seed, nodes, membership="on" if membership else "seeded")
+    scenario = Scenario.from_seed(
+        seed,
+        nodes,
+        membership="on" if membership else "seeded",
+        bit_rot="on" if bit_rot else "seeded",
+    )
     assert Simulation(scenario).run().ok
 
 

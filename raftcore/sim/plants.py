@@ -251,7 +251,30 @@ def _lost_state_forgotten() -> None:
     QuorumState._check_lost = lambda self, what: None  # type: ignore[method-assign]
 
 
+def _serve_damaged() -> None:
+    """Protocol-aware recovery: the leader serves its log as it reads it, without checking
+    each batch on the way out (as raftcore before the storage-faults work)."""
+    fetch.read_intact = lambda log, offset, max_bytes: (log.read(offset, max_bytes), None)  # type: ignore[assignment]
+
+
+def _repair_skipped() -> None:
+    """Protocol-aware recovery: a follower fetches the leader's copy of its damaged batch but
+    never writes it (the repair is lost)."""
+    fetch.repair_from = lambda core, records, source, now: False  # type: ignore[assignment]
+
+
+def _damaged_leader_stays() -> None:
+    """Protocol-aware recovery: a leader with damage in its log never hands over, so nobody
+    can repair it (a leader does not fetch)."""
+    from raftcore.raft import damage
+
+    damage._successor = lambda core, state, offset, now: None  # type: ignore[assignment]
+
+
 PLANTS: dict[str, Callable[[], None]] = {
+    "serve-damaged": _serve_damaged,
+    "repair-skipped": _repair_skipped,
+    "damaged-leader-stays": _damaged_leader_stays,
     "install-unverified": _install_unverified,
     "serve-below-lso": _serve_below_lso,
     "listener-skips-snapshot": _listener_skips_snapshot,
