@@ -214,3 +214,17 @@ def test_a_damaged_control_batch_stops_the_start_naming_the_way_out():
         assert "voter set cannot be read" in str(exc) and "empty one" in str(exc)
     else:
         raise AssertionError("a damaged control batch was read as sound")
+
+
+def test_a_late_answer_to_another_fetch_is_no_repair_and_truncates_nothing():
+    # Simulation seed 182: the answer to an earlier fetch (batches further on, of a later
+    # epoch) arrived while a repair was asked, and a committed tail was truncated.
+    h = damaged_follower()
+    h.state.high_watermark = None  # as after a restart, before the leader told it again
+    out = take_fetch(h)
+    assert out.message.repair
+    reply(h, out, records=batch(4, 5))
+    assert h.log.end_offset == 4  # nothing truncated
+    assert h.core.damage and h.core.damage.damaged.offset == 2
+    again = take_fetch(h)
+    assert again.message.repair and again.message.fetch_offset == 2

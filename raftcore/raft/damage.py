@@ -217,21 +217,27 @@ def repair_request_offset_and_epoch(core: RaftCore) -> tuple[int, int]:
 
 def repair_from(core: RaftCore, records: Any, source: int, now: int) -> bool:
     """Write the leader's copy of the damaged batch in place; True once repaired. When the
-    leader's batch there is another batch (another base offset or epoch), ours was never
-    committed -- a committed batch is in every later leader's log, at the same place and of the
-    same epoch -- and it is truncated, as a fetch that diverged there would have it."""
+    leader's batch there is of another epoch, ours was never committed -- a committed batch is
+    in every later leader's log, at the same place and of the same epoch -- and it is
+    truncated, as a fetch that diverged there would have it. A batch that does not hold the
+    damaged offset answers another fetch (late, or twice), and is ignored."""
     tracker = core.damage
     damage = tracker.damaged
     if damage is None:
         return True
     log = core.log
     try:
-        _, base, _, epoch = sound_batch(records)
+        _, base, last, epoch = sound_batch(records)
     except CorruptRecordError as exc:
         logger.error("%s leader %d's copy of %s is damaged: %s", core.prefix, source, damage, exc)
         return False
+    if not base <= damage.offset <= last:
+        # The answer to an earlier fetch, come late (or twice): not the batch asked for. The
+        # next repair fetch asks again (seed 182: such an answer was taken for the leader's
+        # batch at the damaged offset, and a committed tail truncated).
+        return False
     ours = log.epoch_for_offset(damage.offset)
-    if base != damage.offset or epoch != ours:
+    if epoch != ours:
         hw = core.quorum.state.high_watermark
         if hw is not None and damage.offset < hw:
             tracker.unrepairable += 1
