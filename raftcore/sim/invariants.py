@@ -73,6 +73,7 @@ class Invariants:
         self.reads = {"confirmed": 0, "failed": 0}
         self.hw: dict[int, int] = {}
         self.checked: dict[int, int] = {}
+        self.disk: dict[int, int] = {}  # node -> the generation of its disk checked
         self.listener_next: dict[int, int] = {}
         self.leader_checked: set[tuple[int, int, int]] = set()
         self.fired: dict[int, set[int]] = {}
@@ -83,7 +84,15 @@ class Invariants:
 
     def on_start(self, node: SimNode) -> None:
         self.hw.pop(node.node_id, None)
-        self.checked[node.node_id] = node.log.log_start_offset
+        # the committed prefix this disk held survives a restart, as far as the log does (an
+        # unflushed tail is lost in a crash); a wiped disk starts over
+        nid, log = node.node_id, node.log
+        if self.disk.get(nid) == node.generation:
+            kept = min(self.checked.get(nid, 0), log.end_offset)
+        else:
+            kept = log.log_start_offset
+        self.disk[nid] = node.generation
+        self.checked[nid] = max(kept, log.log_start_offset)
         self.listener_next[node.node_id] = node.log.log_start_offset
         self.fired[node.node_id] = set()
 
@@ -280,6 +289,14 @@ class Invariants:
                 self.leader_checked.add(key)
                 self._check_leader_has_acked(node)
         self._check_snapshots(node)
+        # a replica never truncates what it held committed (a snapshot may take its place)
+        held = self.checked.get(nid, 0)
+        if node.log.end_offset < held:
+            raise Violation(
+                "committed-truncated",
+                f"node {nid}'s log ends at {node.log.end_offset}, below the committed prefix "
+                f"it held up to {held}",
+            )
         # high watermark monotonic on a live replica
         hw = core.high_watermark
         if hw is not None:
