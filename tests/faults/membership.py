@@ -33,6 +33,7 @@ import asyncio
 import random
 import threading
 import time
+import traceback
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -173,7 +174,7 @@ class MembershipNemesis(threading.Thread):
             self._violation("voter-set", str(exc))
         except BaseException as exc:  # reported by the harness, never silently lost
             self.crash = exc
-            self._violation("membership-crashed", repr(exc))
+            self._violation("membership-crashed", traceback.format_exc().rstrip())
 
     def summary(self) -> list[str]:
         made = ", ".join(f"{k} {n}" for k, n in sorted(self.changes.items())) or "none"

@@ -116,7 +116,8 @@ class VoterGuard:
             up = self.available(voters, out)
             if len(up) < majority(len(voters)):
                 return "wait", (
-                    f"{len(up)} of voters {_ids(voters)} available ({_ids(out)} down or paused)"
+                    f"{len(up)} of voters {_ids(voters)} available "
+                    f"({_ids({(i, None) for i in out})} down or paused)"
                 )
         return None
 
