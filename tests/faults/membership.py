@@ -384,7 +384,9 @@ class MembershipNemesis(threading.Thread):
         while time.monotonic() < until:
             self._check_time()
             try:
-                info = self._call_raw(lambda: describe_quorum(self._contacts(), timeout_s=3))
+                info = self._call_raw(
+                    lambda: describe_quorum(self._contacts(), timeout_s=3, security=self.security)
+                )
             except Exception:
                 info = None
             for r in [] if info is None else info.observers:
