@@ -333,8 +333,8 @@ def run_once(config: RunConfig, log=print) -> RunResult:  # type: ignore[no-unty
         for w in writers:
             w.start()
 
-        guard = members.guard if members is not None else None
-        nemesis = Nemesis(config.seed, nodes, partitions=config.partitions, log=log, guard=guard)
+        held_by = members.guard if members is not None else None
+        nemesis = Nemesis(config.seed, nodes, partitions=config.partitions, log=log, guard=held_by)
         if members is not None:
             members.start()
         nemesis.run(config.duration_s)
@@ -549,8 +549,8 @@ def format_result(r: RunResult) -> str:
             f"corrupt, {f.get('snapshot_state_wrong', 0)} with a wrong state, "
             f"{f.get('snapshot_files_partial', 0)} partial)",
         ]
-    kinds = (*FAULT_KINDS, "heal", "restart", "final-heal", "held-back")
-    kinds = tuple(k for k in kinds if k in r.nemesis_counts)
+    every = (*FAULT_KINDS, "heal", "restart", "final-heal", "held-back")
+    kinds = [k for k in every if k in r.nemesis_counts]
     lines.append(
         "  nemesis:        "
         + (", ".join(f"{k} {r.nemesis_counts[k]}" for k in kinds) or "no events")
