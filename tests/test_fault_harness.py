@@ -100,6 +100,23 @@ def test_with_snapshots_every_acknowledged_write_is_in_every_state_machine(tmp_p
     assert f["state_pairs"] >= f["acknowledged"], report
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_every_acknowledged_write_survives_the_membership_nemesis(tmp_path):
+    """The voters changed while the faults run (``--membership``): a wiped voter replaced,
+    grown to 5 and shrunk to 3, leadership handed over. Nothing acknowledged may be lost,
+    duplicated or reordered, and the settled cluster's voter set must be the one the nemesis
+    was told it made (no wiped disk's key a voter, every running node a voter)."""
+    config = RunConfig(seed=1, duration_s=20, nodes=3, membership=True, base_dir=str(tmp_path))
+    result = run_once(config)
+    report = format_result(result)
+    print(report)
+    assert not _namespaces_left()
+    assert result.ok, report
+    assert result.figures["acknowledged"] > 0, report
+    assert result.figures["membership_changes"] > 0, report
+
+
 # ---- issue 9, the manual scenario --------------------------------------------------------------
 
 

@@ -1,6 +1,7 @@
 """A Jepsen-style fault harness for raftcore: real node processes, real clients, real faults.
 
     .venv/bin/python -m tests.faults --seed 1 --duration 40 --nodes 3 [--no-partitions] [--seeds N]
+        [--membership]
 
 One run (``harness.run_once``): 3 or 5 ``raftcore node`` processes, each in its own Linux
 network namespace joined by a bridge (``network``), or all on loopback where namespaces cannot
@@ -17,6 +18,8 @@ Modules:
     history    attempts and their outcomes (ok / fail / info)
     writers    the writer threads
     nemesis    the seeded fault schedule
+    membership the membership nemesis: replace wiped voters, grow, shrink, transfer (--membership)
+    voter_guard which kills, pauses and voter changes the voter sets in force survive
     checker    the checks over history, on-disk logs and consumer reads
     harness    one run, start to figures
     scenarios  scripted scenarios

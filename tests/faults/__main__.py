@@ -7,6 +7,8 @@ without them every node runs on loopback and the partition nemesis is skipped, w
 ``--snapshots N`` runs the nodes with LMDB state machines and KIP-630 snapshots every N records.
 ``--security SSL`` runs them with mutual TLS (every client presents a certificate too);
 ``--security SASL_SSL`` with clients logging in by SCRAM-SHA-512 over TLS.
+``--membership`` adds the membership nemesis (``membership``): wiped nodes replaced, the voter
+set grown and shrunk between 3 and 5, leadership handed over, while the faults run.
 """
 
 from __future__ import annotations
@@ -50,6 +52,12 @@ def main(argv: list[str] | None = None) -> int:
         default="asyncio",
         help="the nodes' event loop (default asyncio; uvloop needs the uvloop package)",
     )
+    p.add_argument(
+        "--membership",
+        action="store_true",
+        help="the membership nemesis too: wiped nodes replaced, the voters grown to 5 and "
+        "shrunk to 3, leadership handed over, while the faults run",
+    )
     p.add_argument("--keep", action="store_true", help="keep run directories of passed runs")
     p.add_argument("--dir", default=None, help="where run directories go (default: temp)")
     p.add_argument("--keep-going", action="store_true", help="run every seed even after a failure")
@@ -80,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             snapshots=args.snapshots,
             security=args.security,
             event_loop=args.event_loop,
+            membership=args.membership,
         )
         result = run_once(config, log=lambda s: print(s, flush=True))
         print(format_result(result), flush=True)

@@ -4,7 +4,13 @@ process and nft table it makes is removed in ``finally`` (and by atexit), also o
 
 ``RunConfig.snapshots = N`` runs every node with the LMDB state machine and a snapshot every N
 records (KIP-630, ``nodes.snapshot_node_args``); the checks then read each node's state and
-snapshots too (``state_check``), and the figures count the snapshots the node logs report."""
+snapshots too (``state_check``), and the figures count the snapshots the node logs report.
+
+``RunConfig.membership`` adds the membership nemesis (``membership``): it replaces wiped
+nodes, grows and shrinks the voter set and hands leadership over while the faults run, and
+the fault nemesis judges its kills and pauses against the voters of the moment
+(``voter_guard``). After the faults, the run checks the voter set the cluster reports
+(``voter-set``) and that every node still running has the whole log."""
 
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -24,12 +31,14 @@ from raftcore.security.config import ClientSecurity
 
 from .checker import NodeLog, Verdict, check, read_node_log
 from .history import History
+from .membership import MembershipNemesis
 from .nemesis import FAULT_KINDS, Event, Nemesis
 from .network import make_network
 from .nodes import NODE_ARGS, NodeSet, snapshot_node_args
 from .probe import Prober, QuorumView
 from .security import RunSecurity, make_run_security
 from .state_check import NodeState, read_node_state
+from .voter_guard import VoterGuard
 from .writers import CkWriter, RaftcoreWriter, Writer
 
 __all__ = ["EpochMonitor", "RunConfig", "RunResult", "replay_command", "run_once"]
@@ -52,6 +61,7 @@ class RunConfig:
     snapshots: int = 0  # > 0: LMDB state machines, a snapshot every this many records
     security: str = "PLAINTEXT"  # or SSL (mutual TLS) or SASL_SSL (security.MODES)
     event_loop: str = "asyncio"  # the nodes' event loop (raftcore node --event-loop)
+    membership: bool = False  # the membership nemesis too (replace, grow, shrink, transfer)
 
 
 @dataclass
@@ -69,6 +79,7 @@ class RunResult:
     epochs: tuple[int, int] = (-1, -1)
     convergence_s: float | None = None
     notes: list[str] = field(default_factory=list)
+    membership: list[str] = field(default_factory=list)  # the membership nemesis's summary
     elapsed_s: float = 0.0
 
     @property
@@ -91,6 +102,8 @@ def replay_command(c: RunConfig) -> str:
         cmd += f" --security {c.security}"
     if c.event_loop != "asyncio":
         cmd += f" --event-loop {c.event_loop}"
+    if c.membership:
+        cmd += " --membership"
     if c.pythonpath:
         cmd += f" --nodes-from {c.pythonpath}"
     return cmd
@@ -104,7 +117,7 @@ class EpochMonitor(threading.Thread):
 
     def __init__(
         self,
-        endpoints: dict[int, str],
+        endpoints: Callable[[], dict[int, str]],
         t0: float,
         interval_s: float = 0.25,
         security: ClientSecurity | None = None,
@@ -122,10 +135,11 @@ class EpochMonitor(threading.Thread):
         asyncio.run(self._loop())
 
     async def _loop(self) -> None:
-        prober = Prober(self.endpoints, security=self.security)
+        prober = Prober(self.endpoints(), security=self.security)
         try:
             top = -1
             while not self._halt.is_set():
+                prober.endpoints = self.endpoints()  # the nodes of the moment
                 try:
                     view = await asyncio.wait_for(prober.probe(timeout_s=1.0), 4)
                 except asyncio.TimeoutError:
@@ -145,14 +159,14 @@ class EpochMonitor(threading.Thread):
 
 def elections_by_kind(samples: list[tuple[float, int, int]], events: list[Event]) -> Counter:
     """Epoch increases, each charged to the nemesis event in force when it was first seen
-    (``startup`` before the first)."""
+    (``startup`` before the first; a fault or change held back is no event in force)."""
     out: Counter = Counter()
     prev = None
     for t, epoch, _ in samples:
         if prev is not None and epoch > prev:
             kind = "startup"
             for ev in events:
-                if ev.t <= t:
+                if ev.t <= t and ev.kind != "held-back":
                     kind = ev.kind
             out[kind] += epoch - prev
         prev = epoch
@@ -294,25 +308,41 @@ def run_once(config: RunConfig, log=print) -> RunResult:  # type: ignore[no-unty
         nodes.start_all()
         view = _wait_leader(nodes, 30)
         say(f"leader elected: {view.summary()}")
-        monitor = EpochMonitor(nodes.network_endpoints(), t0, security=security.client())
+        members = None
+        if config.membership:
+            guard = VoterGuard()
+            members = MembershipNemesis(
+                config.seed, nodes, guard, security=security.client(), log=log
+            )
+            members.prepare()
+        monitor = EpochMonitor(nodes.network_endpoints, t0, security=security.client())
         monitor.start()
 
         history = History(t0)
         count = int(config.rate * (config.duration_s + 10))
         each = {"rate": config.rate, "max_count": count, "security": security}
         writers = [
-            CkWriter("ck1", nodes.bootstrap, history, window=20, client_log=client_log, **each),
-            CkWriter("ck2", nodes.bootstrap, history, window=20, client_log=client_log, **each),
-            RaftcoreWriter("rc1", nodes.bootstrap, history, window=5, **each),
+            CkWriter(
+                "ck1", nodes.bootstrap_live, history, window=20, client_log=client_log, **each
+            ),
+            CkWriter(
+                "ck2", nodes.bootstrap_live, history, window=20, client_log=client_log, **each
+            ),
+            RaftcoreWriter("rc1", nodes.bootstrap_live, history, window=5, **each),
         ]
         for w in writers:
             w.start()
 
-        nemesis = Nemesis(config.seed, nodes, partitions=config.partitions, log=log)
+        held_by = members.guard if members is not None else None
+        nemesis = Nemesis(config.seed, nodes, partitions=config.partitions, log=log, guard=held_by)
+        if members is not None:
+            members.start()
         nemesis.run(config.duration_s)
 
         # ---- heal, drain, converge -----------------------------------------------------------
         t_heal = time.monotonic()
+        if members is not None:
+            members.stop_new()
         nemesis.heal_everything()
         for w in writers:
             w.stop()
@@ -327,6 +357,11 @@ def run_once(config: RunConfig, log=print) -> RunResult:  # type: ignore[no-unty
             "writers done: "
             + ", ".join(f"{w.writer} {w.seq} values in {w.sessions} sessions" for w in writers)
         )
+        if members is not None:
+            members.finish(config.converge_timeout_s + 30)
+            result.violations.update(members.errors)
+            t_heal = time.monotonic()  # convergence counts from the last change
+        node_ids = list(nodes.node_ids)  # the nodes of the run now
 
         converged_view = None
         prev_hw = None
@@ -350,11 +385,19 @@ def run_once(config: RunConfig, log=print) -> RunResult:  # type: ignore[no-unty
         else:
             result.convergence_s = time.monotonic() - t_heal
             say(f"converged in {result.convergence_s:.1f} s: {converged_view.summary()}")
+            if members is not None:
+                seen = set(converged_view.voters.items())
+                wrong = members.guard.violations(seen, node_ids)
+                if converged_view.pending_change:
+                    wrong.append(f"a change is still pending: {converged_view.pending_change}")
+                if wrong:
+                    result.violations.setdefault("voter-set", []).extend(wrong)
 
         monitor.stop()
-        result.events = nemesis.events
+        events = sorted(nemesis.events + (members.events if members else []), key=lambda e: e.t)
+        result.events = events
         result.nemesis_counts = dict(Counter(ev.kind for ev in nemesis.events))
-        result.elections = dict(elections_by_kind(monitor.samples, nemesis.events))
+        result.elections = dict(elections_by_kind(monitor.samples, events))
         follower_faults = {
             k: n for k, n in result.elections.items() if k in ("kill-follower", "pause-follower")
         }
@@ -412,18 +455,21 @@ def run_once(config: RunConfig, log=print) -> RunResult:  # type: ignore[no-unty
             result.violations.update(verdict.violations)
         result.notes.extend(history.notes)
         if config.snapshots:
-            for i in node_ids:
+            for i in nodes.ever():
                 for name, n in nodes.snapshot_counts(i).items():
                     result.figures[name] = result.figures.get(name, 0) + n
+        if members is not None:
+            result.membership = members.summary()
+            result.figures.update(members.figures())
         result.listeners = nodes.listener_protocols()
         result.event_loops = nodes.event_loops()
-        for i in node_ids:
+        for i in nodes.ever():
             problems = nodes.log_problems(i)
             if any(problems.values()):
                 result.notes.append(f"node {i} log: {problems}")
         history.save(run_dir / "history.jsonl")
         with open(run_dir / "events.jsonl", "w") as f:
-            for ev in nemesis.events:
+            for ev in events:
                 f.write(json.dumps(asdict(ev)) + "\n")
         with open(run_dir / "epochs.jsonl", "w") as f:
             for t, epoch, leader in monitor.samples:
@@ -453,7 +499,7 @@ def run_once(config: RunConfig, log=print) -> RunResult:  # type: ignore[no-unty
             h.close()
         result.elapsed_s = time.monotonic() - t0
     if not result.ok and nodes is not None:
-        for i in node_ids:
+        for i in nodes.ever():
             log(f"--- node {i} log tail ({nodes.log_file(i)}):\n{nodes.log_tail(i)}")
     if result.ok and not config.keep:
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -503,7 +549,8 @@ def format_result(r: RunResult) -> str:
             f"corrupt, {f.get('snapshot_state_wrong', 0)} with a wrong state, "
             f"{f.get('snapshot_files_partial', 0)} partial)",
         ]
-    kinds = [k for k in (*FAULT_KINDS, "heal", "restart", "final-heal") if k in r.nemesis_counts]
+    every = (*FAULT_KINDS, "heal", "restart", "final-heal", "held-back")
+    kinds = [k for k in every if k in r.nemesis_counts]
     lines.append(
         "  nemesis:        "
         + (", ".join(f"{k} {r.nemesis_counts[k]}" for k in kinds) or "no events")
@@ -515,6 +562,7 @@ def format_result(r: RunResult) -> str:
     )
     conv = f"{r.convergence_s:.1f} s" if r.convergence_s is not None else "none"
     lines.append(f"  convergence:    {conv} after the final heal")
+    lines.extend(r.membership)
     for note in r.notes:
         lines.append(f"  note: {note}")
     for kind, details in r.violations.items():

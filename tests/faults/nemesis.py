@@ -30,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .nodes import NodeSet
+from .probe import QuorumView
+from .voter_guard import VoterGuard, majority
 
 __all__ = ["FAULT_KINDS", "Event", "Nemesis"]
 
@@ -65,6 +67,7 @@ class Nemesis:
         *,
         partitions: bool,
         log: Callable[[str], None] = print,
+        guard: VoterGuard | None = None,
     ) -> None:
         self.rng = random.Random(seed)
         self.nodes = nodes
@@ -77,6 +80,7 @@ class Nemesis:
         self.partition_step = -1
         self.errors: list[str] = []
         self.abort = threading.Event()
+        self.guard = guard  # the membership nemesis's voters: faults are judged against them
 
     @property
     def n(self) -> int:
@@ -121,46 +125,66 @@ class Nemesis:
         picks = [rng.random() for _ in range(4)]  # the same draws whatever the kind
         hold = 1.0 + 2.0 * picks[3]
         view = self.nodes.probe(0.8)
+        with self.nodes.lock:  # the membership nemesis changes the nodes under it too
+            then = self._act(step, kind, picks, hold, view)
+        if then is not None:  # a fault that ends by itself: its hold outside the lock
+            time.sleep(hold)
+            with self.nodes.lock:
+                then()
+
+    def _act(
+        self, step: int, kind: str, picks: list[float], hold: float, view: QuorumView
+    ) -> Callable[[], None] | None:
+        """Inject ``kind``; for a pause or kill-majority, what ends it after ``hold``."""
         leader = view.leader_id if view.leader_id in self.nodes.node_ids else -1
         ev = Event(self.now(), kind, leader=leader, epoch=view.leader_epoch)
         running = self.nodes.running()
         leader_or_any = leader if leader > 0 else self._pick(running, picks[0])
         followers = [i for i in running if i != leader]
         if kind in ("kill-leader", "kill-follower"):
-            if len(self.down_since) + 1 > (self.n - 1) // 2:
-                self.restart(sorted(self.down_since))  # no room for another kill: repair
-                return
             victim = leader_or_any if kind == "kill-leader" else self._pick(followers, picks[0])
+            if self.guard is None and len(self.down_since) + 1 > (self.n - 1) // 2:
+                victim = -2  # no room for another kill
+            elif victim > 0 and self._held(kind, {victim}):
+                victim = -2
+            if victim == -2:
+                if self.down_since:
+                    self.restart(sorted(self.down_since))  # repair instead
+                return None
             if victim < 0:
-                return
+                return None
             self.nodes.kill(victim)
             self.down_since[victim] = step
             ev.nodes = [victim]
         elif kind == "kill-majority":
-            order = self._shuffled(running, picks[0])
-            victims = sorted(order[: max(0, self.majority - len(self.down_since))])
+            victims = self._majority_victims(running, picks[0])
             for v in victims:
                 self.nodes.kill(v)
             ev.nodes = victims
             ev.detail = f"(restart after {hold:.1f} s)"
             self._record(ev)
-            time.sleep(hold)
-            for v in victims:
-                self._start(v)
-            ev.t_end = self.now()
-            return
+
+            def restart_them() -> None:
+                for v in victims:
+                    if v in self.nodes.node_ids:  # not retired meanwhile
+                        self._start(v)
+                ev.t_end = self.now()
+
+            return restart_them
         elif kind in PAUSES:
             victim = leader_or_any if kind == "pause-leader" else self._pick(followers, picks[0])
-            if victim < 0:
-                return
+            if victim < 0 or self._held(kind, {victim}):
+                return None
             ev.nodes = [victim]
             ev.detail = f"for {hold:.1f} s"
             self.nodes.signal(victim, signal.SIGSTOP)
             self._record(ev)
-            time.sleep(hold)
-            self.nodes.signal(victim, signal.SIGCONT)
-            ev.t_end = self.now()
-            return
+
+            def resume() -> None:
+                self.nodes.signal(victim, signal.SIGCONT)
+                ev.t_end = self.now()
+
+            return resume
         elif kind == "partition-leader":
             victim = leader_or_any
             others = [i for i in self.nodes.node_ids if i != victim]
@@ -168,15 +192,19 @@ class Nemesis:
             ev.nodes = [victim]
             ev.detail = f"| {','.join(f'n{i}' for i in others)}"
         elif kind == "partition-split":
-            size = 1 + int(picks[1] * ((self.n - 1) // 2))  # 1..minority
-            order = self._shuffled(self.nodes.node_ids, picks[0])
-            if picks[2] < 0.5 and leader > 0:  # the leader in the minority half the time
+            voters = self.nodes.node_ids if self.guard is None else self.guard.voter_ids()
+            voters = [i for i in voters if i in self.nodes.node_ids]
+            size = 1 + int(picks[1] * ((len(voters) - 1) // 2))  # 1..minority of the voters
+            order = self._shuffled(voters, picks[0])
+            if picks[2] < 0.5 and leader in order:  # the leader in the minority half the time
                 order.remove(leader)
                 order.insert(0, leader)
             minority, majority = sorted(order[:size]), sorted(order[size:])
+            for i, r in zip(self._observers(), self._shuffled_floats(picks[1]), strict=False):
+                (minority if r < 0.5 else majority).append(i)  # each observer on either side
             self._set_blocks(self._split(minority, majority))
-            ev.nodes = minority
-            ev.detail = f"| {','.join(f'n{i}' for i in majority)}"
+            ev.nodes = sorted(minority)
+            ev.detail = f"| {','.join(f'n{i}' for i in sorted(majority))}"
         elif kind == "partition-oneway":
             victim = leader_or_any if picks[2] < 0.5 else self._pick(self.nodes.node_ids, picks[0])
             peers = [i for i in self.nodes.node_ids if i != victim]
@@ -186,16 +214,53 @@ class Nemesis:
             ev.detail = f"drops what n{peer} sends"
         self.partition_step = step if kind in PARTITIONS else self.partition_step
         self._record(ev)
+        return None
+
+    def _majority_victims(self, running: list[int], r: float) -> list[int]:
+        """Running nodes to kill so that a majority of the voters is down: without the
+        membership nemesis, a majority of the nodes; with it, of the current voters (the
+        available ones, in a seeded order)."""
+        if self.guard is None:
+            order = self._shuffled(running, r)
+            return sorted(order[: max(0, self.majority - len(self.down_since))])
+        voters = self.guard.voters
+        up = sorted(i for i, _ in self.guard.available(voters, self.nodes.unavailable()))
+        order = self._shuffled([i for i in up if i in running], r)
+        return sorted(order[: max(0, len(up) - majority(len(voters)) + 1)])
+
+    def _observers(self) -> list[int]:
+        """Members that are no voter of any set that may be in force (membership runs)."""
+        if self.guard is None:
+            return []
+        voters = set(self.guard.voter_ids())
+        return [i for i in self.nodes.node_ids if i not in voters]
+
+    def _held(self, kind: str, victims: set[int]) -> bool:
+        """With the membership nemesis: True (and recorded) when taking ``victims`` down would
+        leave fewer than a majority of a voter set that may be in force available."""
+        if self.guard is None:
+            return False
+        why = self.guard.why_not_take_down(victims, self.nodes.unavailable())
+        if why is None:
+            return False
+        self._record(Event(self.now(), "held-back", sorted(victims), f"{kind}: {why}"))
+        return True
 
     # ---- repairs --------------------------------------------------------------------------------
 
     def restart(self, node_ids: list[int]) -> None:
-        ev = Event(self.now(), "restart", nodes=list(node_ids))
-        self._record(ev)
-        for i in node_ids:
-            self._start(i)
-            self.down_since.pop(i, None)
-        ev.t_end = self.now()
+        with self.nodes.lock:
+            for i in [i for i in node_ids if i not in self.nodes.node_ids]:
+                self.down_since.pop(i, None)  # removed from the voters and retired meanwhile
+            node_ids = [i for i in node_ids if i in self.nodes.node_ids]
+            if not node_ids:
+                return
+            ev = Event(self.now(), "restart", nodes=list(node_ids))
+            self._record(ev)
+            for i in node_ids:
+                self._start(i)
+                self.down_since.pop(i, None)
+            ev.t_end = self.now()
 
     def heal(self) -> None:
         ev = Event(self.now(), "heal", nodes=sorted(self.blocks))
@@ -207,13 +272,14 @@ class Nemesis:
         """End of the fault phase: no partition, nothing paused, every node running."""
         self.net.heal()
         self.blocks = {}
-        self.nodes.resume_all()
-        down = self.nodes.down()
-        ev = Event(self.now(), "final-heal", nodes=down)
-        self._record(ev)
-        for i in down:
-            self._start(i)
-        self.down_since.clear()
+        with self.nodes.lock:
+            self.nodes.resume_all()
+            down = self.nodes.down()
+            ev = Event(self.now(), "final-heal", nodes=down)
+            self._record(ev)
+            for i in down:
+                self._start(i)
+            self.down_since.clear()
 
     # ---- helpers --------------------------------------------------------------------------------
 
@@ -248,3 +314,8 @@ class Nemesis:
         out = list(items)
         random.Random(r).shuffle(out)
         return out
+
+    @staticmethod
+    def _shuffled_floats(r: float, n: int = 64) -> list[float]:
+        g = random.Random(r * 7 + 1)
+        return [g.random() for _ in range(n)]

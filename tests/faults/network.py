@@ -94,6 +94,10 @@ class Network:
     def command_prefix(self, node_id: int) -> list[str]:
         return []
 
+    def add_node(self, node_id: int) -> str:
+        """A place for a node that joins during the run (an address of its own); its endpoint."""
+        raise NotImplementedError
+
     def set_blocks(self, blocks: dict[int, set[int]]) -> None:
         """Make node ``n`` drop every packet from each node in ``blocks[n]`` (and nothing
         else); nodes absent from ``blocks`` drop nothing."""
@@ -121,6 +125,12 @@ class LoopbackNetwork(Network):
             partitions=False,
             reason=reason,
         )
+
+    def add_node(self, node_id: int) -> str:
+        if node_id not in self.hosts:
+            self.hosts[node_id] = "127.0.0.1"
+            self.ports[node_id] = free_ports(1)[0]
+        return self.endpoint(node_id)
 
 
 class NamespaceNetwork(Network):
@@ -177,14 +187,7 @@ class NamespaceNetwork(Network):
             _run([ip, "addr", "add", f"{root_addr}/24", "dev", self.root_if])
             _run([ip, "link", "set", self.root_if, "up"])
         for i in node_ids:
-            ns = self.node_ns[i]
-            self._ns_add(ns)
-            _run([ip, "-n", ns, "link", "set", "lo", "up"])
-            node_leg = ["peer", "name", "eth0", "netns", ns]
-            _run([ip, "-n", self.hub, "link", "add", f"h{i}", "type", "veth", *node_leg])
-            _run([ip, "-n", self.hub, "link", "set", f"h{i}", "master", "br0", "up"])
-            _run([ip, "-n", ns, "addr", "add", f"{subnet.network_address + i}/24", "dev", "eth0"])
-            _run([ip, "-n", ns, "link", "set", "eth0", "up"])
+            self._node_leg(i, subnet)
         if self.nft is not None:
             # nft must work inside a namespace, or partitions are off (with the reason)
             try:
@@ -193,6 +196,27 @@ class NamespaceNetwork(Network):
                 self.nft = None
                 self._nft_problem = str(exc)
         return subnet
+
+    def _node_leg(self, i: int, subnet: ipaddress.IPv4Network) -> None:
+        """Node ``i``'s namespace, its veth to the hub's bridge and its address (.i)."""
+        ip, ns = self.ip, self.node_ns[i]
+        self._ns_add(ns)
+        _run([ip, "-n", ns, "link", "set", "lo", "up"])
+        node_leg = ["peer", "name", "eth0", "netns", ns]
+        _run([ip, "-n", self.hub, "link", "add", f"h{i}", "type", "veth", *node_leg])
+        _run([ip, "-n", self.hub, "link", "set", f"h{i}", "master", "br0", "up"])
+        _run([ip, "-n", ns, "addr", "add", f"{subnet.network_address + i}/24", "dev", "eth0"])
+        _run([ip, "-n", ns, "link", "set", "eth0", "up"])
+
+    def add_node(self, node_id: int) -> str:
+        if node_id not in self.node_ns:
+            if not 0 < node_id < 254:
+                raise NetworkUnavailable(f"node id {node_id}: no address for it in {self.subnet}")
+            self.node_ns[node_id] = f"{self.prefix}-n{node_id}"
+            self._node_leg(node_id, self.subnet)
+            self.hosts[node_id] = str(self.subnet.network_address + node_id)
+            self.ports[node_id] = PORT
+        return self.endpoint(node_id)
 
     def _free_subnet(self) -> ipaddress.IPv4Network:
         used = set(re.findall(r"inet (10\.77\.\d+)\.", _run([self.ip, "-o", "-4", "addr", "show"])))

@@ -1,10 +1,20 @@
 """The node processes of a fault run: ``python -m raftcore node`` in each node's namespace (or on
 loopback), restarted on the same data directory, killed, paused and resumed by pid.
 
-Every process is started from the harness's main thread under ``setpriv --pdeathsig KILL`` (when
-util-linux has it), so a harness that dies without cleaning up takes its nodes with it;
-``close()`` kills (by pid) whatever still runs. Each node's stdout and stderr go to
-``<run dir>/node-N.log``, appended across restarts with a marker line per start.
+Every process is started under ``setpriv --pdeathsig KILL`` (when util-linux has it), so a
+harness that dies without cleaning up takes its nodes with it; ``close()`` kills (by pid)
+whatever still runs. The parent-death signal fires when the *thread* that started the process
+ends, so every start goes through one thread of the set's own (``_spawner``) that lives until
+``close()``, whichever thread asks (the membership nemesis starts nodes from its thread).
+Each node's stdout and stderr go to ``<run dir>/node-N.log``, appended across restarts with a
+marker line per start.
+
+The set of nodes can change during a run (the membership nemesis, ``membership``): a node
+joins with ``--bootstrap`` (``add_node``: a new id, in a place of its own on the network), a
+node's disk is wiped and it starts again under its id as a new replica (``wipe``: its data
+directory is moved aside, so it starts empty), and a node removed from the voters is stopped
+for good (``retire``). ``node_ids`` are the nodes of the run now (running or down); ``lock``
+is held by whoever decides and acts on them (the two nemeses).
 """
 
 from __future__ import annotations
@@ -16,10 +26,13 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO
 
+from raftcore.node.data_dir import read_directory_id
 from raftcore.node.local_cluster import new_cluster_id
 
 from .network import Network
@@ -86,7 +99,15 @@ class NodeSet:
     ) -> None:
         self.run_dir = run_dir
         self.network = network
-        self.node_ids = node_ids
+        self.node_ids = list(node_ids)
+        # the static voters of every node started with --voters (the first ones)
+        self.static_voters = ",".join(f"{i}@{self.endpoint(i)}" for i in node_ids)
+        self.joined: set[int] = set()  # started with --bootstrap (added, or a wiped disk)
+        self.retired: list[int] = []  # removed from the voters and stopped for good
+        self.wipes: dict[int, int] = {}  # node -> how often its disk was wiped
+        self.lock = threading.RLock()
+        # every member's address, kept current in place (the writers' bootstrap list)
+        self.bootstrap_live: list[str] = [self.endpoint(i) for i in node_ids]
         self.cluster_id = new_cluster_id()
         self.node_args = NODE_ARGS if node_args is None else node_args
         self.security = security or RunSecurity()
@@ -97,6 +118,8 @@ class NodeSet:
         self.paused: set[int] = set()
         self.started_pids: list[int] = []
         self.starts: dict[int, int] = dict.fromkeys(node_ids, 0)
+        # the one thread that starts node processes (their parent, for --pdeathsig)
+        self._spawner = ThreadPoolExecutor(1, thread_name_prefix="node-spawner")
         self._logs: dict[int, IO[bytes]] = {}
         self.t0 = start_monotonic if start_monotonic is not None else time.monotonic()
 
@@ -114,7 +137,14 @@ class NodeSet:
 
     @property
     def voters(self) -> str:
-        return ",".join(f"{i}@{self.endpoint(i)}" for i in self.node_ids)
+        """The static voters of the nodes started with ``--voters``."""
+        return self.static_voters
+
+    def join_through(self, node_id: int) -> str:
+        """A joining node's ``--bootstrap``: the other members running now (all, if none)."""
+        others = [i for i in self.node_ids if i != node_id]
+        running = [i for i in others if self.alive(i)] or others
+        return ",".join(self.endpoint(i) for i in running)
 
     def probe(self, timeout_s: float = 1.0) -> QuorumView:
         """What every node says of the quorum (:func:`probe.probe_once`), asked the way this
@@ -141,8 +171,11 @@ class NodeSet:
             "--id",
             str(node_id),
             *self.security.listener_args(node_id, self.endpoint(node_id)),
-            "--voters",
-            self.voters,
+            *(
+                ["--bootstrap", self.join_through(node_id)]
+                if node_id in self.joined
+                else ["--voters", self.voters]
+            ),
             "--data-dir",
             str(self.data_dir(node_id)),
             f"--cluster-id={self.cluster_id}",
@@ -156,6 +189,14 @@ class NodeSet:
     def alive(self, node_id: int) -> bool:
         proc = self.procs.get(node_id)
         return proc is not None and proc.poll() is None
+
+    def ever(self) -> list[int]:
+        """Every node started in this run, retired ones too."""
+        return sorted(self.starts)
+
+    def unavailable(self) -> set[int]:
+        """Members down or paused now."""
+        return set(self.down()) | (self.paused & set(self.node_ids))
 
     def running(self) -> list[int]:
         return [i for i in self.node_ids if self.alive(i)]
@@ -180,7 +221,8 @@ class NodeSet:
         )
         log.flush()
         self._logs[node_id] = log
-        proc = subprocess.Popen(
+        proc = self._spawner.submit(
+            subprocess.Popen,
             self.command(node_id),
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -188,7 +230,7 @@ class NodeSet:
             env=self.env,
             cwd=self.run_dir,  # not the source checkout (see LocalCluster.start_node)
             start_new_session=True,  # a ^C to the harness is not a ^C to the nodes
-        )
+        ).result()
         self.procs[node_id] = proc
         self.paused.discard(node_id)
         self.started_pids.append(proc.pid)
@@ -269,6 +311,7 @@ class NodeSet:
         for log in self._logs.values():
             log.close()
         self._logs.clear()
+        self._spawner.shutdown(wait=True)
 
     def unreaped(self) -> list[int]:
         """Pids this set started that still exist (must be empty after close())."""
@@ -280,6 +323,58 @@ class NodeSet:
                 continue
             left.append(pid)
         return left
+
+    # ---- membership ---------------------------------------------------------------------------
+
+    def directory_id(self, node_id: int) -> bytes | None:
+        """The directory id in the node's ``meta.properties`` (None: not written yet)."""
+        return read_directory_id(self.data_dir(node_id))
+
+    def add_node(self, node_id: int, timeout_s: float = 30.0) -> None:
+        """A new node in a place of its own, started with ``--bootstrap`` (an observer until
+        it is added)."""
+        if node_id in self.starts:
+            raise ValueError(f"node {node_id} was already in this run")
+        self.network.add_node(node_id)
+        self.node_ids.append(node_id)
+        self.joined.add(node_id)
+        self.starts[node_id] = 0
+        self.bootstrap_live.append(self.endpoint(node_id))
+        self.start(node_id, wait=True, timeout_s=timeout_s)
+
+    def wipe(self, node_id: int, timeout_s: float = 30.0) -> None:
+        """SIGKILL the node, move its data directory aside (``node-N.wiped-K``: the node starts
+        on an empty one, a new directory id) and start it again with ``--bootstrap``."""
+        self.kill(node_id)
+        self.wipes[node_id] = self.wipes.get(node_id, 0) + 1
+        aside = self.run_dir / f"node-{node_id}.wiped-{self.wipes[node_id]}"
+        if self.data_dir(node_id).exists():
+            self.data_dir(node_id).rename(aside)
+        self.joined.add(node_id)
+        with open(self.log_file(node_id), "ab") as log:
+            log.write(
+                f"=== harness: disk of node {node_id} wiped (moved to {aside.name}) ===\n".encode()
+            )
+        self.start(node_id, wait=True, timeout_s=timeout_s)
+
+    def retire(self, node_id: int, timeout_s: float = 10.0) -> int | None:
+        """Stop a node removed from the voters for good (SIGCONT, SIGTERM, SIGKILL after
+        ``timeout_s``); it is no member any more. Its exit status."""
+        self.node_ids.remove(node_id)
+        self.retired.append(node_id)
+        with contextlib.suppress(ValueError):
+            self.bootstrap_live.remove(self.endpoint(node_id))
+        proc = self.procs.get(node_id)
+        if proc is None or proc.poll() is not None:
+            return None if proc is None else proc.returncode
+        self.signal(node_id, signal.SIGCONT)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGTERM)
+        try:
+            return proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill(node_id)
+            return proc.returncode
 
     # ---- diagnostics ----------------------------------------------------------------------------
 
@@ -315,7 +410,7 @@ class NodeSet:
 
     def _said(self, pattern: str) -> set[str]:
         found: set[str] = set()
-        for node_id in self.node_ids:
+        for node_id in self.ever():
             try:
                 text = self.log_file(node_id).read_text(errors="replace")
             except FileNotFoundError:

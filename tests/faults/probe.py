@@ -1,6 +1,7 @@
 """Ask every node, in parallel and with a short timeout, what it knows: Metadata gives each
 node's leader and epoch (a candidate's epoch too), DescribeQuorum from whoever claims to lead
-gives the high watermark and every voter's log end. A paused or partitioned node just does
+gives the high watermark, every replica's log end (voters and observers) and the voter set in
+force, each voter with its directory id (KIP-853). A paused or partitioned node just does
 not answer in time; a stale leader answers with its old epoch (the newest epoch wins)."""
 
 from __future__ import annotations
@@ -34,7 +35,12 @@ class QuorumView:
     leader_id: int = -1  # the leader of the newest epoch that describes itself as one
     leader_epoch: int = -1
     high_watermark: int = -1
-    log_ends: dict[int, int] = field(default_factory=dict)  # from the leader's DescribeQuorum
+    # from the leader's DescribeQuorum: each node's log end (voters' and observers'; the
+    # highest when one id has two replicas, a wiped disk's old key and its new one)
+    log_ends: dict[int, int] = field(default_factory=dict)
+    voters: dict[int, bytes | None] = field(default_factory=dict)  # id -> directory id
+    pending_change: str | None = None  # a voter change not committed yet, in words
+    kraft_version: int = -1
 
     @property
     def max_epoch(self) -> int:
@@ -63,6 +69,11 @@ class QuorumView:
             f"leader={self.leader_id} epoch={self.leader_epoch} hw={self.high_watermark} "
             f"ends={dict(sorted(self.log_ends.items()))} views=[{views}]"
         )
+
+
+def _directory(replica) -> bytes | None:  # type: ignore[no-untyped-def]
+    raw = bytes(replica.replica_directory_id or b"")
+    return None if raw in (b"", bytes(16)) else raw
 
 
 class Prober:
@@ -154,7 +165,12 @@ class Prober:
             out.leader_id = p.leader_id
             out.leader_epoch = p.leader_epoch
             out.high_watermark = p.high_watermark
-            out.log_ends = {r.replica_id: r.log_end_offset for r in p.current_voters}
+            for r in [*p.observers, *p.current_voters]:
+                end = max(r.log_end_offset, out.log_ends.get(r.replica_id, -1))
+                out.log_ends[r.replica_id] = end
+            out.voters = {r.replica_id: _directory(r) for r in p.current_voters}
+            out.pending_change = p.pending_voter_change
+            out.kraft_version = p.k_raft_version
             break
         return out
 
