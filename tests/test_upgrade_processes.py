@@ -243,6 +243,15 @@ def test_a_static_cluster_of_the_previous_release_is_upgraded_one_node_at_a_time
         # it is every fetch timeout, in vain (the previous release has no UpdateRaftVoter).
         step(f"upgrade follower {first}", first, None)
         assert read_directory_id(cluster.data_dir(first)) is not None
+        # The voters cannot change; this release's command says so at once (the previous
+        # release would close the connection of a request it does not know).
+        refused = quorum_cli(cluster, "remove-voter", "--id", str(second))
+        assert (refused.returncode, refused.stdout) == (
+            1,
+            f"node {second} was not removed: UNSUPPORTED_VERSION: the leader, node {last}, runs "
+            "a release without dynamic voters (it serves no UpdateRaftVoter): upgrade every "
+            "voter first; nothing changed\n",
+        ), refused
         time.sleep(3 * UPDATE_PERIOD_S)
 
         # 2. The leader restarts (no upgrade yet): the two others -- one of each release --
@@ -272,6 +281,11 @@ def test_a_static_cluster_of_the_previous_release_is_upgraded_one_node_at_a_time
         info = describe(cluster)
         assert releases[info.leader_id] == THIS and info.kraft_version == 0, info
         assert sorted(voters(info)) == [1, 2, 3] and info.pending_change is None
+        refused = quorum_cli(cluster, "remove-voter", "--id", str(last))
+        assert refused.returncode == 1 and refused.stdout.startswith(
+            f"node {last} was not removed: UNSUPPORTED_VERSION: the voter set is static "
+            "(kraft.version 0) until every voter runs a release that speaks kraft.version 1"
+        ), refused
 
         # 5. The last one: the leader moves the voter set into the log, nobody restarts.
         upgraded = time.monotonic()
