@@ -6,12 +6,14 @@ time while a writer writes with acks=all: each node is stopped (SIGTERM) and sta
 this release on the same data directory with the same command line. The releases work together
 while both run: the previous release's leader leads this release's followers, this release's
 leader a follower of the previous one, and with one node down the two others, one of each
-release, elect one of them (each must vote for the other's candidate). The voter set stays static
-(kraft.version 0) as long as one voter runs the previous release; once the last one runs this
-release the leader writes the voter set into the log by itself (kraft.version 1, every voter
-with its directory id) and the voters can change. And a data directory the previous release
-wrote -- log, snapshots, LMDB state, quorum-state of data_version 0, meta.properties without a
-directory id -- opens with this release, which reads back what was written.
+release, elect one of them (each must vote for the other's candidate); a node of this release
+can go back to the previous release on its data directory and forward again. The voter set
+stays static (kraft.version 0) as long as one voter runs the previous release; once the last
+one runs this release the leader writes the voter set into the log by itself (kraft.version 1,
+every voter with its directory id) and the voters can change. And a data directory the
+previous release wrote -- log, snapshots, LMDB state, quorum-state of data_version 0,
+meta.properties without a directory id -- opens with this release, which reads back what was
+written.
 
 Every process a test starts is ended by its pid (LocalCluster.close); each test bounds its time.
 """
@@ -262,6 +264,19 @@ def test_a_static_cluster_of_the_previous_release_is_upgraded_one_node_at_a_time
             previous_release,
             meanwhile=new_leader_among({first, second}),
         )
+
+        # A node of this release goes back to the previous release on its data directory
+        # (its quorum-state of data_version 1, its directory.id) and forward again: until the
+        # last voter runs this release, an upgrade can be undone node by node.
+        directory = read_directory_id(cluster.data_dir(first))
+
+        def written_by_this_release() -> None:
+            state = json.loads((cluster.data_dir(first) / "quorum-state").read_text())
+            assert state["data_version"] == 1 and "currentVoters" not in state, state
+
+        step(f"downgrade node {first}", first, previous_release, written_by_this_release)
+        step(f"upgrade node {first} again", first, None)
+        assert read_directory_id(cluster.data_dir(first)) == directory
 
         # 3. The other follower of the previous release (if it leads now, the two others -- one
         # of each release again -- elect one of them).
