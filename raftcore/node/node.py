@@ -47,6 +47,7 @@ from raftcore.node.flusher import Flusher
 from raftcore.node.messaging import Messaging
 from raftcore.node.metrics import NodeMetrics
 from raftcore.node.metrics_http import MetricsServer, serve_metrics
+from raftcore.node.peer_apis import PeerApis
 from raftcore.node.peers import SWEEP_EVERY_S, AddressBook, Peers
 from raftcore.node.producer_ids import ProducerIdSource
 from raftcore.node.producer_state import ProducerStateManager
@@ -117,6 +118,7 @@ class RaftNode(Messaging):
         self.address_book = AddressBook(config)
         self.peers: Peers | None = None
         self._own_requests: dict[tuple[int, int], tuple[int, int, asyncio.Future[Any]]] = {}
+        self.peer_apis = PeerApis(self._api_versions_of, self.prefix)  # asked on each connect
         self.directory_id: bytes | None = None  # this replica's (meta.properties), once started
         self.voter_changes = ChangeWaiters()  # admin requests waiting for the core's verdict
         self._auto_join = AutoJoiner(self) if config.auto_join else None
@@ -311,6 +313,7 @@ class RaftNode(Messaging):
         self.timeouts.close()
         for conn in list(self._connections):
             conn.close()
+        await self.peer_apis.close()
         if self.peers is not None:
             await self.peers.close()
         if self.core is not None:
