@@ -18,13 +18,15 @@ import time
 from raftcore.sim.cluster import Scenario, SimResult, Simulation
 
 
-def _run_one(args: tuple[int, int, int | None, str | None, bool, str, str]) -> SimResult:
-    seed, voters, observers, plant, trace, snapshots, membership = args
+def _run_one(args: tuple[int, int, int | None, str | None, bool, str, str, str]) -> SimResult:
+    seed, voters, observers, plant, trace, snapshots, membership, full_disks = args
     if plant:
         from raftcore.sim import plants
 
         plants.apply(plant)
-    scenario = Scenario.from_seed(seed, voters, observers, snapshots, membership)
+    scenario = Scenario.from_seed(
+        seed, voters, observers, snapshots, membership, full_disks=full_disks
+    )
     return Simulation(scenario, trace=trace).run()
 
 
@@ -36,6 +38,7 @@ def replay_command(
     *,
     snapshots: str = "seeded",
     membership: str = "seeded",
+    full_disks: str = "seeded",
 ) -> str:
     cmd = f"python -m raftcore.sim --nodes {voters} --seeds 1 --start-seed {seed} --trace"
     if observers is not None:
@@ -44,6 +47,8 @@ def replay_command(
         cmd += f" --snapshots {snapshots}"
     if membership != "seeded":
         cmd += f" --membership {membership}"
+    if full_disks != "seeded":
+        cmd += f" --full-disks {full_disks}"
     if plant:
         cmd += f" --plant {plant}"
     return cmd
@@ -85,6 +90,13 @@ def main(argv: list[str] | None = None) -> int:
         help="KIP-853 reconfiguration (voters added, removed, replaced after a wiped disk, "
         "leadership handed over): drawn per seed (1 in 2 runs), always, or never",
     )
+    parser.add_argument(
+        "--full-disks",
+        choices=["seeded", "on", "off"],
+        default="seeded",
+        help="full disks (a node's log and quorum-state refuse every write for a while, the "
+        "leader's more often than not): drawn per seed (1 in 3 runs), always, or never",
+    )
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     # The simulated network reorders and duplicates; the cores log what they survive.
@@ -101,15 +113,17 @@ def main(argv: list[str] | None = None) -> int:
             args.trace,
             args.snapshots,
             args.membership,
+            args.full_disks,
         )
         for i, seed in enumerate(range(args.start_seed, args.start_seed + args.seeds))
     ]
     started = time.perf_counter()
     events = done = 0
     outcomes = {"acknowledged": 0, "failed": 0, "indeterminate": 0}
-    snapshot_runs = membership_runs = 0
+    snapshot_runs = membership_runs = disk_runs = 0
     snapshots: dict[str, int] = {}
     membership: dict[str, int] = {}
+    disks: dict[str, int] = {}
     if args.plant:
         from raftcore.sim import plants
 
@@ -130,6 +144,10 @@ def main(argv: list[str] | None = None) -> int:
                 membership_runs += 1
                 for kind, count in result.membership.items():
                     membership[kind] = membership.get(kind, 0) + count
+            if result.disks:
+                disk_runs += 1
+                for kind, count in result.disks.items():
+                    disks[kind] = disks.get(kind, 0) + count
             if args.trace:
                 print("\n".join(result.trace))
             if not result.ok:
@@ -149,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.plant,
                     snapshots=args.snapshots,
                     membership=args.membership,
+                    full_disks=args.full_disks,
                 )
                 print(f"replay: {command}")
                 return 1
@@ -173,6 +192,11 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"voter changes in {membership_runs} runs: "
             + ", ".join(f"{count} {kind}" for kind, count in membership.items())
+        )
+    if disk_runs:
+        print(
+            f"full disks in {disk_runs} runs: "
+            + ", ".join(f"{count} {kind}" for kind, count in disks.items())
         )
     return 0
 

@@ -49,6 +49,12 @@ class Scenario:
     reconfig: bool = False
     wipes: bool = False
     reconfig_every_ms: tuple[int, int] = (1000, 4000)
+    # Full disks: now and then a node's disk (its log and quorum-state) refuses every write
+    # for a while, the leader's more often than not; the operator frees them all when the
+    # faults stop.
+    full_disks: bool = False
+    full_disk_every_ms: tuple[int, int] = (1500, 6000)
+    full_disk_ms: tuple[int, int] = (200, 4000)
 
     @classmethod
     def from_seed(
@@ -58,6 +64,8 @@ class Scenario:
         observers: int | None = None,
         snapshots: str = "seeded",
         membership: str = "seeded",
+        *,
+        full_disks: str = "seeded",
     ) -> Scenario:
         """Draw a scenario. Styles: "mixed" (everything, at a moderate rate), "crashy"
         (frequent short crashes, sometimes of every node at once, and crashes right after a
@@ -112,6 +120,12 @@ class Scenario:
             sc.wipes = reconfig.random() < 0.5
             sc.observers = max(sc.observers, 1) if observers is None else sc.observers
             sc.reconfig_every_ms = reconfig.choice([(300, 1500), (1000, 4000)])
+        # Full disks in one run of three, from their own generator too.
+        disks = random.Random(f"full-disks-{seed}")
+        if full_disks == "on" or (full_disks == "seeded" and disks.random() < 1 / 3):
+            sc.full_disks = True
+            sc.full_disk_every_ms = disks.choice([(500, 3000), (1500, 6000)])
+            sc.full_disk_ms = disks.choice([(50, 1000), (200, 4000)])
         return sc
 
     def describe(self) -> str:
@@ -133,6 +147,11 @@ class Scenario:
                 f", reconfiguration every {self.reconfig_every_ms} ms"
                 + (" with wiped disks" if self.wipes else "")
                 if self.reconfig
+                else ""
+            )
+            + (
+                f", full disks every {self.full_disk_every_ms} ms for {self.full_disk_ms} ms"
+                if self.full_disks
                 else ""
             )
         )
