@@ -22,7 +22,7 @@ hands its verdict to the waiting caller.
 A node that cannot go on stops itself: a step of the core that raised (a follower's log or
 the quorum-state that cannot be written, a committed batch read back that fails its CRC
 check, a broken invariant), a failed fsync, a failed state machine. It logs one CRITICAL line
-naming the cause, closes everything without writing to its data directory again, and
+naming the cause, closes everything without writing to its log again, and
 :meth:`RaftNode.wait_closed` raises :class:`~raftcore.errors.NodeFailedError` with that line.
 An embedder awaits it beside its own work and treats it as ``raftcore node`` does, which exits
 with status 1 (:mod:`raftcore.node.runner`)::
@@ -628,7 +628,7 @@ class RaftNode(Messaging):
 
     def _fail(self, cause: str, exc: BaseException, *, traceback: bool | None = None) -> None:
         """Stop after a failure the node cannot go on from: one CRITICAL line naming
-        ``cause``, everything closed without writing to the data directory again, and
+        ``cause``, everything closed without writing to the log again, and
         :meth:`wait_closed` raises. The traceback is logged too (at ERROR, before) for what
         may be a bug, and only at DEBUG for a fault of the disk. The first failure wins."""
         if self.failure is not None:
