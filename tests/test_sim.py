@@ -32,6 +32,8 @@ PLANTS = [
     "wiped-replica-counts",
     "add-before-caught-up",
     "lost-state-forgotten",
+    # a full disk on the leader (raftcore.sim.cluster's full-disk fault)
+    "leader-keeps-leading-on-full-disk",
 ]
 # Plants run with reconfiguration in every seed (--membership on), not one in two.
 MEMBERSHIP_PLANTS = {
@@ -120,6 +122,7 @@ def test_scenarios_cover_every_fault():
     assert any(s.partitions for s in scenarios) and any(s.crashes for s in scenarios)
     assert any(s.observers for s in scenarios) and any(s.slow_node for s in scenarios)
     assert any(s.delay_ms[1] >= 40 for s in scenarios)  # reordering
+    assert any(s.full_disks for s in scenarios) and not all(s.full_disks for s in scenarios)
 
 
 # ---- pre-vote (KIP-996): a healed partition with a healthy leader causes no new epoch ---------
