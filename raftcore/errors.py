@@ -104,6 +104,7 @@ class LostQuorumStateError(RaftcoreError):
 
 class NodeFailedError(RaftcoreError):
     """A node stopped itself after a failure it cannot go on from: its log or quorum-state
-    could not be written (a full disk, EIO), an fsync failed, a batch read back failed its
-    CRC check, the state machine failed, or an invariant broke. The message is the one line
-    the node logged at CRITICAL; ``__cause__`` is the error itself."""
+    could not be written (a full disk, EIO), an fsync failed, a record it must parse to go on
+    did not, the state machine failed, or an invariant broke (a damaged batch is no such
+    failure: it is repaired from the leader, raftcore.raft.damage). The message is the one
+    line the node logged at CRITICAL; ``__cause__`` is the error itself."""

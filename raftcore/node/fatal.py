@@ -2,10 +2,12 @@
 non-zero, with one line saying why").
 
 :func:`describe` turns the error that stopped the node into that line's cause: an I/O error
-as the OS gave it (errno, what was written, the file), a batch read back that fails its CRC
-check with the segment file, byte position and offset where it lies, a broken invariant or a
-bug with its type. Faults of the environment (a disk that is full, failing or damaged) need
-no traceback; anything else is a bug, whose traceback the node logs too.
+as the OS gave it (errno, what was written, the file), damage the core could not route around
+(a record it must parse does not; a damaged batch itself is repaired, raftcore.raft.damage)
+with the segment file, byte position and offset of the first batch that fails its CRC check,
+a broken invariant or a bug with its type. Faults of the environment (a disk that is full,
+failing or damaged) need no traceback; anything else is a bug, whose traceback the node logs
+too.
 """
 
 from __future__ import annotations

@@ -20,10 +20,12 @@ node stops leading that epoch: the core decides (:mod:`raftcore.raft.pending`), 
 hands its verdict to the waiting caller.
 
 A node that cannot go on stops itself: a step of the core that raised (a follower's log or
-the quorum-state that cannot be written, a committed batch read back that fails its CRC
-check, a broken invariant), a failed fsync, a failed state machine. It logs one CRITICAL line
-naming the cause, closes everything without writing to its log again, and
-:meth:`RaftNode.wait_closed` raises :class:`~raftcore.errors.NodeFailedError` with that line.
+the quorum-state that cannot be written, a broken invariant), a failed fsync, a failed state
+machine. A damaged batch in its log is not such a failure: the core never serves it and
+repairs it from the leader (:mod:`raftcore.raft.damage`, the :class:`Scrubber`). A node that
+stops logs one CRITICAL line naming the cause, closes everything without writing to its log
+again, and :meth:`RaftNode.wait_closed` raises :class:`~raftcore.errors.NodeFailedError` with
+that line.
 An embedder awaits it beside its own work and treats it as ``raftcore node`` does, which exits
 with status 1 (:mod:`raftcore.node.runner`)::
 
@@ -605,11 +607,11 @@ class RaftNode(Messaging):
     def _run(self, step: Any) -> None:
         """Run one step of the core. Any exception out of it stops the node: a
         RaftInvariantError is a bug, never to be papered over, and anything else (a
-        follower's log or the quorum-state that cannot be written, a committed batch that
-        fails its CRC check when read back) left the step half done, so the core's state can
-        no longer be trusted. The core handles the failures it can survive itself (a leader
-        whose log cannot be written resigns; a snapshot download on a full disk is dropped
-        and tried again)."""
+        follower's log or the quorum-state that cannot be written) left the step half done,
+        so the core's state can no longer be trusted. The core handles the failures it can
+        survive itself (a leader whose log cannot be written resigns; a damaged batch is
+        repaired from the leader; a snapshot download on a full disk is dropped and tried
+        again)."""
         if self.failure is not None:
             return  # stopped: nothing more is done
         try:

@@ -2,8 +2,8 @@
 leader resigns first) and the process exits with status 0; SIGKILL is what the crash tests use.
 
 A node that cannot go on (:meth:`RaftNode.wait_closed` raises: its log or quorum-state cannot
-be written, an fsync failed, a committed batch read back fails its CRC check, the state
-machine failed) has logged one CRITICAL line naming the cause; the process then exits with
+be written, an fsync failed, the state machine failed; a damaged batch is repaired instead,
+raftcore.raft.damage) has logged one CRITICAL line naming the cause; the process then exits with
 status 1 (``EXIT_FAILED``) at once, without waiting for a signal, so that a supervisor
 (systemd's ``Restart=on-failure``, a liveness check that watches the process) sees it. If the
 close does not finish within ``FAILED_EXIT_S`` (a disk that hangs), the process exits anyway.
