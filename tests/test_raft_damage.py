@@ -179,3 +179,38 @@ def test_the_repaired_log_serves_again_once_it_leads():
     data, damage = read_intact(log, 0, 1 << 20)
     assert damage is None and scan_batches(bytes(data)).count == 3
     assert Errors.NONE == 0
+
+
+def test_a_repair_fetch_at_the_leaders_log_end_is_answered_with_a_divergence_there():
+    # The fetcher's batch there was never committed: a leader holds every committed record.
+    h = committed_leader()
+    request = FetchRequest(CLUSTER, 2, 5, h.epoch, h.epoch, 0, repair=True, is_follower=True)
+    h.deliver(2, request, 77)
+    [answer] = [o.message for o in h.sent if o.correlation_id == 77]
+    assert answer.diverging_epoch is not None
+    assert (answer.diverging_epoch.offset, answer.diverging_epoch.epoch) == (5, h.epoch)
+
+
+def test_a_damaged_leader_hands_over_only_to_a_voter_heard_from_within_the_fetch_timeout():
+    h = committed_leader()
+    h.advance(h.core.config.fetch_timeout_ms + 1)  # voters 2 and 3 fetched long ago
+    h.fetch(2, 1, h.epoch)  # voter 2 is heard from, but holds nothing past the damage
+    h.core.log.corrupt(3, 7, 1)
+    h._take(h.core.report_damage(Damage(3, "test"), h.now))
+    h.poll()
+    assert isinstance(h.state, LeaderState)  # voter 3 may be a lost disk: no handover to it
+    assert h.state.transfer is None
+
+
+def test_a_damaged_control_batch_stops_the_start_naming_the_way_out():
+    from raftcore.errors import CorruptRecordError
+    from raftcore.raft.voter_history import VoterHistory
+
+    h = committed_leader()
+    h.core.log.corrupt(0, 3, 2)  # the LeaderChange batch
+    try:
+        VoterHistory(h.core.voter_set).load_log(h.core.log, 0)
+    except CorruptRecordError as exc:
+        assert "voter set cannot be read" in str(exc) and "empty one" in str(exc)
+    else:
+        raise AssertionError("a damaged control batch was read as sound")

@@ -13,10 +13,12 @@ reports :class:`Damage` (an offset in the first batch found damaged) to the core
   truncated by the follower itself, committed or not: the follower may have acknowledged it,
   and an acknowledgement can be what commits it; a leader whose log diverges there answers
   the repair fetch with where to truncate, as any fetch;
-- a leader with damage in its log (committed or not) hands over (resigns, naming its
-  successors) as soon as a fetch stopped at the damage, or another voter fetched past the
-  damaged offset without repairing (it holds an intact copy); it repairs as a follower. The
-  damaged range is never served meanwhile.
+- a leader with damage in its log (committed or not) hands over as soon as another voter
+  fetched past the damaged offset without repairing (it holds an intact copy): a leadership
+  transfer to the one furthest on (appends stop until it has caught up, then the leader
+  resigns naming it first, so every voter votes for it); it repairs as a follower. The damaged
+  range is never served meanwhile. A repair fetch at or past the leader's log end is answered
+  with a divergence there: the fetcher's batch was never committed, and it truncates it.
 
 A damaged replica stays a voter: its votes and acknowledgements stand (its log's end and the
 epochs it holds are what they were). It may stand for election, but only every other time its
@@ -91,7 +93,6 @@ class DamageTracker:
         self.unrepairable = 0
         self.alone_said = False
         # the epoch in which a replica's fetch stopped at the damage (its leader hands over)
-        self.blocked_epoch = -1
         # a damaged voter stands for election only every other time its timeout expires:
         # a healthy voter, if any, leads first (stand_at: when it may stand this time)
         self.stand_at: float | None = None
@@ -136,7 +137,6 @@ class DamageTracker:
 
     def clear(self) -> None:
         self.damaged = None
-        self.blocked_epoch = -1
         self.stand_at = None
 
 
@@ -149,8 +149,18 @@ def decide(core: RaftCore, now: int) -> None:
     from raftcore.raft.states import LeaderState
 
     tracker = core.damage
+    if not tracker:
+        return
+    snapshot_log = core.snapshots.log
+    latest = snapshot_log.latest_snapshot_id() if snapshot_log is not None else None
+    if latest is not None and latest.offset > tracker.damaged.offset:  # type: ignore[union-attr]
+        # A snapshot of this replica's own holds everything below it: the log needs the
+        # damaged batch no more.
+        core.snapshots.move_log_start(latest, f"the damaged batch at {tracker.damaged} is below it")
+        if not tracker:
+            return
     state = core.quorum.state
-    if not tracker or not isinstance(state, LeaderState) or state.resign_requested:
+    if not isinstance(state, LeaderState) or state.resign_requested:
         return
     if not state.voters - {core.node_id}:
         if not tracker.alone_said:
@@ -162,25 +172,35 @@ def decide(core: RaftCore, now: int) -> None:
                 tracker.damaged,
             )
         return
-    if tracker.blocked_epoch == state.epoch or _successor(core, state, tracker.damaged.offset):  # type: ignore[union-attr]
+    if state.transfer is not None or state.voter_change is not None:
+        return  # one change at a time; asked again at the next poll
+    successor = _successor(core, state, tracker.damaged.offset, now)  # type: ignore[union-attr]
+    if successor is not None:
         logger.warning(
-            "%s resigning: its log is damaged at %s; a healthy voter leads while it repairs",
+            "%s handing leadership to %d: its log is damaged at %s; a healthy voter leads "
+            "while it repairs",
             core.prefix,
+            successor,
             tracker.damaged,
         )
-        state.resign_requested = True
+        core.transfer_leadership(successor, core.config.fetch_timeout_ms, now)
 
 
-def _successor(core: RaftCore, state: Any, offset: int) -> bool:
-    """A voter whose last fetch was no repair and reached past the damaged offset: it holds an
-    intact copy, and can lead while this replica repairs from it."""
-    return any(
-        r.replica_id != core.node_id
-        and not r.repairing
-        and r.end_offset is not None
-        and r.end_offset > offset
-        for r in state.voter_states.values()
-    )
+def _successor(core: RaftCore, state: Any, offset: int, now: int) -> int | None:
+    """The voter to lead in this one's place: of those whose last fetch was no repair and
+    reached past the damaged offset (each holds an intact copy), the one furthest on. It leads
+    by a leadership transfer (raftcore.raft.reconfig): appends stop until it has caught up,
+    so that every voter would vote for it (a bare resignation let a damaged leader with the
+    longest log be elected again and again: simulation seed 42, a 2-voter set)."""
+    best, best_end = None, offset
+    recent = now - core.config.fetch_timeout_ms  # a voter heard from lately (not a lost disk)
+    for r in state.voter_states.values():
+        end = r.end_offset
+        if r.replica_id == core.node_id or r.repairing or end is None or r.last_fetch_ms < recent:
+            continue
+        if end > best_end:
+            best, best_end = r.replica_id, end
+    return best
 
 
 def repair_request_offset_and_epoch(core: RaftCore) -> tuple[int, int]:
@@ -189,9 +209,9 @@ def repair_request_offset_and_epoch(core: RaftCore) -> tuple[int, int]:
     log = core.log
     offset = core.damage.damaged.offset  # type: ignore[union-attr]
     if offset <= log.log_start_offset:
-        snapshots = getattr(log, "latest_snapshot_id", None)
-        latest = snapshots() if snapshots is not None else None
-        return offset, latest.epoch if latest is not None and latest.offset == offset else 0
+        earliest_snapshot = getattr(log, "earliest_snapshot_id", None)
+        earliest = earliest_snapshot() if earliest_snapshot is not None else None
+        return offset, earliest.epoch if earliest is not None and earliest.offset == offset else 0
     return offset, max(log.epoch_for_offset(offset - 1), 0)
 
 
@@ -250,6 +270,10 @@ def repair_from(core: RaftCore, records: Any, source: int, now: int) -> bool:
         return False
     tracker.repaired += 1
     tracker.clear()
+    # The voters are read again, this batch included (a damaged header hid what it was).
+    from raftcore.raft import reconfig
+
+    reconfig.load_history(core)
     logger.info(
         "%s repaired the damaged batch %d..%d from leader %d's copy",
         core.prefix,

@@ -41,7 +41,7 @@ from raftcore.raft.leader_news import handle_common_response
 from raftcore.raft.messages import FetchRequest, FetchResponse
 from raftcore.raft.replicated_log import truncate_to_end_offset, validate_offset_and_epoch
 from raftcore.raft.states import FollowerState, LeaderState
-from raftcore.raft.values import ValidationKind
+from raftcore.raft.values import OffsetAndEpoch, ValidationKind
 from raftcore.raft.voters import ReplicaKey
 from raftcore.records import BatchScan, scan_batches
 
@@ -167,7 +167,6 @@ def try_complete(
         # Only sound batches leave (CTRL): the first damaged one and what follows stay here.
         records, damage = read_intact(log, request.fetch_offset, max(1, max_bytes))
         if damage is not None:
-            core.damage.blocked_epoch = state.epoch  # the leader hands over
             core.damage.report(core, damage, now, f"serving replica {replica}")
     hw = state.high_watermark
     error = Errors.NONE
@@ -186,8 +185,16 @@ def try_complete(
 
 def _answer_repair(core: RaftCore, request: FetchRequest, now: int) -> FetchResponse:
     """A repair fetch (raftcore.raft.damage): the one batch holding its offset, if this
-    leader's copy is sound; it acknowledges nothing (the fetcher's log end has not moved)."""
-    records, damage = read_intact(core.log, request.fetch_offset, 1)
+    leader's copy is sound; it acknowledges nothing (the fetcher's log end has not moved).
+    Where this log ends at or before that offset, the fetcher's batch was never committed (a
+    leader holds every committed record): the answer is a divergence at this log's end, and
+    the fetcher truncates its damaged tail there."""
+    log = core.log
+    if request.fetch_offset >= log.end_offset:
+        end = log.end_offset
+        epoch = log.epoch_for_offset(end - 1) if end > log.log_start_offset else 0
+        return answer(core, diverging_epoch=OffsetAndEpoch(end, max(epoch, 0)))
+    records, damage = read_intact(log, request.fetch_offset, 1)
     if damage is not None:
         core.damage.report(core, damage, now, "serving a repair")
         return answer(core, Errors.KAFKA_STORAGE_ERROR)

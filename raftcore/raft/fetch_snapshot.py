@@ -248,14 +248,18 @@ def _installed(
     reader = log.read_snapshot(snapshot_id)
     if reader is not None:  # the voters are the snapshot's, and the log's after it (KIP-853)
         reconfig.installed_snapshot(core, reader, snapshot_id.offset, now)
+    # A repair fetch answered with the snapshot: the leader no longer holds the damaged batch,
+    # and this replica needs it no more (the snapshot holds everything below). Its log goes on
+    # past the snapshot, and so may its high watermark: the next fetch says.
+    damaged_below = (
+        not truncated and core.damage and core.damage.damaged.offset < snapshot_id.offset
+    )
     hw = state.high_watermark
-    if hw is None or hw < snapshot_id.offset:
+    if not damaged_below and (hw is None or hw < snapshot_id.offset):
         # Everything below the snapshot's end is committed (KAFKA-9491).
         state.update_high_watermark(snapshot_id.offset)
     core.snapshots.on_snapshot_installed(snapshot_id)
-    if core.damage and core.damage.damaged.offset < snapshot_id.offset:
-        # A repair fetch answered with the snapshot: the leader no longer holds the damaged
-        # batch, and this replica needs it no more (the snapshot holds everything below).
+    if damaged_below:
         core.snapshots.move_log_start(snapshot_id, "the damaged batch is below the snapshot")
     logger.info(
         "%s installed snapshot %r from leader %d%s",

@@ -183,10 +183,12 @@ class InMemoryLog:
     def corrupt(self, offset: int, position: int, bit: int) -> None:
         """Flip a bit of the batch holding ``offset`` (bit rot, for the simulation): byte
         ``position`` of the batch from its magic byte on (16: what the CRC and the header
-        checks cover), modulo its size."""
+        checks cover), modulo its size, but never its attributes."""
         i = bisect.bisect_right(self._bases, offset) - 1
         data = bytearray(self._rotted.get(self._bases[i], self._batches[i]))
         pos = 16 + position % (len(data) - 16)
+        if pos in (21, 22):  # the attributes: a data batch that claims to be a control batch
+            pos += 2  # stops the node (its voter set cannot be read), as a damaged Voters record
         data[pos] ^= 1 << (bit % 8)
         self._rotted[self._bases[i]] = bytes(data)
 

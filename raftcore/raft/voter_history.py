@@ -159,8 +159,37 @@ class VoterHistory:
                 break
             scan = scan_batches(data, check_crc=False)
             if scan.count == 0:
-                break
-            for record in control_records_in(data):
+                # A batch whose header is damaged (its length cannot be trusted): the core
+                # repairs it from the leader (raftcore.raft.damage) and loads the voters again;
+                # meanwhile the batches after it are read past it.
+                offset = _past_damaged_batch(log, offset, end)
+                continue
+            try:
+                records = control_records_in(data, scan)
+            except CorruptRecordError as exc:
+                # The voter set cannot be read (or a damaged data batch claims to be a control
+                # batch): counting votes by a guess could elect two leaders. Stop, loudly.
+                raise CorruptRecordError(
+                    f"a control batch of the log is damaged ({exc}): the voter set cannot be "
+                    "read; move this data directory aside and start the node on an empty one "
+                    "(it comes back a new replica: remove the old voter and add it)"
+                ) from exc
+            for record in records:
                 if record[0] >= offset:
                     self.add(*record)
             offset = int(scan.last_offsets[scan.count - 1]) + 1
+
+
+def _past_damaged_batch(log: Any, offset: int, end: int) -> int:
+    """The base offset of the first batch after the damaged one holding ``offset`` (``end``
+    when there is none): the log's own index knows where each batch starts."""
+    nxt = offset + 1
+    while nxt < end:
+        scan = scan_batches(log.read(nxt, 1), check_crc=False)
+        if scan.count and int(scan.base_offsets[0]) > offset:
+            return int(scan.base_offsets[0])
+        if scan.count:
+            nxt = int(scan.last_offsets[0]) + 1
+        else:
+            nxt += 1
+    return end

@@ -1,10 +1,12 @@
 """The disk nemesis of the simulation: bit rot (protocol-aware recovery, raftcore.raft.damage).
 
-During the fault phase a bit flips now and then in a batch of some replica's log, running or
-down, committed or not (never a control batch: a damaged Voters record stops a node from
-starting, docs/cluster.md; and never a batch whose copy is already damaged on another replica:
-at most one damaged copy of a batch at a time, as protocol-aware recovery assumes f < n/2
-faulty copies). The node's scrubber is played by a scrub of every live log every second.
+During the fault phase a bit flips now and then in a committed batch of some replica's log,
+running or down (as in a sealed segment: an uncommitted tail damaged is truncated when the log
+opens, and a batch only one replica holds has no copy to repair from). Never a control batch (a
+damaged Voters record stops a node from starting, docs/cluster.md), and never a batch whose copy
+is already damaged on another replica: at most one damaged copy of a batch at a time, as
+protocol-aware recovery assumes f < n/2 faulty copies. The node's scrubber is played by a scrub
+of every live log every second.
 
 Invariants, beside the history checks (which read what was written, ``read_true``):
 
@@ -79,7 +81,12 @@ class BitRot:
         log = node.log
         data = log.read_true(log.log_start_offset, 1 << 30)
         scan = scan_batches(data, check_crc=False)
-        data_batches = [k for k in range(scan.count) if not int(scan.attributes[k]) & 0x20]
+        committed = sim.membership.committed  # the highest high watermark any replica had
+        data_batches = [
+            k
+            for k in range(scan.count)
+            if not int(scan.attributes[k]) & 0x20 and int(scan.last_offsets[k]) < committed
+        ]
         if not data_batches:
             return
         k = self.rng.choice(data_batches)
@@ -87,9 +94,31 @@ class BitRot:
         for other in sim.nodes.values():
             if other is not node and base in other.log.rotted():
                 return  # one damaged copy of a batch at a time
+        if not self._intact_copy_elsewhere(node, base, int(scan.epochs[k])):
+            return  # the only copy left (a wiped disk took the others): no repair possible
         log.corrupt(base, self.rng.randrange(1 << 16), self.rng.randrange(8))
         self.stats["rotted"] += 1
         sim.log_event(f"bit rot in node {node.node_id}'s batch at {base}")
+
+    def _intact_copy_elsewhere(self, node: SimNode, base: int, epoch: int) -> bool:
+        """Whether another voter's log holds this batch, sound (protocol-aware recovery needs
+        an intact copy on a voter: repairs come from the leader)."""
+        live = [n for n in self.sim.nodes.values() if n.alive and n.core is not None]
+        if not live:
+            return False
+        voters = max(live, key=lambda n: n.core.epoch).core.voter_set
+        for other in self.sim.nodes.values():
+            log = other.log
+            if other is node or other.node_id not in voters or base in log.rotted():
+                continue
+            if not log.log_start_offset <= base < log.end_offset:
+                continue
+            if log.epoch_for_offset(base) != epoch:
+                continue
+            scan = scan_batches(log.read_true(base, 1), check_crc=False)
+            if scan.count and int(scan.base_offsets[0]) == base:
+                return True
+        return False
 
     def on_send(self, src: SimNode, message: Any) -> None:
         if type(message) is not FetchResponse or len(message.records) == 0:

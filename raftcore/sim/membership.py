@@ -292,8 +292,10 @@ class Membership:
 
     def on_outcome(self, node: SimNode, outcome: Any) -> None:
         action = self._asked.pop((node.node_id, node.incarnation, outcome.token), None)
+        if action is None:
+            return  # the core's own (a damaged leader's handover, raftcore.raft.damage)
         if outcome.error == Errors.NONE:
-            self.stats[_DONE.get(action or "", "done")] += 1
+            self.stats[_DONE[action]] += 1
         elif outcome.error == Errors.REQUEST_TIMED_OUT and "in time" in (outcome.message or ""):
             self.stats["timed out"] += 1
         elif outcome.error == Errors.NOT_LEADER_OR_FOLLOWER:

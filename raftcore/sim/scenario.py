@@ -124,9 +124,14 @@ class Scenario:
             sc.wipes = reconfig.random() < 0.5
             sc.observers = max(sc.observers, 1) if observers is None else sc.observers
             sc.reconfig_every_ms = reconfig.choice([(300, 1500), (1000, 4000)])
-        # Bit rot in one run in three.
+        # Bit rot in one run in three, in runs without reconfiguration: a wiped replica is a
+        # faulty copy of every batch too, and a voter removed may take the only other intact
+        # copy of a batch with it (seeds 42 and 190: a 2-voter set whose leader held a damaged
+        # batch that only observers held intact). Protocol-aware recovery assumes at most one
+        # faulty copy where two make a majority, and repairs from the leader.
         rot = random.Random(f"bit-rot-scenario-{seed}")
-        if bit_rot == "on" or (bit_rot == "seeded" and rot.random() < 1 / 3):
+        drawn = bit_rot == "on" or (bit_rot == "seeded" and rot.random() < 1 / 3)
+        if drawn and not sc.reconfig:
             sc.bit_rot_every_ms = rot.choice([(200, 1000), (1000, 4000)])
         # Full disks in one run of three, from their own generator too.
         disks = random.Random(f"full-disks-{seed}")
