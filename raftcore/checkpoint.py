@@ -33,6 +33,10 @@ def write_atomically(path: str | os.PathLike[str], data: bytes) -> None:
         while view:
             view = view[os.write(fd, view) :]
         os.fsync(fd)
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = str(tmp)  # a failed write names its file (a full disk, say)
+        raise
     finally:
         os.close(fd)
     os.replace(tmp, path)

@@ -100,3 +100,11 @@ class LostQuorumStateError(RaftcoreError):
     def __init__(self, message: str, *, static: bool) -> None:
         super().__init__(message)
         self.static = static
+
+
+class NodeFailedError(RaftcoreError):
+    """A node stopped itself after a failure it cannot go on from: its log or quorum-state
+    could not be written (a full disk, EIO), an fsync failed, a record it must parse to go on
+    did not, the state machine failed, or an invariant broke (a damaged batch is no such
+    failure: it is repaired from the leader, raftcore.raft.damage). The message is the one
+    line the node logged at CRITICAL; ``__cause__`` is the error itself."""

@@ -4,11 +4,16 @@ Every wait has a deadline; every process is ended by its pid when the cluster cl
 from __future__ import annotations
 
 import asyncio
+import itertools
+import threading
 import time
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from raftcore.client import Consumer, Producer, describe_quorum
 from raftcore.client.admin import QuorumInfo
+from raftcore.error_codes import Errors
 from raftcore.errors import RaftcoreError
 from raftcore.log import SegmentedLog
 from raftcore.node.local_cluster import LocalCluster
@@ -95,3 +100,90 @@ def wait_for(predicate, timeout_s: float, what: str) -> None:  # type: ignore[no
         if time.monotonic() > deadline:
             raise RaftcoreError(f"timed out waiting for {what}")
         time.sleep(0.02)
+
+
+# ---- a writer that keeps writing while the cluster changes -----------------------------------
+
+# The answers a client retries at the new leader: all a writer may see while nodes come and go.
+LEADER_CHANGE = {
+    Errors.NOT_LEADER_OR_FOLLOWER,
+    Errors.FENCED_LEADER_EPOCH,
+    Errors.UNKNOWN_LEADER_EPOCH,
+    Errors.LEADER_NOT_AVAILABLE,
+}
+
+
+class Writer:
+    """A producer (acks=all, idempotent) on a thread of its own, writing key(0), key(1), ...
+    in sends of ``batch`` records, at most ``window`` sends unanswered. It keeps every
+    acknowledged send's offsets and every error code an answer carried."""
+
+    def __init__(self, bootstrap: list[str], batch: int = 20, window: int = 8) -> None:
+        self.bootstrap = bootstrap
+        self.batch = batch
+        self.window = window
+        self.acked: list[tuple[int, int, int]] = []  # (first key, first offset, last offset)
+        self.errors: Counter[int] = Counter()  # error codes answered to produce requests
+        self.lost: list[str] = []  # requests that got no answer (a connection closed)
+        self.failures: list[BaseException] = []  # sends that failed for good
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+
+    @property
+    def count(self) -> int:
+        return len(self.acked) * self.batch
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 60) -> None:
+        self._stop.set()
+        self._thread.join(timeout_s)
+        assert not self._thread.is_alive(), "the writer did not finish its sends"
+
+    async def _main(self) -> None:
+        writer = self
+
+        class Watched(Producer):
+            def _handle(self, batch: Any, resp: Any) -> str:  # type: ignore[override]
+                error = resp.responses[0].partition_responses[0].error_code
+                if error != Errors.NONE:
+                    writer.errors[error] += 1
+                return super()._handle(batch, resp)
+
+            def _answered(self, batch: Any, answer: Any, leader_id: int) -> str:  # type: ignore[override]
+                if answer.cancelled() or answer.exception() is not None:
+                    writer.lost.append(f"node {leader_id}: {answer.exception()!r}")
+                return super()._answered(batch, answer, leader_id)
+
+        async with Watched(self.bootstrap, request_timeout_ms=10_000) as producer:
+            pending: list[tuple[int, asyncio.Future[Any]]] = []
+            n = 0
+            while not self._stop.is_set() or pending:
+                if not self._stop.is_set() and len(pending) < self.window:
+                    records = [(key(i), b"v" * 20) for i in range(n, n + self.batch)]
+                    pending.append((n, producer.send_nowait(records)))
+                    n += self.batch
+                    await asyncio.sleep(0.005)
+                    continue
+                first, fut = pending.pop(0)
+                try:
+                    lo, hi = await fut
+                except Exception as exc:
+                    self.failures.append(exc)
+                    continue
+                self.acked.append((first, lo, hi))
+
+
+def check_acknowledged(writer: Writer, keys: list[bytes]) -> None:
+    """``keys`` (the log's data records, in order) are the writer's, each acknowledged send
+    there once, in order, at the offsets it was acknowledged at."""
+    total = writer.count
+    assert keys == [key(n) for n in range(total)]
+    offsets = {}
+    for first, lo, hi in writer.acked:
+        assert hi - lo + 1 == writer.batch
+        offsets[first] = lo
+    assert sorted(offsets) == list(range(0, total, writer.batch))
+    firsts = sorted(offsets)
+    assert all(offsets[a] < offsets[b] for a, b in itertools.pairwise(firsts))

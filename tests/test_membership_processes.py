@@ -9,35 +9,34 @@ Each test bounds its time; every process it starts is ended by its pid (LocalClu
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections import Counter
 from typing import Any
 
 import pytest
-from cluster_helpers import FAST, consume_all, key, produce, run, wait_for
+from cluster_helpers import (
+    FAST,
+    LEADER_CHANGE,
+    Writer,
+    check_acknowledged,
+    consume_all,
+    key,
+    produce,
+    run,
+    wait_for,
+)
 
-from raftcore.client import Producer, describe_quorum
+from raftcore.client import describe_quorum
 from raftcore.client.admin import QuorumInfo
-from raftcore.error_codes import Errors, error_name
+from raftcore.error_codes import error_name
 from raftcore.node.data_dir import read_directory_id
 from raftcore.node.local_cluster import LocalCluster
 from raftcore.raft.voters import directory_id_text
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
-
-LEADER_CHANGE = {
-    Errors.NOT_LEADER_OR_FOLLOWER,
-    Errors.FENCED_LEADER_EPOCH,
-    Errors.UNKNOWN_LEADER_EPOCH,
-    Errors.LEADER_NOT_AVAILABLE,
-}
 
 
 @pytest.fixture
@@ -234,68 +233,6 @@ def test_a_node_started_with_auto_join_adds_itself_once_caught_up(cluster):
 # ---- every node replaced while a writer writes -------------------------------------------------
 
 
-class Writer:
-    """A producer (acks=all, idempotent) on a thread of its own, writing key(0), key(1), ...
-    in sends of ``batch`` records, at most ``window`` sends unanswered. It keeps every
-    acknowledged send's offsets and every error code an answer carried."""
-
-    def __init__(self, bootstrap: list[str], batch: int = 20, window: int = 8) -> None:
-        self.bootstrap = bootstrap
-        self.batch = batch
-        self.window = window
-        self.acked: list[tuple[int, int, int]] = []  # (first key, first offset, last offset)
-        self.errors: Counter[int] = Counter()  # error codes answered to produce requests
-        self.lost: list[str] = []  # requests that got no answer (a connection closed)
-        self.failures: list[BaseException] = []  # sends that failed for good
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
-
-    @property
-    def count(self) -> int:
-        return len(self.acked) * self.batch
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self, timeout_s: float = 60) -> None:
-        self._stop.set()
-        self._thread.join(timeout_s)
-        assert not self._thread.is_alive(), "the writer did not finish its sends"
-
-    async def _main(self) -> None:
-        writer = self
-
-        class Watched(Producer):
-            def _handle(self, batch: Any, resp: Any) -> str:  # type: ignore[override]
-                error = resp.responses[0].partition_responses[0].error_code
-                if error != Errors.NONE:
-                    writer.errors[error] += 1
-                return super()._handle(batch, resp)
-
-            def _answered(self, batch: Any, answer: Any, leader_id: int) -> str:  # type: ignore[override]
-                if answer.cancelled() or answer.exception() is not None:
-                    writer.lost.append(f"node {leader_id}: {answer.exception()!r}")
-                return super()._answered(batch, answer, leader_id)
-
-        async with Watched(self.bootstrap, request_timeout_ms=10_000) as producer:
-            pending: list[tuple[int, asyncio.Future[Any]]] = []
-            n = 0
-            while not self._stop.is_set() or pending:
-                if not self._stop.is_set() and len(pending) < self.window:
-                    records = [(key(i), b"v" * 20) for i in range(n, n + self.batch)]
-                    pending.append((n, producer.send_nowait(records)))
-                    n += self.batch
-                    await asyncio.sleep(0.005)
-                    continue
-                first, fut = pending.pop(0)
-                try:
-                    lo, hi = await fut
-                except Exception as exc:
-                    self.failures.append(exc)
-                    continue
-                self.acked.append((first, lo, hi))
-
-
 def test_every_node_of_a_running_cluster_is_replaced_on_a_fresh_disk_while_a_writer_writes(
     cluster,
 ):
@@ -362,13 +299,5 @@ def test_every_node_of_a_running_cluster_is_replaced_on_a_fresh_disk_while_a_wri
     assert not {cluster.data_dir(i) for i in running} & set(originals.values())
 
     # Every acknowledged record is there once, in order, at the offset it was acknowledged at.
-    total = writer.count
-    keys = run(consume_all(cluster.bootstrap, total, timeout_s=60), 90)
-    assert keys == [key(n) for n in range(total)]
-    offsets = {}
-    for first, lo, hi in writer.acked:
-        assert hi - lo + 1 == writer.batch
-        offsets[first] = lo
-    assert sorted(offsets) == list(range(0, total, writer.batch))
-    firsts = sorted(offsets)
-    assert all(offsets[a] < offsets[b] for a, b in itertools.pairwise(firsts))
+    keys = run(consume_all(cluster.bootstrap, writer.count, timeout_s=60), 90)
+    check_acknowledged(writer, keys)

@@ -36,6 +36,8 @@ PLANTS = [
     "serve-damaged",
     "repair-skipped",
     "damaged-leader-stays",
+    # a full disk on the leader (raftcore.sim.cluster's full-disk fault)
+    "leader-keeps-leading-on-full-disk",
 ]
 # Plants run with bit rot in every seed (--bit-rot on), not one in three.
 BIT_ROT_PLANTS = {"serve-damaged", "repair-skipped", "damaged-leader-stays"}
@@ -134,6 +136,7 @@ def test_scenarios_cover_every_fault():
     assert any(s.partitions for s in scenarios) and any(s.crashes for s in scenarios)
     assert any(s.observers for s in scenarios) and any(s.slow_node for s in scenarios)
     assert any(s.delay_ms[1] >= 40 for s in scenarios)  # reordering
+    assert any(s.full_disks for s in scenarios) and not all(s.full_disks for s in scenarios)
 
 
 # ---- pre-vote (KIP-996): a healed partition with a healthy leader causes no new epoch ---------

@@ -27,7 +27,7 @@ from raftcore.client.connection import ConnectionClosed
 from raftcore.connect_errors import describe
 from raftcore.error_codes import Errors, error_name
 from raftcore.errors import RaftcoreError
-from raftcore.protocol.api import ApiKey, request_spec
+from raftcore.protocol.api import ApiKey, request_spec, response_spec
 from raftcore.raft.voters import directory_id_text
 from raftcore.security.config import ClientSecurity
 
@@ -64,9 +64,11 @@ async def _ask_leader(
         try:
             conn, _ = await cluster.leader_connection()
             asked += 1
-            answer = await conn.request(
-                key, 0, body, timeout_s=max(0.1, deadline - time.monotonic()) + GRACE_S
-            )
+            answer = await _refused_by_release(cluster, conn, key, deadline)
+            if answer is None:
+                answer = await conn.request(
+                    key, 0, body, timeout_s=max(0.1, deadline - time.monotonic()) + GRACE_S
+                )
         except (ConnectionClosed, OSError, asyncio.TimeoutError, NoLeaderError) as exc:
             if time.monotonic() >= deadline:
                 raise RaftcoreError(
@@ -81,6 +83,34 @@ async def _ask_leader(
         attempt += 1
         cluster.leader = None  # ask who leads now
         await asyncio.sleep(cluster.backoff_s(attempt))
+
+
+async def _refused_by_release(
+    cluster: ClusterClient, conn: Any, key: int, deadline: float
+) -> Any | None:
+    """UNSUPPORTED_VERSION, as the answer of API ``key``, when the leader runs the release
+    before dynamic voters: its ApiVersions lists no UpdateRaftVoter (TransferLeadership is
+    never listed), and it would close the connection of a request it does not know, leaving
+    the caller to wait out its timeout not knowing whether anything changed. None otherwise."""
+    cls = request_spec(ApiKey.API_VERSIONS).cls
+    versions = await conn.request(
+        ApiKey.API_VERSIONS,
+        3,
+        cls(client_software_name="raftcore-quorum", client_software_version=""),
+        timeout_s=max(0.1, deadline - time.monotonic()) + GRACE_S,
+    )
+    served = {k.api_key for k in versions.api_keys}
+    if versions.error_code != Errors.NONE or ApiKey.UPDATE_RAFT_VOTER in served:
+        return None
+    leader = "?" if cluster.leader is None else cluster.leader.leader_id
+    return response_spec(key).cls(
+        throttle_time_ms=0,
+        error_code=Errors.UNSUPPORTED_VERSION,
+        error_message=(
+            f"the leader, node {leader}, runs a release without dynamic voters (it serves no "
+            "UpdateRaftVoter): upgrade every voter first; nothing changed"
+        ),
+    )
 
 
 def _failure(what: str, answer: Any) -> ChangeResult:

@@ -175,10 +175,12 @@ class _Segment:
                             bad,
                         )
                 piece = stop
-        except BaseException:
+        except BaseException as exc:
             # Do not leave a partial or unchecked batch behind: cut back to where we began.
             with contextlib.suppress(OSError):
                 os.ftruncate(self.fd, position)
+            if isinstance(exc, OSError) and exc.filename is None:
+                exc.filename = str(self.log_path)  # a failed write names its file
             raise
         shift = position - start
         entries, self.bytes_since_index = index_entries(

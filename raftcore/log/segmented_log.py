@@ -604,6 +604,26 @@ class SegmentedLog(TruncationAndRetention):
                 self._closed = True
                 self._release_directory_lock()
 
+    def abandon(self) -> None:
+        """Close without writing anything more -- no fsync, no index, no clean point -- and
+        release the directory: what a node does after a failure it cannot go on from (after a
+        failed fsync the page cache may hold what never reached the disk; an fsync that then
+        succeeds, or a clean point written past it, would vouch for it). The next open
+        recovers the log from its last clean point, as after a crash. Views handed out
+        earlier stay readable."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                if self._snapshots is not None:
+                    self._snapshots.close()
+            finally:
+                for seg in self._segments:
+                    seg.close_fd()
+                    seg.drop_mapping()
+                self._closed = True
+                self._release_directory_lock()
+
     def __enter__(self) -> SegmentedLog:
         return self
 

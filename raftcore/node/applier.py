@@ -329,7 +329,7 @@ class Applier:
 
     def _fail(self, exc: BaseException, what: str) -> None:
         self.failure = exc
-        logger.critical(
+        logger.error(  # the node's one CRITICAL line follows (on_failure)
             "%s the state machine failed to %s (applied offset stays %d); applying stops and "
             "the node stops",
             self.prefix,

@@ -133,7 +133,7 @@ def _asked_for(node: RaftNode, topic: Any, version: int) -> str | None:
 def metadata(node: RaftNode, body: Any, version: int) -> Any:
     cfg = node.config
     cls = response_spec(ApiKey.METADATA).cls
-    leader = node.leader_and_epoch
+    leader = node.leader_hint  # a resigned leader names nobody: clients ask again
     wanted = None if body.topics is None else [_asked_for(node, t, version) for t in body.topics]
     topics = []
     names = [cfg.topic] if wanted is None else wanted
@@ -174,12 +174,12 @@ def metadata(node: RaftNode, body: Any, version: int) -> Any:
 
 
 def _current_leader(node: RaftNode, cls: Any) -> Any:
-    leader = node.leader_and_epoch
+    leader = node.leader_hint
     return cls(leader_id=leader.leader_id if leader.known else -1, leader_epoch=leader.epoch)
 
 
 def _node_endpoints(node: RaftNode, cls: Any) -> list[Any]:
-    return raft_wire.node_endpoints(node, cls, node.leader_and_epoch)
+    return raft_wire.node_endpoints(node, cls, node.leader_hint)
 
 
 # ---- Produce -------------------------------------------------------------------------------------

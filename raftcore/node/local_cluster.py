@@ -105,6 +105,9 @@ class LocalCluster:
         # its own password file, say (docs/security.md)
         self.node_own_args: dict[int, list[str]] = {}
         self.env = env
+        # the environment of one node only, instead of env: another release's PYTHONPATH, say
+        # (tests/test_upgrade_processes.py runs the previous release's nodes beside this one's)
+        self.node_env: dict[int, dict[str, str]] = {}
         self.tls_dir = None if tls_dir is None else Path(tls_dir).absolute()
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         # nodes started with --bootstrap: id -> (port, data directory, extra arguments)
@@ -242,7 +245,7 @@ class LocalCluster:
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=self.env,
+            env=self.node_env.get(node_id, self.env),
             # Not the caller's directory: run from a source checkout, "python -m raftcore"
             # would import the unbuilt sources there instead of the installed package.
             cwd=self.directory,

@@ -15,7 +15,7 @@ import socket
 import time
 from typing import Any
 
-from raftcore.error_codes import Errors
+from raftcore.error_codes import Errors, error_name
 from raftcore.errors import RaftcoreError
 from raftcore.node import admin, kafka_api, raft_wire
 from raftcore.node.connection_limits import (
@@ -25,6 +25,7 @@ from raftcore.node.connection_limits import (
     resolve_hosts,
 )
 from raftcore.node.connection_timeouts import ConnectionTimeouts
+from raftcore.node.peer_apis import PeerApis
 from raftcore.node.tls_listener import serve_tls
 from raftcore.node.transport import CloseConnection, Later, ServerConnection
 from raftcore.protocol.api import (
@@ -35,8 +36,10 @@ from raftcore.protocol.api import (
     decode_response,
     encode_request,
     encode_response,
+    request_spec,
 )
 from raftcore.raft import Outbound
+from raftcore.raft.messages import UpdateVoterRequest
 from raftcore.security import authorization, sasl
 from raftcore.security.config import ANONYMOUS, Principal
 
@@ -77,6 +80,7 @@ class Messaging:
     _tls_context: Any  # the listener's ssl.SSLContext, or None (PLAINTEXT)
     # the node's own requests to peers: (peer, correlation id) -> (api key, version, future)
     _own_requests: dict[tuple[int, int], tuple[int, int, asyncio.Future[Any]]]
+    peer_apis: PeerApis  # what each peer serves (raftcore.node.peer_apis)
 
     def _run(self, step: Any) -> None:
         raise NotImplementedError
@@ -85,6 +89,14 @@ class Messaging:
 
     def _send(self, message: Outbound) -> None:
         if message.is_request:
+            if isinstance(message.message, UpdateVoterRequest) and not self.peer_apis.serves(
+                message.destination, ApiKey.UPDATE_RAFT_VOTER
+            ):
+                # A leader of the release before dynamic voters would close the connection
+                # (and the fetches on it): not sent, and lost for the core, which tells the
+                # leader of the next epoch (raftcore.node.peer_apis)
+                self._loop.call_soon(self._not_sent, message.destination, message.correlation_id)
+                return
             peer = self.peers.get(message.destination)  # opened now if need be
             if peer is None:  # no address known (logged once by the address book)
                 return
@@ -107,6 +119,20 @@ class Messaging:
         parts = encode_response(api_key, version, correlation_id, body)
         self.metrics.inbound_sent_bytes += sum(len(part) for part in parts) + 4
         later.answer(parts)
+
+    def _not_sent(self, peer_id: int, correlation_id: int) -> None:
+        if self.core is not None and self._started:
+            self._run(lambda now: self.core.request_lost(peer_id, correlation_id, now))  # type: ignore[union-attr]
+
+    async def _api_versions_of(self, peer_id: int) -> frozenset[int]:
+        """The API keys ``peer_id`` serves, as its ApiVersions answer lists them."""
+        cls = request_spec(ApiKey.API_VERSIONS).cls
+        body = cls(client_software_name=raft_wire.CLIENT_ID, client_software_version="")
+        timeout_s = self.config.quorum.request_timeout_ms / 1000
+        answer = await self.request_peer(peer_id, ApiKey.API_VERSIONS, 3, body, timeout_s)
+        if answer.error_code != Errors.NONE:
+            raise RaftcoreError(f"ApiVersions: {error_name(answer.error_code)}")
+        return frozenset(k.api_key for k in answer.api_keys)
 
     def _response_handler(self, peer_id: int) -> Any:
         def on_response(correlation_id: int, frame: bytes) -> None:
@@ -152,6 +178,7 @@ class Messaging:
             none): fail them now, so the core sends again at once, not at the timeout (a
             snapshot download resumes from the bytes it holds)."""
             self.metrics.peer_opened += 1
+            self.peer_apis.connected(peer_id)  # what it serves (after the failures below)
             for key in [k for k in self._own_requests if k[0] == peer_id]:
                 fut = self._own_requests.pop(key)[2]
                 if not fut.done():

@@ -18,6 +18,27 @@ Embedding API::
 that appended them, and raises :class:`NotLeaderError` (naming the new leader) as soon as this
 node stops leading that epoch: the core decides (:mod:`raftcore.raft.pending`), the node only
 hands its verdict to the waiting caller.
+
+A node that cannot go on stops itself: a step of the core that raised (a follower's log or
+the quorum-state that cannot be written, a broken invariant), a failed fsync, a failed state
+machine. A damaged batch in its log is not such a failure: the core never serves it and
+repairs it from the leader (:mod:`raftcore.raft.damage`, the :class:`Scrubber`). A node that
+stops logs one CRITICAL line naming the cause, closes everything without writing to its log
+again, and :meth:`RaftNode.wait_closed` raises :class:`~raftcore.errors.NodeFailedError` with
+that line.
+An embedder awaits it beside its own work and treats it as ``raftcore node`` does, which exits
+with status 1 (:mod:`raftcore.node.runner`)::
+
+    try:
+        await node.wait_closed()  # returns after node.stop(); raises if the node failed
+    except NodeFailedError:
+        await node.stop()  # waits for the close the failure began
+        raise
+
+A leader whose log refuses an append (a full disk) is not stopped: the core resigns
+(:class:`~raftcore.raft.LogWriteError`), a voter that can write takes over, and this node goes
+on as a follower if its disk takes writes again by then, or stops at its first write that
+fails (docs/cluster.md, "When a disk fails").
 """
 
 from __future__ import annotations
@@ -30,9 +51,9 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from raftcore.errors import LostQuorumStateError, RaftcoreError, RaftInvariantError
+from raftcore.errors import LostQuorumStateError, NodeFailedError, RaftcoreError
 from raftcore.log import SegmentedLog
-from raftcore.node import reads
+from raftcore.node import fatal, reads
 from raftcore.node.admin import AutoJoiner, ChangeWaiters
 from raftcore.node.applier import Applier, check_start_offset
 from raftcore.node.config import NodeConfig
@@ -47,6 +68,7 @@ from raftcore.node.flusher import Flusher
 from raftcore.node.messaging import Messaging
 from raftcore.node.metrics import NodeMetrics
 from raftcore.node.metrics_http import MetricsServer, serve_metrics
+from raftcore.node.peer_apis import PeerApis
 from raftcore.node.peers import SWEEP_EVERY_S, AddressBook, Peers
 from raftcore.node.producer_ids import ProducerIdSource
 from raftcore.node.producer_state import ProducerStateManager
@@ -59,6 +81,7 @@ from raftcore.raft import (
     AppendOutcome,
     FileQuorumStateStore,
     LeaderAndEpoch,
+    LogWriteError,
     NotLeaderError,
     Outbound,
     Output,
@@ -117,6 +140,7 @@ class RaftNode(Messaging):
         self.address_book = AddressBook(config)
         self.peers: Peers | None = None
         self._own_requests: dict[tuple[int, int], tuple[int, int, asyncio.Future[Any]]] = {}
+        self.peer_apis = PeerApis(self._api_versions_of, self.prefix)  # asked on each connect
         self.directory_id: bytes | None = None  # this replica's (meta.properties), once started
         self.voter_changes = ChangeWaiters()  # admin requests waiting for the core's verdict
         self._auto_join = AutoJoiner(self) if config.auto_join else None
@@ -138,6 +162,8 @@ class RaftNode(Messaging):
         self._started = False
         self._stopping = False
         self._closing: asyncio.Future[None] | None = None
+        self.failure: NodeFailedError | None = None  # why it stopped itself (wait_closed)
+        self._ended: asyncio.Future[None] | None = None  # done when it stops running
         self._reads = reads.ReadWaiters()
         self.producer_ids = ProducerIdSource(config.node_id)
         self._foreign_peers: set[int] = set()
@@ -244,6 +270,7 @@ class RaftNode(Messaging):
         self._server = await self._listen(listen_socket)  # within the bounds (messaging)
         if cfg.metrics_port is not None:  # a port in use closes all this and fails the start
             self._metrics_server = await serve_metrics(self)
+        self._ended = self._loop.create_future()
         self._flusher.start()
         if cfg.flush == "interval":
             self._interval_task = asyncio.ensure_future(self._interval_flush_loop())
@@ -271,9 +298,11 @@ class RaftNode(Messaging):
 
     async def stop(self, timeout_s: float = 3.0) -> None:
         """Stop: a leader resigns first (EndQuorumEpoch to the voters), then everything
-        closes. Waits at most ``timeout_s`` for the resignation to be told."""
-        if self._closing is not None:  # stopping already (a failed apply, a broken invariant)
-            await asyncio.shield(self._closing)
+        closes. Waits at most ``timeout_s`` for the resignation to be told. After a failure
+        (:attr:`failure`), waits for the close the failure began."""
+        if self._closing is not None:  # closing already (a failure, or another stop)
+            if not self._closing.done():
+                await asyncio.shield(self._closing)
             return
         if not self._started or self._stopping:
             return
@@ -281,15 +310,29 @@ class RaftNode(Messaging):
         core = self.core
         assert core is not None
         was_leader = core.is_leader()
-        self._drive(core.begin_shutdown(self._now()))
+        self._run(core.begin_shutdown)
         if was_leader:
             deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline:
+            while time.monotonic() < deadline and self._closing is None:
                 state = core.state
                 if not getattr(state, "unacknowledged", None):
                     break
                 await asyncio.sleep(0.02)
-        await self._close()
+        if self._closing is None:
+            # awaited unshielded: a caller that gives up (cancelled) cancels the close, too
+            self._closing = asyncio.ensure_future(self._close())
+            await self._closing
+        elif not self._closing.done():  # a failure began it meanwhile
+            await asyncio.shield(self._closing)
+
+    async def wait_closed(self) -> None:
+        """Wait until the node stops running: return once :meth:`stop` has closed it; raise
+        :class:`~raftcore.errors.NodeFailedError` (its message the CRITICAL line the node
+        logged, ``__cause__`` the error) as soon as it stops itself after a failure it cannot
+        go on from. The close that failure began goes on; ``await node.stop()`` waits for
+        it. Returns at once on a node never started."""
+        if self._ended is not None:
+            await asyncio.shield(self._ended)
 
     async def _close(self) -> None:
         if self._metrics_server is not None:
@@ -311,15 +354,19 @@ class RaftNode(Messaging):
         self.timeouts.close()
         for conn in list(self._connections):
             conn.close()
+        await self.peer_apis.close()
         if self.peers is not None:
             await self.peers.close()
         if self.core is not None:
             self.voter_changes.fail_all(self.core.leader_and_epoch())
-        self._reads.fail_all(RaftcoreError(f"{self.prefix} node stopped"))
+        stopped = f"{self.prefix} node stopped"
+        if self.failure is not None:
+            stopped = str(self.failure)
+        self._reads.fail_all(RaftcoreError(stopped))
         verdicts, self._verdicts = self._verdicts, {}
         for fut in verdicts.values():
             if not fut.done():
-                fut.set_exception(RaftcoreError(f"{self.prefix} node stopped"))
+                fut.set_exception(RaftcoreError(stopped))
                 fut.exception()  # retrieved: nobody may be waiting
         self._inbound.clear()  # their connections close with the node
         if self.snapshotter is not None:
@@ -330,8 +377,17 @@ class RaftNode(Messaging):
             loop = asyncio.get_running_loop()
             if self._flusher is not None:  # no fsync may run while the log closes
                 await loop.run_in_executor(None, self._flusher.join)
-            await loop.run_in_executor(None, self.log.close)
+            if self.failure is None:
+                await loop.run_in_executor(None, self.log.close)
+            else:
+                # Nothing more is written after a failure: after a failed fsync the page cache
+                # may hold what never reached the disk, and a flush that then succeeds, or a
+                # clean point written past it, would vouch for it. The next start recovers
+                # the log from its last clean point, as after a crash.
+                self.log.abandon()
         self._started = False
+        if self._ended is not None and not self._ended.done():
+            self._ended.set_result(None)
 
     def metrics_text(self) -> bytes:
         """The node's metrics in Prometheus' text format (docs/metrics.md), for an embedder
@@ -348,6 +404,13 @@ class RaftNode(Messaging):
     def leader_and_epoch(self) -> LeaderAndEpoch:
         assert self.core is not None
         return self.core.leader_and_epoch()
+
+    @property
+    def leader_hint(self) -> LeaderAndEpoch:
+        """Who clients should go to: the leader, but nobody while this node has resigned and
+        no successor is known yet (:meth:`RaftCore.leader_hint`)."""
+        assert self.core is not None
+        return self.core.leader_hint()
 
     @property
     def high_watermark(self) -> int | None:
@@ -380,8 +443,13 @@ class RaftNode(Messaging):
                 self._run(self.core.poll)
 
     def _state_machine_failed(self, exc: BaseException) -> None:
-        self._stopping = True  # the applier logged it; the replica stops
-        self._closing = asyncio.ensure_future(self._close())
+        # the applier logged what it was applying, with the traceback; the replica stops
+        applied = None if self.applier is None else self.applier.applied_offset
+        self._fail(
+            f"the state machine failed (applied offset {applied}): {fatal.describe(exc)}",
+            exc,
+            traceback=False,
+        )
 
     # ---- appends -------------------------------------------------------------------------------
 
@@ -390,7 +458,7 @@ class RaftNode(Messaging):
         the :class:`Appended` (it unpacks as ``first, last``). With ``wait``, return once it is
         committed in its epoch; NotLeaderError if leadership of that epoch ends first."""
         core = self._require_core()
-        appended = self._track(core.append(records, self._now(), track=wait))
+        appended = self._track(self._resigns_on_write_failure(core.append, records, wait))
         self._drive(core.poll(self._now()))
         if wait:
             await self.wait_committed(appended)
@@ -400,9 +468,18 @@ class RaftNode(Messaging):
         """Append producer-built batches (leader only), as Produce does. With ``track``, the
         caller must then :meth:`wait_committed` for its verdict."""
         core = self._require_core()
-        appended = self._track(core.append_batches(batches, self._now(), track=track))
+        appended = self._track(self._resigns_on_write_failure(core.append_batches, batches, track))
         self._drive(core.poll(self._now()))
         return appended
+
+    def _resigns_on_write_failure(self, append: Any, data: Any, track: bool) -> Appended:
+        """``append(data, now, track=track)``; a log that cannot be written made the core
+        resign (LogWriteError, a NotLeaderError): its EndQuorumEpoch requests go out now."""
+        try:
+            return append(data, self._now(), track=track)  # type: ignore[no-any-return]
+        except LogWriteError:
+            self.poke()
+            raise
 
     def watch(self, first_offset: int, last_offset: int) -> Appended:
         """Track records already in the leader's log (a retried idempotent batch), as if just
@@ -476,6 +553,8 @@ class RaftNode(Messaging):
     def _require_core(self) -> RaftCore:
         if self.core is None or not self._started:
             raise RaftcoreError(f"{self.prefix} not started")
+        if self.failure is not None:  # stopping: it leads nothing any more
+            raise NotLeaderError(LeaderAndEpoch(None, self.core.epoch), str(self.failure))
         return self.core
 
     # ---- driving the core ----------------------------------------------------------------------
@@ -527,20 +606,19 @@ class RaftNode(Messaging):
 
     def _run(self, step: Any) -> None:
         """Run one step of the core. Any exception out of it stops the node: a
-        RaftInvariantError is a bug, never to be papered over, and anything else (a log that
-        cannot be written, say) left the step half done, so the core's state can no longer
-        be trusted. The core handles the failures it can survive itself (a snapshot download
-        on a full disk is dropped and tried again)."""
+        RaftInvariantError is a bug, never to be papered over, and anything else (a
+        follower's log or the quorum-state that cannot be written) left the step half done,
+        so the core's state can no longer be trusted. The core handles the failures it can
+        survive itself (a leader whose log cannot be written resigns; a damaged batch is
+        repaired from the leader; a snapshot download on a full disk is dropped and tried
+        again)."""
+        if self.failure is not None:
+            return  # stopped: nothing more is done
         try:
             self._drive(step(self._now()))
-        except RaftInvariantError:
-            logger.critical("%s invariant violated; stopping", self.prefix, exc_info=True)
-            self._stop_after_failure()
-        except Exception:
-            logger.critical(
-                "%s a step of the Raft core failed; stopping", self.prefix, exc_info=True
-            )
-            self._stop_after_failure()
+        except Exception as exc:
+            listener_offset = None if self.core is None else self.core.listener_next_offset
+            self._fail(fatal.describe(exc, self.log, listener_offset), exc)
 
     def report_damage(self, damage: Damage, where: str) -> None:
         """A damaged batch in this node's log (raftcore.raft.damage): the core decides."""
@@ -572,7 +650,29 @@ class RaftNode(Messaging):
                     self._auto_join.check()
             await asyncio.sleep(SWEEP_EVERY_S)
 
-    def _stop_after_failure(self) -> None:
+    def _fail(self, cause: str, exc: BaseException, *, traceback: bool | None = None) -> None:
+        """Stop after a failure the node cannot go on from: one CRITICAL line naming
+        ``cause``, everything closed without writing to the log again, and
+        :meth:`wait_closed` raises. The traceback is logged too (at ERROR, before) for what
+        may be a bug, and only at DEBUG for a fault of the disk. The first failure wins."""
+        if self.failure is not None:
+            logger.debug("%s after the failure, also: %s", self.prefix, cause, exc_info=exc)
+            return
+        if traceback is None:
+            traceback = not fatal.is_environment_fault(exc)
+        if traceback:
+            logger.error("%s the failure that stops the node:", self.prefix, exc_info=exc)
+        else:
+            logger.debug("%s the failure that stops the node:", self.prefix, exc_info=exc)
+        line = f"{self.prefix} cannot go on, stopping: {cause}"
+        logger.critical("%s", line)
+        error = NodeFailedError(line)
+        error.__cause__ = exc
+        self.failure = error
+        self._stopping = True
+        if self._ended is not None and not self._ended.done():
+            self._ended.set_exception(error)
+            self._ended.exception()  # retrieved: nobody need be waiting
         if self._closing is None:
             self._closing = asyncio.ensure_future(self._close())
 
@@ -606,8 +706,9 @@ class RaftNode(Messaging):
         if self._flusher is None or self._flusher.closed:
             return
         if error is not None:
-            logger.critical("%s fsync failed; stopping", self.prefix, exc_info=error)
-            self._stop_after_failure()
+            # the page cache may now hold what never reached the disk: stop, and recover from
+            # the disk at the next start (PostgreSQL's fsyncgate; Rebello et al., ATC '20)
+            self._fail(f"fsync of the log failed: {fatal.describe(error)}", error)
             return
         self._release_held()
 

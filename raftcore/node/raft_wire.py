@@ -6,7 +6,9 @@ Kafka's RPCs are multi-partition; a raftcore cluster replicates exactly one topi
 request carries one topic (by name, or by id in Fetch) with one partition 0. A request that names
 anything else is answered with UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID for Fetch) and never
 reaches the core. Nodes of one cluster speak the same versions, so peers do not negotiate
-(ApiVersions is for clients).
+versions; but a node asks each peer's ApiVersions when it connects, and sends UpdateRaftVoter
+only to a peer that lists it (:mod:`raftcore.node.peer_apis`: the release before dynamic voters
+closes the connection of an API it does not know).
 
 Replicas are named by id and directory id (KIP-853): the directory ids travel in Vote v1+,
 BeginQuorumEpoch v1, EndQuorumEpoch v1 (the preferred candidates), Fetch v17 and FetchSnapshot

@@ -1,5 +1,13 @@
 """Run one node as a process: ``raftcore node ...``. SIGTERM or SIGINT stops it gracefully (a
-leader resigns first); SIGKILL is what the crash tests use."""
+leader resigns first) and the process exits with status 0; SIGKILL is what the crash tests use.
+
+A node that cannot go on (:meth:`RaftNode.wait_closed` raises: its log or quorum-state cannot
+be written, an fsync failed, the state machine failed; a damaged batch is repaired instead,
+raftcore.raft.damage) has logged one CRITICAL line naming the cause; the process then exits with
+status 1 (``EXIT_FAILED``) at once, without waiting for a signal, so that a supervisor
+(systemd's ``Restart=on-failure``, a liveness check that watches the process) sees it. If the
+close does not finish within ``FAILED_EXIT_S`` (a disk that hangs), the process exits anyway.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +19,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -20,9 +29,12 @@ from raftcore.node.metrics_http import bind_metrics
 from raftcore.node.node import RaftNode
 from raftcore.node.preflight import bind_listener
 
-__all__ = ["EVENT_LOOPS", "check_event_loop", "run_node"]
+__all__ = ["EVENT_LOOPS", "EXIT_FAILED", "FAILED_EXIT_S", "check_event_loop", "run_node"]
 
 logger = logging.getLogger(__name__)
+
+EXIT_FAILED = 1  # the exit status of a node that stopped itself after a failure
+FAILED_EXIT_S = 1.0  # the longest a node that failed takes to exit
 
 
 def open_state_machine(config: NodeConfig, kind: str, map_size: int) -> Any:
@@ -46,12 +58,12 @@ async def _serve(
     *,
     listen_socket: socket.socket | None = None,
     metrics_socket: socket.socket | None = None,
-) -> None:
+) -> int:
     machine = open_state_machine(config, state_machine, map_size)
     try:
         node = RaftNode(config, state_machine=machine)
         node.metrics_socket = metrics_socket
-        await _serve_node(node, config, ready_file, listen_socket)
+        return await _serve_node(node, config, ready_file, listen_socket)
     finally:
         if machine is not None:
             machine.close()
@@ -77,7 +89,8 @@ async def _serve_node(
     config: NodeConfig,
     ready_file: str | None,
     listen_socket: socket.socket | None = None,
-) -> None:
+) -> int:
+    """Serve until a signal (status 0) or a failure of the node (status 1)."""
     await node.start(listen_socket=listen_socket)
     print(_listening_line(config), file=sys.stderr, flush=True)  # bound and serving now
     if ready_file:
@@ -90,11 +103,39 @@ async def _serve_node(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    signalled = asyncio.ensure_future(stop.wait())
+    ended = asyncio.ensure_future(node.wait_closed())
+    failed = False
     try:
-        await stop.wait()
+        await asyncio.wait({signalled, ended}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        logger.info("node %d stopping", config.node_id)
+        signalled.cancel()
+        failed = ended.done() and not ended.cancelled() and ended.exception() is not None
+        ended.cancel()
+        if failed:
+            _exit_within(FAILED_EXIT_S, config.node_id)  # the node said why (CRITICAL)
+        else:
+            logger.info("node %d stopping", config.node_id)
         await node.stop()
+    if failed:
+        logger.info("node %d exits with status %d", config.node_id, EXIT_FAILED)
+        return EXIT_FAILED
+    return 0
+
+
+def _exit_within(seconds: float, node_id: int) -> None:
+    """End the process after ``seconds`` if it has not ended by then: a close held up by a
+    disk that hangs (an fsync, an apply) must not keep a failed node's process alive."""
+
+    def exit_now() -> None:
+        logger.error(
+            "node %d did not close within %.1f s of its failure; exiting now", node_id, seconds
+        )
+        os._exit(EXIT_FAILED)
+
+    timer = threading.Timer(seconds, exit_now)
+    timer.daemon = True
+    timer.start()
 
 
 EVENT_LOOPS = ("asyncio", "uvloop")
@@ -108,7 +149,7 @@ def check_event_loop(name: str) -> None:
         raise ValueError("--event-loop uvloop needs the uvloop package: pip install uvloop")
 
 
-def _runner(event_loop: str) -> Callable[[Coroutine[Any, Any, None]], None]:
+def _runner(event_loop: str) -> Callable[[Coroutine[Any, Any, int]], int]:
     check_event_loop(event_loop)
     if event_loop == "uvloop":
         import uvloop
@@ -125,7 +166,8 @@ def run_node(
     state_map_size: int = 16 << 30,
     event_loop: str = "asyncio",
 ) -> int:
-    """Serve until SIGTERM/SIGINT. Returns the process exit status. ``state_machine``:
+    """Serve until SIGTERM/SIGINT (exit status 0) or until the node fails (EXIT_FAILED, after
+    one CRITICAL line naming the cause). Returns the process exit status. ``state_machine``:
     ``none`` or ``lmdb`` (see :func:`open_state_machine`). ``event_loop``: ``asyncio`` or
     ``uvloop`` (the uvloop package's libuv loop: the same node, less time per request).
 
@@ -140,9 +182,10 @@ def run_node(
     except BaseException:
         sock.close()
         raise
+    status = 0
     try:
         with contextlib.suppress(KeyboardInterrupt):
-            run(
+            status = run(
                 _serve(
                     config,
                     ready_file,
@@ -156,4 +199,4 @@ def run_node(
         sock.close()
         if metrics_sock is not None:
             metrics_sock.close()
-    return 0
+    return status

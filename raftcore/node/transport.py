@@ -498,6 +498,9 @@ class PeerConnection:
                 continue
             if self.authenticate is not None and not await self._log_in(reader, writer):
                 continue
+            if self._stopped:  # stopped meanwhile: Python 3.11's wait_for can swallow the
+                writer.close()  # cancellation when the connection completes at that moment
+                return
             self._failures = 0
             self._writer = writer
             self.connected.set()

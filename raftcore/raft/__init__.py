@@ -8,6 +8,7 @@ from raftcore.raft.config import QuorumConfig
 from raftcore.raft.core import (
     CommittedBatch,
     Listener,
+    LogWriteError,
     NotLeaderError,
     Output,
     RaftCore,
@@ -54,6 +55,7 @@ __all__ = [
     "InMemoryLog",
     "LeaderAndEpoch",
     "Listener",
+    "LogWriteError",
     "MemoryQuorumStateStore",
     "NotLeaderError",
     "OffsetAndEpoch",

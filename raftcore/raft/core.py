@@ -8,6 +8,14 @@ with the messages to send (each perhaps waiting for the log to be durable, see
 time is passed in, randomness is a constructor argument, the log and the quorum-state store
 are collaborators. The same inputs give the same outputs.
 
+A log that refuses a leader's write with an I/O error (an OSError: a full disk, EIO) makes the
+leader resign (:meth:`LeaderRequests.cannot_write`): the step goes on, and the append's caller
+gets a :class:`LogWriteError` (a NotLeaderError). A damaged batch read back is no exception:
+it is never served and is repaired from the leader (:mod:`raftcore.raft.damage`). Any other
+exception out of a call -- a follower's append, a repair's write or a quorum-state write that
+fails, a damaged control record -- leaves the step half done: the driver must stop this core
+(the node exits).
+
 The rules of each RPC live in their own module: :mod:`raftcore.raft.vote`,
 :mod:`raftcore.raft.begin_quorum_epoch`, :mod:`raftcore.raft.end_quorum_epoch`,
 :mod:`raftcore.raft.fetch`, :mod:`raftcore.raft.fetch_snapshot`; snapshot decisions in
@@ -37,7 +45,7 @@ from raftcore.raft import (
 from raftcore.raft.config import QuorumConfig
 from raftcore.raft.control_records import leader_change_record
 from raftcore.raft.damage import Damage, DamageTracker
-from raftcore.raft.leader_requests import LeaderRequests, NotLeaderError
+from raftcore.raft.leader_requests import LeaderRequests, LogWriteError, NotLeaderError
 from raftcore.raft.listener import CommittedBatch, Listener, ListenerFeed
 from raftcore.raft.messages import (
     BeginQuorumEpochRequest,
@@ -77,6 +85,7 @@ from raftcore.raft.voters import ReplicaKey, VoterEndpoint, VoterSet
 __all__ = [
     "CommittedBatch",
     "Listener",
+    "LogWriteError",
     "NotLeaderError",
     "Output",
     "RaftCore",
@@ -181,6 +190,15 @@ class RaftCore(LeaderRequests):
 
     def leader_and_epoch(self) -> LeaderAndEpoch:
         return self.quorum.leader_and_epoch()
+
+    def leader_hint(self) -> LeaderAndEpoch:
+        """Who a client should go to: the leader known, except that a leader that resigned
+        names nobody (it still calls itself the leader of its epoch, as KIP-595's Resigned
+        does, but takes nothing more; the next leader is not known yet)."""
+        leader = self.quorum.leader_and_epoch()
+        if leader.leader_id == self.node_id and not self.quorum.is_leader():
+            return LeaderAndEpoch(None, leader.epoch)
+        return leader
 
     def is_leader(self) -> bool:
         return self.quorum.is_leader()
@@ -460,9 +478,13 @@ class RaftCore(LeaderRequests):
         epoch_start = self.log.end_offset
         state = self.quorum.transition_to_leader(epoch_start, now)
         self._left(old, now)
-        self.log.initialize_leader_epoch(state.epoch)
         key, value = leader_change_record(self.node_id, state.voters, state.granting_voters)
-        self.log.append_as_leader([(key, value)], state.epoch, control=True)
+        try:
+            self.log.initialize_leader_epoch(state.epoch)
+            self.log.append_as_leader([(key, value)], state.epoch, control=True)
+        except OSError as exc:  # a leader that cannot write resigns at once
+            self.cannot_write(state, exc, now, "the LeaderChange record")
+            return
         logger.info("%s leader of epoch %d from offset %d", self.prefix, state.epoch, epoch_start)
 
     def resign_leadership(

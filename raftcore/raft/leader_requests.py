@@ -6,6 +6,7 @@ resigning). The verdicts come in a later Output."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import Any
 
@@ -17,7 +18,9 @@ from raftcore.raft.snapshots import DeleteRecordsResult
 from raftcore.raft.states import LeaderState
 from raftcore.raft.values import LeaderAndEpoch
 
-__all__ = ["LeaderRequests", "NotLeaderError"]
+__all__ = ["LeaderRequests", "LogWriteError", "NotLeaderError"]
+
+logger = logging.getLogger(__name__)
 
 
 class NotLeaderError(RaftcoreError):
@@ -33,6 +36,15 @@ class NotLeaderError(RaftcoreError):
         self.leader = leader
 
 
+class LogWriteError(NotLeaderError):
+    """The leader's log refused an append with an I/O error (a full disk: ENOSPC; a failing
+    one: EIO): the leader resigned at once (EndQuorumEpoch to the voters, naming the best
+    placed successors), so a voter that can write takes over. Nothing of the append is
+    acknowledged; ``leader`` names nobody yet (the election has just begun) and
+    ``__cause__`` is the OSError. A client retries at the next leader, as after any
+    NOT_LEADER_OR_FOLLOWER."""
+
+
 class LeaderRequests:
     """Mixed into RaftCore (its attributes: quorum, log, purgatory, snapshots, prefix, the
     token counters and the outcome lists)."""
@@ -44,14 +56,19 @@ class LeaderRequests:
         unpacks as ``first, last``).
 
         Raises NotLeaderError (with the known leader) on any other replica, or when ``epoch``
-        is given and is not the current one. With ``track``, a later :class:`Output` carries
-        the verdict (:class:`AppendOutcome` with the append's token): committed once the high
-        watermark passes the last offset while this replica still leads the epoch, failed
-        with NOT_LEADER_OR_FOLLOWER as soon as it stops leading it. Call ``poll`` afterwards
-        to send what the append triggers.
+        is given and is not the current one; LogWriteError (a NotLeaderError) when the log
+        cannot be written (an OSError: a full disk, EIO), after resigning -- call ``poll``
+        then too, to send the EndQuorumEpoch requests. With ``track``, a later
+        :class:`Output` carries the verdict (:class:`AppendOutcome` with the append's
+        token): committed once the high watermark passes the last offset while this replica
+        still leads the epoch, failed with NOT_LEADER_OR_FOLLOWER as soon as it stops leading
+        it. Call ``poll`` afterwards to send what the append triggers.
         """
         state = self._writable_leader(epoch)
-        first, last = self.log.append_as_leader(records, state.epoch)
+        try:
+            first, last = self.log.append_as_leader(records, state.epoch)
+        except OSError as exc:
+            raise self.cannot_write(state, exc, now, "an append") from exc
         return self._appended(state, first, last, now, track)
 
     def append_batches(
@@ -60,7 +77,10 @@ class LeaderRequests:
         """Append batches a producer built (leader only): they get the next offsets and this
         epoch; every CRC is checked. Raises and tracks as ``append`` does."""
         state = self._writable_leader(epoch)
-        first, last = self.log.append_batches_as_leader(batches, state.epoch)
+        try:
+            first, last = self.log.append_batches_as_leader(batches, state.epoch)
+        except OSError as exc:
+            raise self.cannot_write(state, exc, now, "produced batches") from exc
         return self._appended(state, first, last, now, track)
 
     def watch(self, first_offset: int, last_offset: int, now: int) -> Appended:
@@ -92,12 +112,37 @@ class LeaderRequests:
     def _writable_leader(self, epoch: int | None) -> LeaderState:
         state = self.quorum.state
         if not isinstance(state, LeaderState) or state.resign_requested or self.shutting_down:
-            raise NotLeaderError(self.leader_and_epoch())
+            raise NotLeaderError(self.leader_hint())
         if state.transfer is not None:  # handing over: nothing new until it is done
             raise NotLeaderError(self.leader_and_epoch(), "leadership is being transferred")
         if epoch is not None and epoch != state.epoch:
             raise NotLeaderError(self.leader_and_epoch(), f"epoch {epoch} is not current")
         return state
+
+    def cannot_write(self, state: LeaderState, exc: OSError, now: int, what: str) -> LogWriteError:
+        """The log refused to write ``what`` with an I/O error while this replica leads
+        ``state``: resign at once, naming the most caught-up voters as successors, and return
+        the error for the caller. A leader that cannot write can commit nothing more, yet its
+        heartbeats would keep its followers from electing one that can; resigning needs no
+        disk (Resigned is not written to the quorum-state). What comes next also needs the
+        disk: following the next leader writes the quorum-state and the fetched records, and
+        a replica that cannot write those stops (the node exits, non-zero), so the replica
+        goes on as a follower only if the disk takes writes again by then."""
+        logger.error(
+            "%s the log cannot be written (%s: %s); resigning epoch %d so that a voter that "
+            "can write leads",
+            self.prefix,
+            what,
+            exc,
+            state.epoch,
+        )
+        if self.quorum.state is state:
+            self.resign_leadership(state, now, f"the log cannot be written: {exc}")
+        return LogWriteError(
+            LeaderAndEpoch(None, state.epoch),
+            f"{self.prefix} not the leader: the log cannot be written ({exc}); resigned "
+            f"epoch {state.epoch}",
+        )
 
     # ---- linearizable reads (raftcore.raft.read_index) -----------------------------------------
 
@@ -149,7 +194,7 @@ class LeaderRequests:
         """Leadership of ``old.epoch`` ended: every append still pending fails at once with
         NOT_LEADER_OR_FOLLOWER and the leader known now. Whatever this replica's high
         watermark does later says nothing about whose records are at those offsets."""
-        leader = self.leader_and_epoch()
+        leader = self.leader_hint()
         self._read_outcomes.extend(outcome(r, leader, False) for r in old.reads.take_all())
         if not old.pending:
             return

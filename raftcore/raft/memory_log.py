@@ -3,11 +3,13 @@
 flushed -- as a power failure would. It keeps snapshots too (KIP-630, the
 :class:`~raftcore.raft.replicated_log.SnapshotLog` half), as bytes in Kafka's snapshot format
 (:mod:`raftcore.raft.memory_snapshot`); a frozen snapshot survives a crash, as a fsynced file
-would."""
+would. ``disk_full`` plays a full disk: every append raises OSError(ENOSPC) and writes
+nothing, as the segmented log's append does (it cuts back what it wrote)."""
 
 from __future__ import annotations
 
 import bisect
+import errno
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -42,6 +44,7 @@ class InMemoryLog:
         # bit rot (the simulation's disk nemesis): base offset -> the damaged bytes read there;
         # the true bytes stay in _batches, for the simulation's invariants (read_true)
         self._rotted: dict[int, bytes] = {}
+        self.disk_full = False  # every append raises OSError(ENOSPC) (a full disk)
 
     # ---- state -------------------------------------------------------------------------------
 
@@ -73,7 +76,12 @@ class InMemoryLog:
 
     # ---- appends -----------------------------------------------------------------------------
 
+    def _check_space(self) -> None:
+        if self.disk_full:
+            raise OSError(errno.ENOSPC, "No space left on device (the in-memory log's disk)")
+
     def initialize_leader_epoch(self, epoch: int) -> None:
+        self._check_space()  # the segmented log writes its epoch checkpoint file
         if epoch < self._cache.latest_epoch:
             raise InvalidAppendError(f"epoch {epoch} is older than {self._cache.latest_epoch}")
         self._cache.assign(epoch, self._end)
@@ -111,6 +119,7 @@ class InMemoryLog:
         return first, self._end - 1
 
     def _add(self, data: bytes, *, check: bool) -> None:
+        self._check_space()
         scan = scan_batches(data, check_crc=check)
         scan.raise_error()
         if int(scan.base_offsets[0]) != self._end:

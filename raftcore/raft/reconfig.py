@@ -16,7 +16,8 @@ checked in this order (its AddVoterHandler, RemoveVoterHandler, UpdateVoterHandl
    *new* set -- and REQUEST_TIMED_OUT when its timeout passes first (the record stays in the
    log and may still commit: the outcome is then unknown to the caller), or
    NOT_LEADER_OR_FOLLOWER if this leadership ends first. A leader that removed itself resigns
-   once the removal is committed.
+   once the removal is committed. A leader whose log cannot take the record (an I/O error)
+   resigns at once, and the change is NOT_LEADER_OR_FOLLOWER.
 
 UpdateRaftVoter: a voter tells the leader its directory id, endpoint and kraft.version range;
 at kraft.version 1 a difference is written as a new Voters record. At kraft.version 0 the
@@ -38,7 +39,7 @@ from typing import TYPE_CHECKING
 from raftcore.error_codes import Errors, error_name
 from raftcore.raft.control_records import kraft_version_record, voters_record
 from raftcore.raft.leader_news import handle_common_response
-from raftcore.raft.leader_requests import NotLeaderError
+from raftcore.raft.leader_requests import LogWriteError, NotLeaderError
 from raftcore.raft.messages import UpdateVoterRequest, UpdateVoterResponse
 from raftcore.raft.replicated_log import snapshot_log
 from raftcore.raft.states import FollowerState, LeaderState, UnattachedState, VotedState
@@ -217,7 +218,10 @@ def _append_voters(
     if version is not None:
         records.append(kraft_version_record(version))
     records.append(voters_record(voters))
-    first, last = core.log.append_as_leader(records, state.epoch, control=True)
+    try:
+        first, last = core.log.append_as_leader(records, state.epoch, control=True)
+    except OSError as exc:  # the leader resigns (LeaderRequests.cannot_write)
+        raise core.cannot_write(state, exc, now, "a Voters record") from exc
     for offset, (key, value) in zip(range(first, last + 1), records, strict=True):
         core.history.add(offset, parse_control_record_key(key), value)
     voters_changed(core, now)
@@ -373,7 +377,10 @@ def poll_leader(core: RaftCore, state: LeaderState, now: int) -> float:
             )
         else:
             deadline = min(deadline, transfer.deadline)
-    _maybe_upgrade(core, state, now)
+    try:
+        _maybe_upgrade(core, state, now)
+    except LogWriteError:
+        return now  # it resigned
     return deadline
 
 
@@ -446,15 +453,18 @@ def handle_update_request(
         request.min_version,
         request.max_version,
     )
-    if version == 0:
-        state.reported[key.id] = reported
-        _maybe_upgrade(core, state, now)
-        return answer(Errors.NONE)
-    if voters[key.id] == reported or not reported.endpoints:
-        return answer(Errors.NONE)
-    if state.voter_change is not None or core.history.uncommitted_change(state.high_watermark):
-        return answer(Errors.REQUEST_TIMED_OUT)
-    _append_voters(core, state, voters.updated(reported), now)
+    try:
+        if version == 0:
+            state.reported[key.id] = reported
+            _maybe_upgrade(core, state, now)
+            return answer(Errors.NONE)
+        if voters[key.id] == reported or not reported.endpoints:
+            return answer(Errors.NONE)
+        if state.voter_change is not None or core.history.uncommitted_change(state.high_watermark):
+            return answer(Errors.REQUEST_TIMED_OUT)
+        _append_voters(core, state, voters.updated(reported), now)
+    except LogWriteError:  # this leader resigned: the voter asks the next one
+        return answer(Errors.NOT_LEADER_OR_FOLLOWER)
     return answer(Errors.NONE)
 
 

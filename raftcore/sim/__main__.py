@@ -18,14 +18,20 @@ import time
 from raftcore.sim.cluster import Scenario, SimResult, Simulation
 
 
-def _run_one(args: tuple[int, int, int | None, str | None, bool, str, str, str]) -> SimResult:
-    seed, voters, observers, plant, trace, snapshots, membership, bit_rot = args
+def _run_one(args: tuple[int, int, int | None, str | None, bool, str, str, str, str]) -> SimResult:
+    seed, voters, observers, plant, trace, snapshots, membership, bit_rot, full_disks = args
     if plant:
         from raftcore.sim import plants
 
         plants.apply(plant)
     scenario = Scenario.from_seed(
-        seed, voters, observers, snapshots=snapshots, membership=membership, bit_rot=bit_rot
+        seed,
+        voters,
+        observers,
+        snapshots=snapshots,
+        membership=membership,
+        bit_rot=bit_rot,
+        full_disks=full_disks,
     )
     return Simulation(scenario, trace=trace).run()
 
@@ -39,6 +45,7 @@ def replay_command(
     snapshots: str = "seeded",
     membership: str = "seeded",
     bit_rot: str = "seeded",
+    full_disks: str = "seeded",
 ) -> str:
     cmd = f"python -m raftcore.sim --nodes {voters} --seeds 1 --start-seed {seed} --trace"
     if observers is not None:
@@ -49,6 +56,8 @@ def replay_command(
         cmd += f" --membership {membership}"
     if bit_rot != "seeded":
         cmd += f" --bit-rot {bit_rot}"
+    if full_disks != "seeded":
+        cmd += f" --full-disks {full_disks}"
     if plant:
         cmd += f" --plant {plant}"
     return cmd
@@ -97,6 +106,13 @@ def main(argv: list[str] | None = None) -> int:
         help="bit rot in the replicas' logs, repaired from intact copies (protocol-aware "
         "recovery): drawn per seed (1 in 3 runs), always, or never",
     )
+    parser.add_argument(
+        "--full-disks",
+        choices=["seeded", "on", "off"],
+        default="seeded",
+        help="full disks (a node's log and quorum-state refuse every write for a while, the "
+        "leader's more often than not): drawn per seed (1 in 3 runs), always, or never",
+    )
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     # The simulated network reorders and duplicates; the cores log what they survive.
@@ -114,16 +130,18 @@ def main(argv: list[str] | None = None) -> int:
             args.snapshots,
             args.membership,
             args.bit_rot,
+            args.full_disks,
         )
         for i, seed in enumerate(range(args.start_seed, args.start_seed + args.seeds))
     ]
     started = time.perf_counter()
     events = done = 0
     outcomes = {"acknowledged": 0, "failed": 0, "indeterminate": 0}
-    snapshot_runs = membership_runs = rot_runs = 0
+    snapshot_runs = membership_runs = rot_runs = disk_runs = 0
     rot: dict[str, int] = {}
     snapshots: dict[str, int] = {}
     membership: dict[str, int] = {}
+    disks: dict[str, int] = {}
     if args.plant:
         from raftcore.sim import plants
 
@@ -148,6 +166,10 @@ def main(argv: list[str] | None = None) -> int:
                 rot_runs += 1
                 for kind, count in result.bit_rot.items():
                     rot[kind] = rot.get(kind, 0) + count
+            if result.disks:
+                disk_runs += 1
+                for kind, count in result.disks.items():
+                    disks[kind] = disks.get(kind, 0) + count
             if args.trace:
                 print("\n".join(result.trace))
             if not result.ok:
@@ -168,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
                     snapshots=args.snapshots,
                     membership=args.membership,
                     bit_rot=args.bit_rot,
+                    full_disks=args.full_disks,
                 )
                 print(f"replay: {command}")
                 return 1
@@ -195,6 +218,11 @@ def main(argv: list[str] | None = None) -> int:
         )
     if rot_runs:
         print(f"bit rot in {rot_runs} runs: " + ", ".join(f"{n} {kind}" for kind, n in rot.items()))
+    if disk_runs:
+        print(
+            f"full disks in {disk_runs} runs: "
+            + ", ".join(f"{count} {kind}" for kind, count in disks.items())
+        )
     return 0
 
 

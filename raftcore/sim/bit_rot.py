@@ -67,8 +67,8 @@ class BitRot:
         if damage is None:
             return None
         self.stats["scrubs finding damage"] += 1
-        self.sim.process(node, node.core.report_damage(damage, self.sim.now, "scrubbing"))
-        return node
+        core, now = node.core, self.sim.now
+        return self.sim.step(node, lambda: core.report_damage(damage, now, "scrubbing"))
 
     def _rot(self) -> None:
         sim = self.sim

@@ -3,8 +3,13 @@ network and clock, with in-memory logs that lose unflushed data on a crash.
 
 One event queue, one clock, one random generator (everything derives from the seed), so a
 seed replays exactly. Faults: message loss, delay and reordering (random delivery times),
-duplication, partitions that come and go, crash-restarts, slow disks. The invariants in
-:mod:`raftcore.sim.invariants` are checked after every event.
+duplication, partitions that come and go, crash-restarts, slow disks, full disks. The
+invariants in :mod:`raftcore.sim.invariants` are checked after every event.
+
+A full disk refuses every write to a node's log and quorum-state. The simulated node does what
+the real one does: a leader's refused append makes its core resign; any other call into the
+core that raises OSError (a follower's append, a quorum-state write) stops the node, which
+loses what it had not flushed, and its supervisor starts it again after a downtime.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import logging
 import random
 from collections import deque
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, ClassVar
 
 from raftcore.errors import LostQuorumStateError, RaftcoreError
@@ -21,6 +27,7 @@ from raftcore.raft import (
     CommittedBatch,
     InMemoryLog,
     LeaderAndEpoch,
+    LogWriteError,
     MemoryQuorumStateStore,
     NotLeaderError,
     Outbound,
@@ -104,6 +111,15 @@ class SimNode:
     poll_at: float = INF
     snapshot_busy: bool = False  # a snapshot is being taken (one at a time, as the node)
     generation: int = 0  # of its disk: a wipe gives it a new directory id
+    write_refused_epoch: int = -1  # the last epoch in which it led and its log refused an append
+
+    @property
+    def disk_full(self) -> bool:
+        return self.log.disk_full
+
+    @disk_full.setter
+    def disk_full(self, full: bool) -> None:
+        self.log.disk_full = self.store.disk_full = full
 
     @property
     def directory_id(self) -> bytes:
@@ -155,6 +171,11 @@ class SimNode:
             self.sim.invariants.on_start(self)
             try:
                 output = self.core.start(now)
+            except OSError as exc:  # a full disk: it refuses to start; tried again later
+                self.alive = False
+                self.core = None
+                self.sim.restart_after_failure(self, exc)
+                return
             except LostQuorumStateError as exc:
                 # What the node does (raftcore.node.data_dir): a lost quorum-state gets the
                 # replica a new directory id; with a static voter set it refuses to start.
@@ -202,6 +223,9 @@ class Simulation(SnapshotDriver):
         self.invariants = Invariants(self)
         self.membership = Membership(self)
         self.bit_rot = BitRot(self)
+        # full disks draw from their own generator: runs without them stay as they were
+        self.disk_rng = random.Random(f"full-disk-events-{scenario.seed}")
+        self.disk_stats = {"disks filled": 0, "leader appends refused": 0, "node stops": 0}
         self.trace: deque[str] = deque(maxlen=None if trace else 400)
         self.appends = 0
         self.events = 0
@@ -310,6 +334,26 @@ class Simulation(SnapshotDriver):
             node.poll_at = deadline
             self.schedule(deadline, "poll", (node.node_id, node.incarnation))
 
+    def step(self, node: SimNode, call: Any) -> SimNode | None:
+        """Process what ``call()`` (one call into the node's core) produced. An OSError out of
+        it (its full disk) stops the node, as the real node exits: the step was left half
+        done."""
+        try:
+            output = call()
+        except OSError as exc:
+            self.log_event(f"node {node.node_id} stops: {exc}")
+            self.disk_stats["node stops"] += 1
+            node.crash()
+            self.restart_after_failure(node, exc)
+            return None
+        self.process(node, output)
+        return node
+
+    def restart_after_failure(self, node: SimNode, exc: OSError) -> None:
+        """The node's supervisor starts it again after a downtime (systemd's RestartSec)."""
+        back = self.now + self.disk_rng.randint(*self.scenario.downtime_ms)
+        self.schedule(back, "fault", ("restart", node.node_id))
+
     # ---- events -------------------------------------------------------------------------------
 
     def _deliver(self, payload: tuple) -> SimNode | None:
@@ -323,8 +367,8 @@ class Simulation(SnapshotDriver):
                 return None
             cid &= 0xFFFFFFFF
         self.log_event(f"{src}->{dst} {short_message(message)}")
-        self.process(node, node.core.handle(src, cid, message, self.now))
-        return node
+        core = node.core
+        return self.step(node, lambda: core.handle(src, cid, message, self.now))
 
     def _poll(self, payload: tuple) -> SimNode | None:
         node_id, incarnation = payload
@@ -332,8 +376,7 @@ class Simulation(SnapshotDriver):
         if not node.alive or node.incarnation != incarnation or self.now < node.poll_at:
             return None
         node.poll_at = INF
-        self.process(node, node.core.poll(self.now))
-        return node
+        return self.step(node, lambda: node.core.poll(self.now))  # type: ignore[union-attr]
 
     def _flush(self, payload: tuple) -> SimNode | None:
         node_id, incarnation = payload
@@ -346,8 +389,7 @@ class Simulation(SnapshotDriver):
         node.pending = [o for o in node.pending if o.after_flush > flushed]
         for out in ready:
             self.send(node, out)
-        self.process(node, node.core.poll(self.now))
-        return node
+        return self.step(node, lambda: node.core.poll(self.now))  # type: ignore[union-attr]
 
     def _append(self, _payload: Any) -> SimNode | None:
         if self.faults_active or self.now < self.heal_started + 2_000:
@@ -359,10 +401,20 @@ class Simulation(SnapshotDriver):
                     (b"k", b"%d-%d" % (self.appends, i))
                     for i in range(self.scenario.records_per_append)
                 ]
+                core = node.core
                 try:
-                    appended = node.core.append(values, self.now)
+                    appended = core.append(values, self.now)
+                except LogWriteError as exc:  # it resigned: its EndQuorumEpochs go out
+                    node.write_refused_epoch = exc.leader.epoch
+                    self.disk_stats["leader appends refused"] += 1
+                    self.log_event(f"append refused at {node.node_id}: {exc}")
+                    return self.step(node, partial(core.poll, self.now))
                 except NotLeaderError:
                     return None
+                except OSError as exc:  # a client's request failed; the node goes on
+                    node.write_refused_epoch = core.epoch
+                    self.log_event(f"append failed at {node.node_id}: {exc}")
+                    return node
                 self.invariants.on_append(node, appended, values)
                 self.log_event(
                     f"append {appended.first_offset}..{appended.last_offset} at {node.node_id}"
@@ -376,8 +428,7 @@ class Simulation(SnapshotDriver):
                     read = node.core.read_index(self.now)
                     self.invariants.on_read(node, read)
                     self.log_event(f"read {read} at {node.node_id}")
-                self.process(node, node.core.poll(self.now))
-                return node
+                return self.step(node, partial(core.poll, self.now))
         return None
 
     def _fault(self, payload: tuple) -> SimNode | None:
@@ -403,7 +454,27 @@ class Simulation(SnapshotDriver):
             if not node.alive:
                 self.log_event(f"restart {arg}")
                 node.start(self.now)
-                return node
+                return node if node.alive else None
+        elif action == "disk-full":
+            if not self.faults_active:
+                return None
+            leaders = [
+                n for n in self.nodes.values() if n.alive and isinstance(n.core.state, LeaderState)
+            ]
+            rng = self.disk_rng
+            node = rng.choice(
+                leaders if leaders and rng.random() < 0.6 else list(self.nodes.values())
+            )
+            node.disk_full = True
+            self.disk_stats["disks filled"] += 1
+            self.log_event(f"disk of {node.node_id} full")
+            back = self.now + rng.randint(*self.scenario.full_disk_ms)
+            self.schedule(back, "fault", ("disk-freed", node.node_id))
+        elif action == "disk-freed":
+            node = self.nodes[arg]
+            if node.disk_full:
+                node.disk_full = False
+                self.log_event(f"disk of {arg} freed")
         return None
 
     _HANDLERS: ClassVar[dict[str, Any]] = {
@@ -441,6 +512,10 @@ class Simulation(SnapshotDriver):
                 self.schedule(t, "fault", ("crash", victim))
                 back = t + self.rng.randint(*sc.downtime_ms)
                 self.schedule(min(back, sc.fault_ms), "fault", ("restart", victim))
+        t = 500
+        while sc.full_disks and t < sc.fault_ms:
+            t += self.disk_rng.randint(*sc.full_disk_every_ms)
+            self.schedule(min(t, sc.fault_ms), "fault", ("disk-full", None))
 
     def run(self) -> SimResult:
         sc = self.scenario
@@ -477,7 +552,7 @@ class Simulation(SnapshotDriver):
             )
         except Violation as v:
             return self._result(v)
-        except RaftcoreError as exc:
+        except (RaftcoreError, OSError) as exc:  # (an OSError the driver did not expect)
             return self._result(Violation("core-error", f"{type(exc).__name__}: {exc}"))
 
     def _result(self, violation: Violation | None) -> SimResult:
@@ -498,6 +573,7 @@ class Simulation(SnapshotDriver):
             dict(self.snapshot_stats) if self.scenario.snapshot_every else {},
             dict(self.membership.stats) if self.scenario.reconfig else {},
             dict(self.bit_rot.stats) if self.scenario.bit_rot_every_ms else {},
+            dict(self.disk_stats) if self.scenario.full_disks else {},
         )
 
     def _heal(self) -> None:
@@ -506,6 +582,7 @@ class Simulation(SnapshotDriver):
         self.blocked = set()
         self.log_event("faults stop")
         for node in self.nodes.values():
+            node.disk_full = False  # the operator made room
             if not node.alive:
                 node.start(self.now)
                 self.invariants.after_event(node)
@@ -523,6 +600,7 @@ class SimResult:
     snapshots: dict[str, int] = field(default_factory=dict)
     membership: dict[str, int] = field(default_factory=dict)
     bit_rot: dict[str, int] = field(default_factory=dict)
+    disks: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

@@ -18,6 +18,9 @@
   whole and has the same bytes on every replica holding that id (``corrupt-snapshot``: a torn
   or corrupted download is never installed); no record below the log start offset is served
   (the in-memory log raises, a ``core-error``);
+- **a leader that cannot write steps down** (``leader-cannot-write``): no replica still leads
+  an epoch in which its log refused an append (a full disk), so that a voter that can write
+  may be elected;
 - **liveness**: once the faults stop, a leader is elected and every replica catches up to it,
   high watermark included, within a bounded simulated time.
 """
@@ -284,6 +287,11 @@ class Invariants:
             prev = self.leaders.setdefault(state.epoch, nid)
             if prev != nid:
                 raise Violation("two-leaders", f"epoch {state.epoch}: {prev} and {nid}")
+            if node.write_refused_epoch == state.epoch:
+                raise Violation(
+                    "leader-cannot-write",
+                    f"node {nid} still leads epoch {state.epoch} after its log refused an append",
+                )
             key = (nid, node.incarnation, state.epoch)
             if key not in self.leader_checked:
                 self.leader_checked.add(key)

@@ -35,7 +35,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from raftcore.error_codes import Errors
-from raftcore.raft import MemoryQuorumStateStore
+from raftcore.raft import LogWriteError, MemoryQuorumStateStore
 from raftcore.raft.control_records import decode_voters
 from raftcore.raft.reconfig import snapshot_header_records
 from raftcore.raft.states import LeaderState
@@ -178,7 +178,10 @@ class Membership:
             node = self.rng.choice(spares)
             key = ReplicaKey(node.node_id, node.directory_id)
             flushed, floor = node.log.flushed_offset, self._leader_end_floor(leader)
-            token = core.add_voter(key, endpoint_of(node.node_id), CHANGE_TIMEOUT_MS, now)
+            try:
+                token = core.add_voter(key, endpoint_of(node.node_id), CHANGE_TIMEOUT_MS, now)
+            except LogWriteError as exc:
+                return self._refused(leader, exc)
             sim.log_event(f"add voter {key} at {leader.node_id} (token {token})")
             if core.voter_set.is_voter(key) and flushed < floor:
                 from raftcore.sim.invariants import Violation
@@ -197,7 +200,10 @@ class Membership:
             if not candidates:
                 return None
             key = self.rng.choice(candidates)
-            token = core.remove_voter(key, CHANGE_TIMEOUT_MS, now)
+            try:
+                token = core.remove_voter(key, CHANGE_TIMEOUT_MS, now)
+            except LogWriteError as exc:
+                return self._refused(leader, exc)
             sim.log_event(f"remove voter {key} at {leader.node_id} (token {token})")
             action = "remove"
         elif action == "transfer":
@@ -210,8 +216,15 @@ class Membership:
         else:
             return self._wipe(leader, voters, keep_log=action == "lose-state")
         self._asked[(leader.node_id, leader.incarnation, token)] = action
-        sim.process(leader, core.poll(now))
-        return leader
+        return sim.step(leader, lambda: core.poll(now))
+
+    def _refused(self, leader: SimNode, exc: LogWriteError) -> SimNode | None:
+        """The leader's full disk refused the Voters record: it resigned."""
+        leader.write_refused_epoch = exc.leader.epoch
+        self.sim.disk_stats["leader appends refused"] += 1
+        self.sim.log_event(f"voter change refused at {leader.node_id}: {exc}")
+        core, now = leader.core, self.sim.now
+        return self.sim.step(leader, lambda: core.poll(now))  # type: ignore[union-attr]
 
     def _wipe_victims(self, voters: VoterSet, only: SimNode | None = None) -> list[SimNode]:
         """The nodes whose disk (or quorum-state) may go: a majority of every voter set in

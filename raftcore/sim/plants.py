@@ -271,10 +271,24 @@ def _damaged_leader_stays() -> None:
     damage._successor = lambda core, state, offset, now: None  # type: ignore[assignment]
 
 
+def _leader_keeps_leading_on_a_full_disk() -> None:
+    """A leader whose log refuses an append lets the OSError out to the client and goes on
+    leading (raftcore's node until the storage-faults work: every Produce failed with a
+    traceback, and its heartbeats kept its followers from electing a voter that could
+    write)."""
+    from raftcore.raft.leader_requests import LeaderRequests
+
+    def cannot_write(self, state, exc, now, what):  # type: ignore[no-untyped-def]
+        raise exc
+
+    LeaderRequests.cannot_write = cannot_write  # type: ignore[method-assign]
+
+
 PLANTS: dict[str, Callable[[], None]] = {
     "serve-damaged": _serve_damaged,
     "repair-skipped": _repair_skipped,
     "damaged-leader-stays": _damaged_leader_stays,
+    "leader-keeps-leading-on-full-disk": _leader_keeps_leading_on_a_full_disk,
     "install-unverified": _install_unverified,
     "serve-below-lso": _serve_below_lso,
     "listener-skips-snapshot": _listener_skips_snapshot,

@@ -52,6 +52,12 @@ class Scenario:
     # Bit rot (raftcore.sim.bit_rot): a bit flips in some replica's log every so often
     # (None: never), repaired from an intact copy (protocol-aware recovery).
     bit_rot_every_ms: tuple[int, int] | None = None
+    # Full disks: now and then a node's disk (its log and quorum-state) refuses every write
+    # for a while, the leader's more often than not; the operator frees them all when the
+    # faults stop.
+    full_disks: bool = False
+    full_disk_every_ms: tuple[int, int] = (1500, 6000)
+    full_disk_ms: tuple[int, int] = (200, 4000)
 
     @classmethod
     def from_seed(
@@ -63,6 +69,7 @@ class Scenario:
         snapshots: str = "seeded",
         membership: str = "seeded",
         bit_rot: str = "seeded",
+        full_disks: str = "seeded",
     ) -> Scenario:
         """Draw a scenario. Styles: "mixed" (everything, at a moderate rate), "crashy"
         (frequent short crashes, sometimes of every node at once, and crashes right after a
@@ -126,6 +133,12 @@ class Scenario:
         drawn = bit_rot == "on" or (bit_rot == "seeded" and rot.random() < 1 / 3)
         if drawn and not sc.reconfig:
             sc.bit_rot_every_ms = rot.choice([(200, 1000), (1000, 4000)])
+        # Full disks in one run of three, from their own generator too.
+        disks = random.Random(f"full-disks-{seed}")
+        if full_disks == "on" or (full_disks == "seeded" and disks.random() < 1 / 3):
+            sc.full_disks = True
+            sc.full_disk_every_ms = disks.choice([(500, 3000), (1500, 6000)])
+            sc.full_disk_ms = disks.choice([(50, 1000), (200, 4000)])
         return sc
 
     def describe(self) -> str:
@@ -150,4 +163,9 @@ class Scenario:
                 else ""
             )
             + (f", bit rot every {self.bit_rot_every_ms} ms" if self.bit_rot_every_ms else "")
+            + (
+                f", full disks every {self.full_disk_every_ms} ms for {self.full_disk_ms} ms"
+                if self.full_disks
+                else ""
+            )
         )

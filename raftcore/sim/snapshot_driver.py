@@ -17,8 +17,8 @@ if TYPE_CHECKING:
 
 
 class SnapshotDriver:
-    """Mixed into Simulation: uses its rng, nodes, schedule, log_event, process, invariants
-    and snapshot_stats."""
+    """Mixed into Simulation: uses its rng, nodes, schedule, log_event, process, step,
+    invariants and snapshot_stats."""
 
     rng: Any
     nodes: dict[int, Any]
@@ -33,6 +33,9 @@ class SnapshotDriver:
         raise NotImplementedError
 
     def process(self, node: Any, output: Any) -> None:
+        raise NotImplementedError
+
+    def step(self, node: Any, call: Any) -> Any:
         raise NotImplementedError
 
     def _corrupt_chunk(self, message: FetchSnapshotResponse) -> FetchSnapshotResponse:
@@ -82,8 +85,7 @@ class SnapshotDriver:
                     writer.abort()
                 self.log_event(f"snapshot at {end} abandoned at {node_id}")
                 node.snapshot_busy = False
-                self.process(node, core.snapshot_abandoned(self.now))
-                return node
+                return self.step(node, lambda: core.snapshot_abandoned(self.now))
             self.invariants.on_take_snapshot(node, writer.snapshot_id, listener.state)
             records = listener.snapshot_records()
             if self.rng.random() < 0.5:
@@ -96,7 +98,7 @@ class SnapshotDriver:
         writer, records = held
         return self._freeze_snapshot(node, writer, records)
 
-    def _freeze_snapshot(self, node: SimNode, writer: Any, records: list) -> SimNode:
+    def _freeze_snapshot(self, node: SimNode, writer: Any, records: list) -> SimNode | None:
         writer.append(records)
         node.snapshot_busy = False
         if writer.snapshot_id.offset < node.log.log_start_offset:
@@ -107,11 +109,11 @@ class SnapshotDriver:
             writer.freeze()
         except SnapshotError as exc:
             self.log_event(f"snapshot {writer.snapshot_id} dropped at {node.node_id}: {exc}")
-            self.process(node, node.core.snapshot_abandoned(self.now))
-            return node
+            core = node.core
+            return self.step(node, lambda: core.snapshot_abandoned(self.now))
         self.log_event(f"snapshot {writer.snapshot_id} taken at {node.node_id}")
-        self.process(node, node.core.snapshot_frozen(writer.snapshot_id, self.now))
-        return node
+        core = node.core
+        return self.step(node, lambda: core.snapshot_frozen(writer.snapshot_id, self.now))
 
     def _delete_records(self, node: SimNode) -> None:
         """A client's DeleteRecords at the leader, below a random committed offset."""
