@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cluster_helpers import FAST, key, quorum, run, wait_for
+from cluster_helpers import FAST, key, quorum, run, wait_caught_up, wait_for
 
 from raftcore.client import Producer
 from raftcore.errors import CorruptRecordError
@@ -57,7 +57,8 @@ def start_cluster(tmp_path):
 
 
 def write(cluster: LocalCluster) -> dict[int, bytes]:
-    """Write RECORDS records, one batch per send, acks=all; offset -> value acknowledged."""
+    """Write RECORDS records, one batch per send, acks=all; offset -> value acknowledged.
+    Returns once every replica holds them (acks=all waits for a majority only)."""
 
     async def go() -> dict[int, bytes]:
         acked: dict[int, bytes] = {}
@@ -68,7 +69,9 @@ def write(cluster: LocalCluster) -> dict[int, bytes]:
                 acked.update(zip(range(first, last + 1), (value(n) for n in ns), strict=True))
         return acked
 
-    return run(go())
+    acked = run(go())
+    run(wait_caught_up(cluster, cluster.node_ids))
+    return acked
 
 
 def segment_files(data_dir: Path) -> list[Path]:
