@@ -83,6 +83,29 @@ def test_a_read_stops_before_the_damaged_batch(log):  # type: ignore[no-untyped-
     assert scan.error is None and int(scan.last_offsets[-1]) == base - 1
 
 
+def test_a_reader_of_committed_batches_checks_none_past_its_end_offset(log):  # type: ignore[no-untyped-def]
+    """With ``end_offset`` (the listener, a consumer's fetch: the high watermark) a read takes
+    and checks only the batches below it: a damaged batch past it is neither its finding nor
+    its cost (a reader at the log's end would check max_bytes at every step of the mark)."""
+    segment, position, base, _ = batch_in_sealed_segment(log)
+    flip(segment.path, position + 70)
+    data, damage = read_intact(log, segment.base_offset, 1 << 20, end_offset=base)
+    assert damage is None
+    scan = scan_batches(bytes(data))
+    assert scan.error is None and int(scan.last_offsets[-1]) == base - 1
+    assert read_intact(log, segment.base_offset, 1 << 20)[1] is not None  # read whole: found
+
+
+def test_a_base_offset_damaged_past_the_end_offset_does_not_hide_a_committed_batch(log):  # type: ignore[no-untyped-def]
+    """A committed batch whose base offset now reads past the end offset is not taken for the
+    first batch past it: the read is checked whole, and the damage found where it is."""
+    segment, position, base, _ = batch_in_sealed_segment(log)
+    flip(segment.path, position + 1)  # the base offset's second byte: far past any end
+    data, damage = read_intact(log, segment.base_offset, 1 << 20, end_offset=base + 3)
+    assert damage is not None and damage.offset == base
+    assert int(scan_batches(bytes(data)).last_offsets[-1]) == base - 1
+
+
 def test_a_sound_copy_is_written_in_place_and_the_log_verifies_again(log):  # type: ignore[no-untyped-def]
     segment, position, base, copy = batch_in_sealed_segment(log)
     flip(segment.path, position + 70)

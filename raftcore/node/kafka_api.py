@@ -419,7 +419,7 @@ def _fetch_once(node: RaftNode, body: Any, version: int, cls: Any) -> tuple[Any,
                     # Only sound batches leave (raftcore.raft.damage): the first damaged one
                     # and what follows stay here, and the core hears of it.
                     data, damage = read_intact(
-                        log, p.fetch_offset, max(1, min(p.partition_max_bytes, budget))
+                        log, p.fetch_offset, max(1, min(p.partition_max_bytes, budget)), hw
                     )
                     if damage is not None:
                         node.report_damage(damage, "serving a consumer")

@@ -34,6 +34,8 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from raftcore.errors import CorruptRecordError, LogError
 from raftcore.records import scan_batches, sound_batch
 
@@ -56,15 +58,22 @@ class Damage:
         return f"offset {self.offset} ({self.reason})"
 
 
-def read_intact(log: Any, offset: int, max_bytes: int) -> tuple[Any, Damage | None]:
+def read_intact(
+    log: Any, offset: int, max_bytes: int, end_offset: int | None = None
+) -> tuple[Any, Damage | None]:
     """What may be served from ``offset``: the sound batches of ``log.read(offset,
     max_bytes)`` up to the first damaged one, and that damage (None when all are sound).
     A batch is sound when its header parses, its CRC matches, its offsets follow the one
-    before it, and the first holds ``offset``."""
+    before it, and the first holds ``offset``. With ``end_offset`` (a reader of committed
+    batches: the high watermark), the batches from the first that starts at or past it are
+    left out unchecked: a reader at the log's end would otherwise check up to ``max_bytes``
+    of batches it does not take, at every step of the high watermark."""
     try:
         data = log.read(offset, max_bytes)
     except CorruptRecordError as exc:  # a header the read could not walk past
         return b"", Damage(offset, str(exc))
+    if end_offset is not None and len(data) > 0:
+        data = _below(data, end_offset)
     if len(data) == 0:
         return data, None
     scan = scan_batches(data, check_crc=True)
@@ -80,6 +89,20 @@ def read_intact(log: Any, offset: int, max_bytes: int) -> tuple[Any, Damage | No
         return data[:0], Damage(offset, reason)
     end = int(scan.positions[good - 1]) + int(scan.sizes[good - 1])
     return data[:end], Damage(int(scan.last_offsets[good - 1]) + 1, reason)
+
+
+def _below(data: Any, end_offset: int) -> Any:
+    """``data`` up to its first batch starting at or past ``end_offset``, when that batch
+    follows on from the one before it (headers only). Otherwise all of ``data`` is kept, for
+    the check to find what is wrong: a damaged base offset must not hide a committed batch."""
+    headers = scan_batches(data, check_crc=False)
+    past = np.flatnonzero(headers.base_offsets[: headers.count] >= end_offset)
+    if len(past) == 0 or past[0] == 0:
+        return data
+    k = int(past[0])
+    if int(headers.base_offsets[k]) != int(headers.last_offsets[k - 1]) + 1:
+        return data
+    return data[: int(headers.positions[k])]
 
 
 class DamageTracker:

@@ -201,7 +201,8 @@ class ListenerFeed:
             # a closed segment); copying is cheap, decoding the records is left to the listener.
             # Only sound batches (raftcore.raft.damage): a damaged one stops the listener there
             # until it is repaired from the leader.
-            view, damage = read_intact(self.log, self.next_offset, LISTENER_READ_BYTES)
+            # (committed batches only: the bytes past the high watermark are not checked)
+            view, damage = read_intact(self.log, self.next_offset, LISTENER_READ_BYTES, hw)
             if damage is not None:
                 self.damaged = damage
             data = bytes(view)
