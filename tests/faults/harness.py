@@ -301,8 +301,12 @@ def run_once(config: RunConfig, log=print) -> RunResult:  # type: ignore[no-unty
             if not config.snapshots:  # snapshot mode has small segments already
                 node_args += DISK_NODE_ARGS[:2]
             node_args += DISK_NODE_ARGS[2:]
-            small_disk = SmallDisk(run_dir, random.Random(config.seed).choice(node_ids))
-            say(f"disk nemesis: node {small_disk.node_id} on a tmpfs at {small_disk.mount}")
+            try:
+                small_disk = SmallDisk(run_dir, random.Random(config.seed).choice(node_ids))
+                say(f"disk nemesis: node {small_disk.node_id} on a tmpfs at {small_disk.mount}")
+            except (OSError, RuntimeError) as exc:  # not root, no tmpfs: flips only
+                result.notes.append(f"disk fills skipped: {exc}")
+                say(f"disk fills skipped: {exc}")
         hosts = [network.endpoint(i).rpartition(":")[0] for i in node_ids]
         security = make_run_security(config.security, run_dir, node_ids, hosts)
         if security.mode != "PLAINTEXT":
