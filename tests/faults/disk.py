@@ -5,10 +5,14 @@ kills, pauses and partitions. One action every 2-5 s, in its own thread:
   payload, past its 61-byte header; never a control batch, whose damage stops the node by
   design, nor the active segment). The node must find it (its scrubber runs at 64 MiB/s, a pass
   every 2 s) and repair it from the leader; the consumers must never see the damaged value
-  (the checker compares values). At most one damaged copy of a batch at a time: while a flip
-  is not yet seen repaired (the node's ``repaired the damaged batch B..`` line), the next flip
-  goes to the same node only; after 30 s without a repair the flip is given up on
-  (``flip-unrepaired``: the segment truncated or deleted under it, say).
+  (the checker compares values). One damaged batch at a time: no flip while the last one is not
+  yet seen repaired (the node's ``repaired the damaged batch B..`` line); after 30 s without a
+  repair it is given up on (``flip-unrepaired``). A node tracks one damage at a time (the
+  lowest), and its scrubber reports the first damage of each segment and scrubs again only
+  10 s after a pass that found some (``raftcore.node.scrubber``), so flips piled on one node
+  would wait their turn for tens of seconds. After the fault phase the harness waits (bounded)
+  for the last flip's repair (``settle``); a flipped batch still damaged in its segment then is
+  a ``damage-left`` violation (``damage_left``).
 - ``fill``: one node's data directory lives on a small tmpfs (``DISK_SIZE``, mounted under the
   run directory, unmounted at the end); a filler file takes all its room for 2-4 s, then is
   deleted. A leader that cannot write resigns, a follower exits non-zero with one CRITICAL
@@ -37,9 +41,11 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from raftcore.records import iter_batches
+from raftcore.errors import CorruptRecordError
+from raftcore.records import iter_batches, sound_batch
 
 from .nemesis import Event
 from .nodes import NodeSet
@@ -127,9 +133,37 @@ class SmallDisk:
         self.mounted = False
 
 
-def flip_a_payload_byte(log_dir: Path, rng: random.Random) -> tuple[Path, int, int] | None:
+@dataclass
+class Flip:
+    node_id: int
+    segment: Path
+    base_offset: int
+    batch_position: int
+    batch_size: int
+    position: int  # of the flipped byte
+    log_since: int = 0  # the node log's size before the flip
+    t: float = 0.0  # monotonic
+
+    def still_damaged(self) -> bool:
+        """The batch is still at its place in the segment and fails its check."""
+        try:
+            with open(self.segment, "rb") as f:
+                f.seek(self.batch_position)
+                data = f.read(self.batch_size)
+        except FileNotFoundError:
+            return False
+        if len(data) < self.batch_size or int.from_bytes(data[:8], "big") != self.base_offset:
+            return False  # truncated, or rewritten by other batches
+        try:
+            sound_batch(data)
+        except CorruptRecordError:
+            return True
+        return False
+
+
+def flip_a_payload_byte(log_dir: Path, rng: random.Random) -> Flip | None:
     """Flip one random payload byte of a random data batch in a random sealed segment (every
-    one but the newest), in place. (segment, batch base offset, file position) or None."""
+    one but the newest), in place."""
     segments = sorted(log_dir.glob("*.log"))[:-1]
     rng.shuffle(segments)
     for segment in segments:
@@ -155,7 +189,7 @@ def flip_a_payload_byte(log_dir: Path, rng: random.Random) -> tuple[Path, int, i
                 f.write(bytes([byte[0] ^ (1 << rng.randrange(8))]))
         except FileNotFoundError:
             continue
-        return segment, batch.base_offset, pos
+        return Flip(0, segment, batch.base_offset, batch.position, batch.size_in_bytes, pos)
     return None
 
 
@@ -178,8 +212,8 @@ class DiskNemesis(threading.Thread):
         self.counts = dict.fromkeys(
             ("flips", "flips_repaired", "flips_unrepaired", "fills", "fill_exits"), 0
         )
-        # the flip not yet seen repaired: node, base offset, log size before it, when
-        self.pending: tuple[int, int, int, float] | None = None
+        self.flips: list[Flip] = []
+        self.pending: Flip | None = None  # the last flip, not yet seen repaired
         self._halt = threading.Event()
 
     def now(self) -> float:
@@ -199,7 +233,6 @@ class DiskNemesis(threading.Thread):
                     self._flip()
                 else:
                     self._fill(self.rng.uniform(2.0, 4.0))
-            self._check_pending()
         except Exception as exc:  # a harness bug: said, not swallowed
             import traceback
 
@@ -216,44 +249,70 @@ class DiskNemesis(threading.Thread):
         except FileNotFoundError:
             return 0
 
-    def _check_pending(self) -> None:
-        if self.pending is None:
+    def _check_pending(self, give_up: bool = True) -> None:
+        flip = self.pending
+        if flip is None:
             return
-        node_id, offset, since, t = self.pending
         try:
-            with open(self.nodes.log_file(node_id), "rb") as f:
-                f.seek(since)
+            with open(self.nodes.log_file(flip.node_id), "rb") as f:
+                f.seek(flip.log_since)
                 text = f.read().decode(errors="replace")
         except FileNotFoundError:
             text = ""
-        if f"{REPAIRED}{offset}.." in text:
+        what = f"batch {flip.base_offset}"
+        if f"{REPAIRED}{flip.base_offset}.." in text:
             self.counts["flips_repaired"] += 1
-            self._record(Event(self.now(), "flip-repaired", [node_id], f"batch {offset}"))
+            self._record(Event(self.now(), "flip-repaired", [flip.node_id], what))
             self.pending = None
-        elif time.monotonic() - t > FLIP_REPAIR_TIMEOUT_S:
+        elif give_up and time.monotonic() - flip.t > FLIP_REPAIR_TIMEOUT_S:
             self.counts["flips_unrepaired"] += 1
-            self._record(Event(self.now(), "flip-unrepaired", [node_id], f"batch {offset}"))
+            self._record(Event(self.now(), "flip-unrepaired", [flip.node_id], what))
             self.pending = None
 
+    def settle(self, timeout_s: float = FLIP_REPAIR_TIMEOUT_S) -> None:
+        """After the fault phase (the nemesis stopped, the cluster healed): wait up to
+        ``timeout_s`` for the last flip's repair."""
+        deadline = time.monotonic() + timeout_s
+        while self.pending is not None and time.monotonic() < deadline:
+            self._check_pending(give_up=False)
+            time.sleep(0.25)
+        self._check_pending(give_up=True)
+        if self.pending is not None:
+            self.counts["flips_unrepaired"] += 1
+            flip = self.pending
+            self._record(
+                Event(self.now(), "flip-unrepaired", [flip.node_id], f"batch {flip.base_offset}")
+            )
+            self.pending = None
+
+    def damage_left(self) -> list[str]:
+        """Flipped batches still damaged in their segments (read once the nodes stopped or
+        settled)."""
+        return [
+            f"node {f.node_id}: batch {f.base_offset} in {f.segment.name} at byte "
+            f"{f.batch_position} (flipped at byte {f.position}) still fails its check"
+            for f in self.flips
+            if f.still_damaged()
+        ]
+
     def _flip(self) -> None:
+        if self.pending is not None:  # one damaged batch at a time
+            return
         with self.nodes.lock:
             running = self.nodes.running()
-            if self.pending is not None:
-                running = [i for i in running if i == self.pending[0]]
             if not running:
                 return
             victim = self.rng.choice(running)
             since = self._log_size(victim)
-            done = flip_a_payload_byte(self.nodes.data_dir(victim) / "log", self.rng)
-            if done is None:
+            flip = flip_a_payload_byte(self.nodes.data_dir(victim) / "log", self.rng)
+            if flip is None:
                 return
-            segment, offset, pos = done
+            flip.node_id, flip.log_since, flip.t = victim, since, time.monotonic()
+            self.flips.append(flip)
+            self.pending = flip
             self.counts["flips"] += 1
-            if self.pending is None:
-                self.pending = (victim, offset, since, time.monotonic())
-            self._record(
-                Event(self.now(), "flip", [victim], f"batch {offset}, {segment.name} byte {pos}")
-            )
+            detail = f"batch {flip.base_offset}, {flip.segment.name} byte {flip.position}"
+            self._record(Event(self.now(), "flip", [victim], detail))
 
     # ---- fills ----------------------------------------------------------------------------------
 

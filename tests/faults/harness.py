@@ -413,6 +413,12 @@ def run_once(config: RunConfig, log=print) -> RunResult:  # type: ignore[no-unty
                 if wrong:
                     result.violations.setdefault("voter-set", []).extend(wrong)
 
+        if disks is not None:
+            disks.settle()
+            left = disks.damage_left()
+            if left:
+                result.violations["damage-left"] = left
+
         monitor.stop()
         events = sorted(
             nemesis.events + (members.events if members else []) + (disks.events if disks else []),
