@@ -68,7 +68,7 @@ DISK_NODE_ARGS = [
 
 REPAIRED = "repaired the damaged batch "
 FOUND = "] damaged batch at offset "
-RESIGNED = "the log cannot be written"
+RESIGNED = "so that a voter that can write leads"  # the leader's ERROR line, once a resignation
 
 
 class SmallDisk:

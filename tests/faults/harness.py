@@ -603,7 +603,7 @@ def format_result(r: RunResult) -> str:
             f"{FLIP_REPAIR_TIMEOUT_S:g} s); node logs: {f.get('disk_damage_found', 0)} damaged "
             f"batches found, {f.get('disk_repairs', 0)} repaired; {f.get('disk_fills', 0)} "
             f"fills, {f.get('disk_fill_exits', 0)} node exits, {f.get('disk_resigned', 0)} "
-            "resignations (the log cannot be written); quorum-state deletions: none (skipped)"
+            "leaders resigned (the log cannot be written); quorum-state deletions: none (skipped)"
         )
     conv = f"{r.convergence_s:.1f} s" if r.convergence_s is not None else "none"
     lines.append(f"  convergence:    {conv} after the final heal")
