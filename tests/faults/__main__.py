@@ -9,6 +9,8 @@ without them every node runs on loopback and the partition nemesis is skipped, w
 ``--security SASL_SSL`` with clients logging in by SCRAM-SHA-512 over TLS.
 ``--membership`` adds the membership nemesis (``membership``): wiped nodes replaced, the voter
 set grown and shrunk between 3 and 5, leadership handed over, while the faults run.
+``--disk`` adds the disk nemesis (``disk``): bytes flipped in sealed segments of running nodes,
+one node's disk (a small tmpfs) filled for seconds.
 """
 
 from __future__ import annotations
@@ -58,6 +60,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the membership nemesis too: wiped nodes replaced, the voters grown to 5 and "
         "shrunk to 3, leadership handed over, while the faults run",
     )
+    p.add_argument(
+        "--disk",
+        action="store_true",
+        help="the disk nemesis too: bytes flipped in sealed segments (repaired from the "
+        "leader), one node's disk (a small tmpfs) filled for seconds",
+    )
     p.add_argument("--keep", action="store_true", help="keep run directories of passed runs")
     p.add_argument("--dir", default=None, help="where run directories go (default: temp)")
     p.add_argument("--keep-going", action="store_true", help="run every seed even after a failure")
@@ -89,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             security=args.security,
             event_loop=args.event_loop,
             membership=args.membership,
+            disk=args.disk,
         )
         result = run_once(config, log=lambda s: print(s, flush=True))
         print(format_result(result), flush=True)

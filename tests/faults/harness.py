@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 import shutil
 import sys
 import tempfile
@@ -30,6 +31,7 @@ from pathlib import Path
 from raftcore.security.config import ClientSecurity
 
 from .checker import NodeLog, Verdict, check, read_node_log
+from .disk import DISK_NODE_ARGS, FLIP_REPAIR_TIMEOUT_S, DiskNemesis, SmallDisk
 from .history import History
 from .membership import MembershipNemesis
 from .nemesis import FAULT_KINDS, Event, Nemesis
@@ -62,6 +64,7 @@ class RunConfig:
     security: str = "PLAINTEXT"  # or SSL (mutual TLS) or SASL_SSL (security.MODES)
     event_loop: str = "asyncio"  # the nodes' event loop (raftcore node --event-loop)
     membership: bool = False  # the membership nemesis too (replace, grow, shrink, transfer)
+    disk: bool = False  # the disk nemesis too (flipped bytes, a full disk)
 
 
 @dataclass
@@ -104,6 +107,8 @@ def replay_command(c: RunConfig) -> str:
         cmd += f" --event-loop {c.event_loop}"
     if c.membership:
         cmd += " --membership"
+    if c.disk:
+        cmd += " --disk"
     if c.pythonpath:
         cmd += f" --nodes-from {c.pythonpath}"
     return cmd
@@ -281,7 +286,7 @@ def run_once(config: RunConfig, log=print) -> RunResult:  # type: ignore[no-unty
     def say(text: str) -> None:
         log(f"[{time.monotonic() - t0:7.2f} s] {text}")
 
-    network = nodes = monitor = None
+    network = nodes = monitor = small_disk = disks = None
     writers: list[Writer] = []
     client_log = _client_logger(run_dir)
     try:
@@ -292,6 +297,16 @@ def run_once(config: RunConfig, log=print) -> RunResult:  # type: ignore[no-unty
             say(f"partition nemesis skipped: {network.reason}")
         node_args = NODE_ARGS + (snapshot_node_args(config.snapshots) if config.snapshots else [])
         node_args += ["--event-loop", config.event_loop]
+        if config.disk:
+            if not config.snapshots:  # snapshot mode has small segments already
+                node_args += DISK_NODE_ARGS[:2]
+            node_args += DISK_NODE_ARGS[2:]
+            try:
+                small_disk = SmallDisk(run_dir, random.Random(config.seed).choice(node_ids))
+                say(f"disk nemesis: node {small_disk.node_id} on a tmpfs at {small_disk.mount}")
+            except (OSError, RuntimeError) as exc:  # not root, no tmpfs: flips only
+                result.notes.append(f"disk fills skipped: {exc}")
+                say(f"disk fills skipped: {exc}")
         hosts = [network.endpoint(i).rpartition(":")[0] for i in node_ids]
         security = make_run_security(config.security, run_dir, node_ids, hosts)
         if security.mode != "PLAINTEXT":
@@ -337,7 +352,12 @@ def run_once(config: RunConfig, log=print) -> RunResult:  # type: ignore[no-unty
         nemesis = Nemesis(config.seed, nodes, partitions=config.partitions, log=log, guard=held_by)
         if members is not None:
             members.start()
+        if config.disk:
+            disks = DiskNemesis(config.seed, nodes, small_disk, log=log)
+            disks.start()
         nemesis.run(config.duration_s)
+        if disks is not None:
+            disks.stop()  # the filler deleted before the final heal
 
         # ---- heal, drain, converge -----------------------------------------------------------
         t_heal = time.monotonic()
@@ -393,8 +413,17 @@ def run_once(config: RunConfig, log=print) -> RunResult:  # type: ignore[no-unty
                 if wrong:
                     result.violations.setdefault("voter-set", []).extend(wrong)
 
+        if disks is not None:
+            disks.settle()
+            left = disks.damage_left()
+            if left:
+                result.violations["damage-left"] = left
+
         monitor.stop()
-        events = sorted(nemesis.events + (members.events if members else []), key=lambda e: e.t)
+        events = sorted(
+            nemesis.events + (members.events if members else []) + (disks.events if disks else []),
+            key=lambda e: e.t,
+        )
         result.events = events
         result.nemesis_counts = dict(Counter(ev.kind for ev in nemesis.events))
         result.elections = dict(elections_by_kind(monitor.samples, events))
@@ -405,7 +434,7 @@ def run_once(config: RunConfig, log=print) -> RunResult:  # type: ignore[no-unty
             result.notes.append(f"epoch increases during follower-only faults: {follower_faults}")
         if monitor.samples:
             result.epochs = (monitor.samples[0][1], monitor.samples[-1][1])
-        for err in nemesis.errors:
+        for err in nemesis.errors + (disks.errors if disks else []):
             result.violations.setdefault("restart-failed", []).append(err)
         for w in writers:
             if w.crash is not None:
@@ -458,6 +487,8 @@ def run_once(config: RunConfig, log=print) -> RunResult:  # type: ignore[no-unty
             for i in nodes.ever():
                 for name, n in nodes.snapshot_counts(i).items():
                     result.figures[name] = result.figures.get(name, 0) + n
+        if disks is not None:
+            result.figures.update(disks.figures())
         if members is not None:
             result.membership = members.summary()
             result.figures.update(members.figures())
@@ -494,6 +525,10 @@ def run_once(config: RunConfig, log=print) -> RunResult:  # type: ignore[no-unty
                 )
         if network is not None:
             network.close()
+        if disks is not None and disks.is_alive():
+            disks.stop()
+        if small_disk is not None:
+            small_disk.close()
         for h in list(client_log.handlers):
             client_log.removeHandler(h)
             h.close()
@@ -560,6 +595,16 @@ def format_result(r: RunResult) -> str:
         f"  elections:      {total} epoch increases (epoch {r.epochs[0]} -> {r.epochs[1]})"
         + (": " + ", ".join(f"{k} {n}" for k, n in sorted(r.elections.items())) if total else "")
     )
+    if r.config.disk:
+        lines.append(
+            f"  disk:           {f.get('disk_flips', 0)} bytes flipped in sealed segments, "
+            f"{f.get('disk_flips_repaired', 0)} seen repaired "
+            f"({f.get('disk_flips_unrepaired', 0)} not within "
+            f"{FLIP_REPAIR_TIMEOUT_S:g} s); node logs: {f.get('disk_damage_found', 0)} damaged "
+            f"batches found, {f.get('disk_repairs', 0)} repaired; {f.get('disk_fills', 0)} "
+            f"fills, {f.get('disk_fill_exits', 0)} node exits, {f.get('disk_resigned', 0)} "
+            "leaders resigned (the log cannot be written); quorum-state deletions: none (skipped)"
+        )
     conv = f"{r.convergence_s:.1f} s" if r.convergence_s is not None else "none"
     lines.append(f"  convergence:    {conv} after the final heal")
     lines.extend(r.membership)
