@@ -119,7 +119,15 @@ RENAMED = {
 }
 # raftcore's own tagged fields (FetchRequest.FetchPartition), which Kafka's FetchRequest does
 # not have (Kafka 4.1's v18 HighWatermark is tag 1 and no version raftcore declares).
-RAFTCORE_ONLY = {("FetchPartition", "high_watermark"), ("FetchPartition", "is_follower")}
+RAFTCORE_ONLY = {
+    ("FetchPartition", "high_watermark"),
+    ("FetchPartition", "is_follower"),
+    ("FetchPartition", "repair"),
+    ("FetchRequest", "replica_endpoint"),
+    ("PartitionData", "k_raft_version"),
+    ("PartitionData", "pending_voter_change"),
+    ("ReplicaState", "listener"),
+}
 
 
 def json_cases() -> list[tuple[str, int]]:
@@ -156,9 +164,11 @@ def ids(cases):
 
 def content(name: str, version: int, payload_size: int = 130, nulls: bool = False) -> Any:
     """A raftcore object with a non-default value in every field, minus what kafka-python
-    cannot carry: raftcore's own FetchRequest tags (HighWatermark 100, IsFollower 101) stay at
-    their defaults, and ApiVersionsResponse has no error (kafka-python reads an ApiVersions
-    answer with an error as v0, see test_api_versions_error_answer_is_read_as_v0)."""
+    cannot carry: raftcore's own tags (FetchRequest's HighWatermark 100, IsFollower 101,
+    Repair 103, ReplicaEndpoint; DescribeQuorumResponse's KRaftVersion 100,
+    PendingVoterChange 101, Listener 102) stay at their defaults, and ApiVersionsResponse has
+    no error (kafka-python reads an ApiVersions answer with an error as v0, see
+    test_api_versions_error_answer_is_read_as_v0)."""
     spec = load_spec(name)
     obj = fill(spec.root, version, Distinct(payload_size=payload_size, nulls=nulls))
     if name == "FetchRequest":
@@ -166,6 +176,16 @@ def content(name: str, version: int, payload_size: int = 130, nulls: bool = Fals
             for partition in topic.partitions:
                 partition.high_watermark = -1
                 partition.is_follower = False
+                partition.repair = False
+        endpoint = next(f for f in spec.root.fields if f.attr == "replica_endpoint")
+        obj.replica_endpoint = endpoint.struct.cls()  # its default: a tag not written
+    if name == "DescribeQuorumResponse":
+        for topic in obj.topics:
+            for partition in topic.partitions:
+                partition.k_raft_version = -1
+                partition.pending_voter_change = None
+                for replica in [*partition.current_voters, *partition.observers]:
+                    replica.listener = type(replica.listener)()  # its default: not written
     if name == "ApiVersionsResponse":
         obj.error_code = 0
     return obj
@@ -323,6 +343,12 @@ def _compare_fields(path, ours, theirs, low, high, problems):
 RAFTCORE_ONLY_PATHS = {
     "FetchRequest.Topics.Partitions.HighWatermark",
     "FetchRequest.Topics.Partitions.IsFollower",
+    "FetchRequest.Topics.Partitions.Repair",
+    "FetchRequest.ReplicaEndpoint",
+    "DescribeQuorumResponse.Topics.Partitions.KRaftVersion",
+    "DescribeQuorumResponse.Topics.Partitions.PendingVoterChange",
+    "DescribeQuorumResponse.Topics.Partitions.CurrentVoters.Listener",
+    "DescribeQuorumResponse.Topics.Partitions.Observers.Listener",
 }
 SPEC_PAIRS = [*JSON_CLASSES, "RequestHeader", "ResponseHeader"]
 
