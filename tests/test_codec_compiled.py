@@ -159,6 +159,8 @@ def test_generated_codec_skips_unknown_tagged_fields_and_reads_known_ones():
     spec, old, new = both("FetchRequest", 12)
     obj = fill(spec.root, 12, Distinct())
     obj.cluster_id = "c"  # a tagged field (tag 0) of the request
+    endpoint = next(f for f in spec.root.fields if f.attr == "replica_endpoint")
+    obj.replica_endpoint = endpoint.struct.cls()  # raftcore's own tag at its default: unwritten
     data = encoded(new, obj)
     assert data[-1:] != b"\x00"
     count_at = data.rindex(b"\x01\x00\x02\x02c")  # 1 tagged field: tag 0, 2 bytes, "c"

@@ -1354,6 +1354,10 @@ def test_a_closed_connection_stops_the_requests_it_was_waiting_on(tmp_path):
 
     async def main() -> None:
         async with one_node(tmp_path) as node:
+            settled = time.monotonic() + 5  # the KRaftVersion and Voters records committed
+            while node.core.kraft_version < 1 or node.high_watermark != node.log.end_offset:
+                assert time.monotonic() < settled, "the node never became dynamic"
+                await asyncio.sleep(0.01)
             end = node.high_watermark
             _, writer = await send_raw(node, consumer_fetch(node.config.topic_id, end, 60_000))
             deadline = time.monotonic() + 5
