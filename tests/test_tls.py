@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from test_node import _settled
 
 from raftcore import connect_errors
 from raftcore.client import Consumer, Producer
@@ -111,7 +112,9 @@ async def leader_among(nodes: list[RaftNode], timeout_s: float = 10.0) -> RaftNo
     while loop.time() < deadline:
         leaders = [n for n in nodes if n.is_leader()]
         if leaders and all(n.leader_and_epoch.leader_id == leaders[0].node_id for n in nodes):
-            return leaders[0]
+            # and the cluster dynamic (KRaftVersion and Voters records committed), so that the
+            # tests' offsets are theirs alone
+            return await _settled(leaders[0], nodes, min(deadline, loop.time() + 5))
         await asyncio.sleep(0.02)
     raise AssertionError("no leader known to every node")
 
