@@ -59,7 +59,9 @@ async def watch_quorum(
             if rounds is None or done < rounds:
                 await asyncio.sleep(max(0.0, interval_s - (time.monotonic() - started)))
     finally:
-        await cluster.close()
+        # Ctrl-C: the connections are let go within a second, answered or not.
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await asyncio.wait_for(cluster.close(), 1.0)
 
 
 def run_watch(bootstrap: list[str], out: TextIO, **options: Any) -> int:
