@@ -9,6 +9,7 @@ import pytest
 
 from raftcore.log import SegmentedLog
 from raftcore.raft import (
+    ElectionState,
     FetchRequest,
     InMemoryLog,
     MemoryQuorumStateStore,
@@ -29,7 +30,9 @@ def leader(log):
             )
     log.flush()
     config = QuorumConfig(voters=frozenset({1, 2, 3}), cluster_id="bench")
-    core = RaftCore(1, config, log, MemoryQuorumStateStore(), rng=random.Random(1))
+    store = MemoryQuorumStateStore()  # the replica's quorum-state, as its log has epoch 2
+    store.write(ElectionState(epoch=2, voters=config.voters))
+    core = RaftCore(1, config, log, store, rng=random.Random(1))
     now = 0
     out = core.start(now)
     now += 2500
