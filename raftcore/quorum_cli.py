@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from typing import Any
 
 from raftcore import cli_args as types
 from raftcore.security.client_config import add_command_config_option, load_client_security
@@ -35,59 +36,37 @@ def _bootstrap(args: argparse.Namespace) -> list[str]:
     return [b.strip() for b in args.bootstrap.split(",") if b.strip()]
 
 
-def _print(result: object) -> int:
-    print(result.line)  # type: ignore[attr-defined]
-    return 0 if result.ok else 1  # type: ignore[attr-defined]
+def _run(call: Any, args: argparse.Namespace, *positional: object) -> int:
+    """Run one voter command against the cluster and print its one line (exit 1 if refused)."""
+    result = asyncio.run(
+        call(
+            _bootstrap(args),
+            *positional,
+            topic=args.topic,
+            timeout_s=args.timeout_ms / 1000,
+            security=load_client_security(args.command_config),
+        )
+    )
+    print(result.line)
+    return 0 if result.ok else 1
 
 
 def _cmd_add_voter(args: argparse.Namespace) -> int:
     from raftcore.client.voters import add_voter
 
-    return _print(
-        asyncio.run(
-            add_voter(
-                _bootstrap(args),
-                args.id,
-                args.directory_id,
-                topic=args.topic,
-                timeout_s=args.timeout_ms / 1000,
-                security=load_client_security(args.command_config),
-            )
-        )
-    )
+    return _run(add_voter, args, args.id, args.directory_id)
 
 
 def _cmd_remove_voter(args: argparse.Namespace) -> int:
     from raftcore.client.voters import remove_voter
 
-    return _print(
-        asyncio.run(
-            remove_voter(
-                _bootstrap(args),
-                args.id,
-                args.directory_id,
-                topic=args.topic,
-                timeout_s=args.timeout_ms / 1000,
-                security=load_client_security(args.command_config),
-            )
-        )
-    )
+    return _run(remove_voter, args, args.id, args.directory_id)
 
 
 def _cmd_transfer_leader(args: argparse.Namespace) -> int:
     from raftcore.client.voters import transfer_leadership
 
-    return _print(
-        asyncio.run(
-            transfer_leadership(
-                _bootstrap(args),
-                args.to,
-                topic=args.topic,
-                timeout_s=args.timeout_ms / 1000,
-                security=load_client_security(args.command_config),
-            )
-        )
-    )
+    return _run(transfer_leadership, args, args.to)
 
 
 def add_quorum_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -7,6 +7,8 @@ import asyncio
 import threading
 from pathlib import Path
 
+from test_node import _settled  # the same wait: the cluster dynamic before offsets count
+
 from raftcore.node.config import Endpoint, NodeConfig
 from raftcore.node.local_cluster import free_ports
 from raftcore.node.node import RaftNode
@@ -90,20 +92,6 @@ async def leader_of(nodes: list[RaftNode], timeout_s: float = 10.0) -> RaftNode:
             return await _settled(leaders[0], nodes, min(deadline, loop.time() + 5))
         await asyncio.sleep(0.02)
     raise AssertionError("no leader known to every node")
-
-
-async def _settled(leader: RaftNode, nodes: list[RaftNode], deadline: float) -> RaftNode:
-    """The leader once the cluster is dynamic (KIP-853: KRaftVersion 1 and the first Voters
-    record, written at a moment of the timing's choosing, committed), so that the offsets a
-    test writes are its own; at once when a voter is not running (the set stays static)."""
-    loop = asyncio.get_running_loop()
-    if not all(n._started for n in nodes):
-        return leader
-    while loop.time() < deadline and leader.is_leader():
-        if leader.core.kraft_version >= 1 and leader.high_watermark == leader.log.end_offset:
-            break
-        await asyncio.sleep(0.02)
-    return leader
 
 
 def run(coro, timeout_s: float = 60.0):  # type: ignore[no-untyped-def]
