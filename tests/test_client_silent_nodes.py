@@ -18,6 +18,8 @@ import pytest
 from raftcore.client import Consumer, ProduceError, Producer, admin
 from raftcore.client import cluster as cluster_module
 from raftcore.client.cluster import ClusterClient, LeaderHint, UnreachableError
+from raftcore.client.consumer import ConsumeError
+from raftcore.error_codes import Errors
 from raftcore.errors import RaftcoreError
 from raftcore.node import Endpoint, NodeConfig, RaftNode
 from raftcore.node.local_cluster import free_ports
@@ -293,3 +295,55 @@ def test_an_idempotent_producer_whose_leader_went_silent_asks_the_others_first(
 
     elapsed = asyncio.run(asyncio.wait_for(scenario(), 30))
     assert elapsed < 3.8, f"a producer id after {elapsed:.2f} s"
+
+
+def test_list_offsets_retries_a_leader_that_is_not_ready_yet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new leader answers ListOffsets NOT_LEADER_OR_FOLLOWER until it has committed in its
+    epoch (KIP-595: no high watermark before that). The consumer's list_offset must retry it
+    as it retries a leader change, not raise: the Kafka-clients benchmark, asking for the high
+    watermark of a cluster just started, failed CI with "ListOffsets: NOT_LEADER_OR_FOLLOWER"."""
+    from raftcore.node import kafka_api
+    from raftcore.protocol.api import ApiKey
+
+    real = kafka_api._HANDLERS[ApiKey.LIST_OFFSETS]
+    answered: list[int] = []
+
+    def not_ready_twice(node, body, version):  # type: ignore[no-untyped-def]
+        resp = real(node, body, version)
+        if len(answered) < 2:
+            resp.topics[0].partitions[0].error_code = Errors.NOT_LEADER_OR_FOLLOWER
+        answered.append(resp.topics[0].partitions[0].error_code)
+        return resp
+
+    monkeypatch.setitem(kafka_api._HANDLERS, ApiKey.LIST_OFFSETS, not_ready_twice)
+
+    async def scenario() -> int:
+        async with (
+            lone_leader(tmp_path) as port,
+            Consumer([f"127.0.0.1:{port}"], request_timeout_ms=5000) as consumer,
+        ):
+            return await consumer.list_offset(-2)  # EARLIEST
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 30)) == 0
+    assert answered == [Errors.NOT_LEADER_OR_FOLLOWER, Errors.NOT_LEADER_OR_FOLLOWER, 0]
+
+
+def test_list_offsets_raises_an_error_that_is_not_a_leader_change_at_once(
+    tmp_path: Path,
+) -> None:
+    """An unknown topic is an answer, not a reason to retry until the timeout."""
+
+    async def scenario() -> float:
+        async with (
+            lone_leader(tmp_path) as port,
+            Consumer([f"127.0.0.1:{port}"], topic="raftcore", request_timeout_ms=5000) as consumer,
+        ):
+            consumer.topic = "no-such-topic"
+            started = time.monotonic()
+            with pytest.raises(ConsumeError, match="UNKNOWN_TOPIC_OR_PARTITION"):
+                await consumer.list_offset(-1)
+            return time.monotonic() - started
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 30)) < 1.0

@@ -139,7 +139,7 @@ class Consumer:
         while True:
             try:
                 if self.position is None:
-                    self.position = await self.list_offset(
+                    self.position = await self._list_offset_once(
                         EARLIEST if self.start_at == "earliest" else LATEST
                     )
                 position = self.position
@@ -162,7 +162,23 @@ class Consumer:
 
     async def list_offset(self, timestamp: int) -> int:
         """The offset for ``timestamp`` (EARLIEST: the log start, LATEST: the high watermark)
-        from the leader."""
+        from the leader. A leader change, a new leader not ready yet or a lost connection is
+        retried, with backoff, for up to the request timeout; other errors raise
+        ConsumeError."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.cluster.request_timeout_s
+        attempt = 0
+        while True:
+            try:
+                return await self._list_offset_once(timestamp)
+            except (NoLeaderError, ConnectionClosed, OSError, asyncio.TimeoutError):
+                attempt += 1
+                if loop.time() + self.cluster.backoff_s(attempt) >= deadline:
+                    raise
+                self.cluster.request_refresh()
+                await asyncio.sleep(self.cluster.backoff_s(attempt))
+
+    async def _list_offset_once(self, timestamp: int) -> int:
         conn, _ = await self.cluster.leader_connection()
         cls = request_spec(ApiKey.LIST_OFFSETS).cls
         body = cls(
@@ -186,8 +202,10 @@ class Consumer:
             timeout_s=self.cluster.request_timeout_s,  # a hung leader: not the default 30 s
         )
         part = resp.topics[0].partitions[0]
-        if part.error_code != Errors.NONE:
+        if part.error_code in LEADER_ERRORS:
             raise ConnectionClosed(f"ListOffsets: {error_name(part.error_code)}")
+        if part.error_code != Errors.NONE:
+            raise ConsumeError(part.error_code, f"ListOffsets: {error_name(part.error_code)}")
         return part.offset
 
     async def _fetch_once(self) -> tuple[Any, str]:

@@ -36,27 +36,13 @@ def _consumer(opts: ReadOptions, start: int | str = "earliest", max_wait_ms: int
     )
 
 
-async def _list_offset(consumer: Consumer, timestamp: int, deadline: float) -> int:
-    """ListOffsets at the leader, retried (with a metadata refresh) until ``deadline``."""
-    attempt = 0
-    while True:
-        try:
-            return await consumer.list_offset(timestamp)
-        except (NoLeaderError, ConnectionClosed, OSError, asyncio.TimeoutError):
-            attempt += 1
-            if time.monotonic() >= deadline:
-                raise
-            await consumer.cluster.refresh_metadata()
-            await asyncio.sleep(consumer.cluster.backoff_s(attempt))
-
-
 async def _committed_range(opts: ReadOptions) -> tuple[int, int]:
-    deadline = time.monotonic() + opts.request_timeout_ms / 1000
     consumer = _consumer(opts)
     try:
+        # each retried (leader changes, a new leader not ready) for up to the request timeout
         await consumer.cluster.start(opts.request_timeout_ms / 1000)
-        start = await _list_offset(consumer, EARLIEST, deadline)
-        return start, await _list_offset(consumer, LATEST, deadline)
+        start = await consumer.list_offset(EARLIEST)
+        return start, await consumer.list_offset(LATEST)
     finally:
         await consumer.close()
 
