@@ -56,6 +56,14 @@ def positive_int(text: str) -> int:
     return value
 
 
+def off_or_positive_int(text: str) -> int:
+    """-1 (off, as Kafka writes it) or an integer >= 1 (a retention limit)."""
+    value = _int(text)
+    if value != -1 and value < 1:
+        raise argparse.ArgumentTypeError(f"must be -1 (off) or >= 1, got {value}")
+    return value
+
+
 def map_size(text: str) -> int:
     """An LMDB map size: at least 1 MiB (a smaller map cannot hold the state machine's
     tables, and LMDB's MDB_MAP_FULL at start read like a bug)."""

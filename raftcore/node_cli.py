@@ -27,6 +27,7 @@ def _cmd_node(args: argparse.Namespace) -> int:
     from raftcore.node.preflight import check_data_dir
     from raftcore.node.runner import check_event_loop, run_node
     from raftcore.raft.config import QuorumConfig
+    from raftcore.raft.retention import RetentionConfig
     from raftcore.security.node_options import node_listener
     from raftcore.users_cli import sasl_listener_security
 
@@ -58,6 +59,9 @@ def _cmd_node(args: argparse.Namespace) -> int:
             snapshot_interval_ms=args.snapshot_interval_ms,
             max_replication_lag_ms=args.max_replication_lag_ms,
             replica_fetch_response_max_bytes=args.replica_fetch_response_max_bytes,
+            # DeleteRecords and retention may move the log start on every node: a state
+            # machine's snapshot, or an empty one where the node only replicates
+            snapshots_on_request=True,
         )
         log = LogConfig(segment_bytes=args.segment_bytes)
         config = NodeConfig(
@@ -87,6 +91,12 @@ def _cmd_node(args: argparse.Namespace) -> int:
             admin_principals=parse_principals(args.admin_principals or ""),
             log_scrub_bytes_per_second=args.log_scrub_bytes_per_second,
             log_scrub_interval_ms=args.log_scrub_interval_ms,
+            retention=RetentionConfig(
+                retention_ms=args.retention_ms,
+                retention_bytes=args.retention_bytes,
+                segment_ms=args.segment_ms,
+                check_interval_ms=args.log_retention_check_interval_ms,
+            ),
         )
         config = dataclasses.replace(config, security=sasl_listener_security(args, config.security))
         if quorum.snapshots_enabled and args.state_machine == "none":
@@ -287,7 +297,41 @@ def add_node_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
     )
     add_sasl_node_options(p)
     _add_bound_options(p)
+    _add_retention_options(p)
     p.set_defaults(func=_cmd_node, default_log_level="info")
+
+
+def _add_retention_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "retention (Kafka's retention.ms, retention.bytes, segment.ms; off by default: the log "
+        "is kept whole)"
+    )
+    g.add_argument(
+        "--retention-ms",
+        type=types.off_or_positive_int,
+        default=-1,
+        help="let whole segments go once their newest record is this old (-1: never; Kafka's "
+        "topics keep 604800000, 7 days)",
+    )
+    g.add_argument(
+        "--retention-bytes",
+        type=types.off_or_positive_int,
+        default=-1,
+        help="let the oldest segments go while the log stays at least this large (-1: never)",
+    )
+    g.add_argument(
+        "--segment-ms",
+        type=types.off_or_positive_int,
+        default=-1,
+        help="roll the active segment once its first record is this old, so that "
+        "--retention-ms can reach it (-1: only by --segment-bytes)",
+    )
+    g.add_argument(
+        "--log-retention-check-interval-ms",
+        type=types.positive_int,
+        default=300_000,
+        help="how often retention is checked (Kafka's log.retention.check.interval.ms)",
+    )
 
 
 def _add_bound_options(p: argparse.ArgumentParser) -> None:

@@ -5,6 +5,8 @@ import hashlib
 import subprocess
 import sys
 
+import pytest
+
 from raftcore.cli import main
 from raftcore.log import SegmentedLog
 from raftcore.records import ControlRecordType, control_record_key
@@ -169,6 +171,37 @@ def test_node_snapshot_flags_reach_the_quorum_config(tmp_path, monkeypatch):
     assert (quorum.snapshot_min_records, quorum.snapshot_min_bytes) == (5000, 1 << 20)
     assert (quorum.snapshot_interval_ms, quorum.max_replication_lag_ms) == (60000, 1500)
     assert seen["state_machine"] == "lmdb"
+
+
+def test_node_retention_flags_reach_the_node_config_with_kafkas_names(tmp_path, monkeypatch):
+    import raftcore.node.runner
+
+    seen = {}
+    monkeypatch.setattr(
+        raftcore.node.runner, "run_node", lambda config, **kw: seen.update(config=config) or 0
+    )
+    assert main(_node_args(tmp_path)) == 0
+    assert not seen["config"].retention.enabled  # the log is kept whole unless asked
+    assert seen["config"].quorum.snapshots_on_request  # DeleteRecords works on every node
+    argv = _node_args(
+        tmp_path,
+        "--retention-ms=604800000",
+        "--retention-bytes=1073741824",
+        "--segment-ms=3600000",
+        "--log-retention-check-interval-ms=1000",
+    )
+    assert main(argv) == 0
+    r = seen["config"].retention
+    assert (r.retention_ms, r.retention_bytes, r.segment_ms) == (604_800_000, 1 << 30, 3_600_000)
+    assert r.check_interval_ms == 1000
+
+
+def test_node_retention_of_zero_is_a_one_line_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(_node_args(tmp_path, "--retention-bytes=0"))
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "--retention-bytes" in err and "-1 (off) or >= 1" in err
 
 
 def test_node_snapshots_without_a_state_machine_are_a_clear_error(tmp_path, capsys):

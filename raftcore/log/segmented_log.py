@@ -430,6 +430,16 @@ class SegmentedLog(TruncationAndRetention):
         self._last_batch_epoch = int(scan.epochs[-1])
         self._unchecked_bytes += total
 
+    def roll(self) -> bool:
+        """Seal the active segment now and start a new one (Kafka's ``segment.ms``), unless
+        it is empty. Whether it rolled."""
+        with self._lock:
+            self._check_open()
+            if self._segments[-1].size == 0:
+                return False
+            self._roll()
+            return True
+
     def _roll(self) -> None:
         """Start a new segment at the log end offset. The finished segment is fsynced and its
         index written, and the clean point moves to the new segment."""

@@ -15,6 +15,7 @@ from raftcore.node.connection_limits import (
     QUEUED_MAX_REQUEST_BYTES,
 )
 from raftcore.raft.config import QuorumConfig
+from raftcore.raft.retention import RetentionConfig
 from raftcore.security.config import ListenerSecurity
 
 __all__ = [
@@ -112,6 +113,11 @@ class NodeConfig:
       segments to find damage (raftcore.node.scrubber; 16 MiB/s; 0 turns it off);
     - ``log_scrub_interval_ms``: a scrub pass starts after the log opens and then this long
       after the last ended (24 h).
+    - ``retention``: retention by time and size and rolling by time (Kafka's
+      ``retention.ms``, ``retention.bytes``, ``segment.ms``; off by default:
+      :mod:`raftcore.raft.retention`). The log start moves only as KIP-630 lets it, so
+      retention needs snapshots: a state machine's, or (``quorum.snapshots_on_request``) the
+      empty ones of a node that only replicates.
 
     Bounds on accepted connections (docs/security.md, "Bounds", says why each default):
 
@@ -159,6 +165,7 @@ class NodeConfig:
     admin_principals: frozenset[str] = frozenset()
     log_scrub_bytes_per_second: int = 16 * 1024 * 1024
     log_scrub_interval_ms: int = 24 * 3600 * 1000
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
 
     def __post_init__(self) -> None:
         if self.node_id < 0:

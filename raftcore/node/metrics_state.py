@@ -246,6 +246,16 @@ class StateCollector:
                 "Times the log start offset moved up to a snapshot (the prefix deleted)",
                 0 if manager is None else manager.log_start_moves,
             ),
+            (
+                "raftcore_log_retention_requests",
+                "Times retention (retention.ms, retention.bytes) asked the log start to move",
+                0 if node.retention is None else node.retention.requests,
+            ),
+            (
+                "raftcore_log_segments_rolled_by_time",
+                "Active segments sealed because their first record was segment.ms old",
+                0 if node.retention is None else node.retention.rolled,
+            ),
         ):
             family = CounterMetricFamily(name, doc)
             family.add_metric([], value)

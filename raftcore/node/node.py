@@ -73,6 +73,7 @@ from raftcore.node.peers import SWEEP_EVERY_S, AddressBook, Peers
 from raftcore.node.producer_ids import ProducerIdSource
 from raftcore.node.producer_state import ProducerStateManager
 from raftcore.node.producer_tracker import ProducerStateTracker
+from raftcore.node.retention import Retention
 from raftcore.node.scrubber import Scrubber
 from raftcore.node.snapshotter import Snapshotter, snapshot_source
 from raftcore.node.transport import ServerConnection
@@ -123,7 +124,7 @@ class RaftNode(Messaging):
         self.applier: Applier | None = None
         self.prefix = f"[node {config.node_id}]"
         self._snapshot_source = snapshot_source(  # checked now: a clear error, nothing opened
-            self.prefix, config.quorum.snapshots_enabled, state_machine, listener
+            self.prefix, config.quorum, state_machine, listener
         )
         self.snapshotter: Snapshotter | None = None
         self.rng = rng or random.Random()
@@ -146,6 +147,7 @@ class RaftNode(Messaging):
         self._auto_join = AutoJoiner(self) if config.auto_join else None
         self._housekeeping: asyncio.Task[None] | None = None
         self.scrubber: Scrubber | None = None  # re-reads sealed segments (node.scrubber)
+        self.retention: Retention | None = None  # retention.ms/bytes, segment.ms (node.retention)
         self._peer_requests: dict[tuple[int, int], tuple[int, int]] = {}
         # raft requests the core has not answered yet: (Later, api key, version, correlation
         # id, when it came), by the token the core answers with (raftcore.node.messaging)
@@ -285,6 +287,8 @@ class RaftNode(Messaging):
             prefix=self.prefix,
         )
         self.scrubber.start()
+        self.retention = Retention(self, cfg.retention)
+        self.retention.start()
         logger.info(
             "%s listening on %s://%s, directory id %s, voters %r (kraft.version %d), log %s",
             self.prefix,
@@ -347,6 +351,8 @@ class RaftNode(Messaging):
             self._housekeeping.cancel()
         if self.scrubber is not None:
             self.scrubber.close()
+        if self.retention is not None:
+            self.retention.close()
         if self._auto_join is not None:
             await self._auto_join.close()
         if self._server is not None:

@@ -43,21 +43,34 @@ logger = logging.getLogger(__name__)
 RETRY_MS = 1000
 
 
-def snapshot_source(prefix: str, snapshots_on: bool, state_machine: Any, listener: Any) -> Any:
-    """What writes the node's snapshots: the state machine, else a listener with
-    ``snapshot(writer)``; None with snapshots off. Snapshots on with nothing to snapshot is a
-    configuration error, said at once."""
-    if not snapshots_on:
+def snapshot_source(prefix: str, quorum: Any, state_machine: Any, listener: Any) -> Any:
+    """What writes the node's snapshots (``quorum``: its QuorumConfig): the state machine,
+    else a listener with ``snapshot(writer)``, else, for a node that only replicates the log
+    and takes snapshots on request only, :class:`LogOnlySnapshots`; None with snapshots off.
+    Snapshots on with nothing to snapshot is a configuration error, said at once."""
+    if not quorum.takes_snapshots:
         return None
     if state_machine is not None:
         return state_machine
     if listener is not None and callable(getattr(listener, "snapshot", None)):
         return listener
+    if listener is None and not quorum.snapshots_enabled:
+        return LogOnlySnapshots()
     raise RaftcoreError(
         f"{prefix} snapshots are configured (snapshot_min_records, snapshot_min_bytes or "
         "snapshot_interval_ms) but the node has nothing to snapshot: give it a state_machine, "
         "or a listener with snapshot(writer)"
     )
+
+
+class LogOnlySnapshots:
+    """The snapshots of a node that only replicates the log: no state, so a snapshot is its
+    header (the voter set) alone, at what the core had read when it came due. It marks where
+    the log may start (DeleteRecords, retention); a replica that fetches it has nothing to
+    load, and the records below it are gone, as a Kafka topic's are after retention."""
+
+    def snapshot(self, writer: Any) -> None:
+        writer.start(writer.wanted_end)
 
 
 class _Stopped(RaftcoreError):
@@ -72,8 +85,11 @@ class _LoopWriter:
     """The writer handed to ``source.snapshot``: ``start`` asks the core (on the loop) for the
     log's writer; ``append`` writes into it on the calling thread."""
 
-    def __init__(self, owner: Snapshotter) -> None:
+    def __init__(self, owner: Snapshotter, wanted_end: int) -> None:
         self.owner = owner
+        # where a source with no state of its own puts the snapshot: the log start asked for
+        # (DeleteRecords, retention, the leader's log start), else what the core had read
+        self.wanted_end = wanted_end
         self.log_writer: Any = None
 
     def start(self, end_offset: int) -> None:
@@ -135,10 +151,14 @@ class Snapshotter:
         """The core raised ``snapshot_due``: start one, unless one runs or backs off."""
         if self._task is not None or self.closing or self._now() < self._retry_at:
             return
-        self._task = asyncio.ensure_future(self._take(self.core.listener_next_offset))
+        read_to = self.core.listener_next_offset
+        requested = self.core.snapshots.requested_log_start
+        latest = self.core.snapshots.latest_offset()
+        wanted = requested if latest < requested <= read_to else read_to
+        self._task = asyncio.ensure_future(self._take(read_to, wanted))
 
-    async def _take(self, read_to: int) -> None:
-        writer = _LoopWriter(self)
+    async def _take(self, read_to: int, wanted_end: int) -> None:
+        writer = _LoopWriter(self, wanted_end)
         try:
             if self.wait_applied is not None:
                 await self.wait_applied(read_to)

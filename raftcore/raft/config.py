@@ -60,6 +60,9 @@ class QuorumConfig:
     - ``max_replication_lag_ms`` (30000, KIP-630's max.replication.lag.ms): the leader moves
       its log start offset to its latest snapshot once every replica it tracks has fetched
       past it, or once the snapshot is this old, whichever comes first.
+    - ``snapshots_on_request`` (False, raftcore's): take a snapshot when DeleteRecords or
+      retention asks for the log start to move, even with no trigger set (a node that only
+      replicates the log takes empty snapshots: the log prefix is simply gone, as in Kafka).
     - ``high_watermark_linger_ms`` (5, raftcore's): how long the leader may hold a fetch
       whose only news is a high watermark the fetcher has not seen (Fetch v18's
       HighWatermark, KIP-1166), in the hope that records come to carry it. Under a steady
@@ -85,6 +88,7 @@ class QuorumConfig:
     snapshot_interval_ms: int = 0
     max_replication_lag_ms: int = 30_000
     high_watermark_linger_ms: int = 5
+    snapshots_on_request: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "voters", frozenset(int(v) for v in self.voters))
@@ -107,9 +111,15 @@ class QuorumConfig:
 
     @property
     def snapshots_enabled(self) -> bool:
+        """A trigger is set: snapshots are taken as records come."""
         return bool(
             self.snapshot_min_records or self.snapshot_min_bytes or self.snapshot_interval_ms
         )
+
+    @property
+    def takes_snapshots(self) -> bool:
+        """Snapshots are taken by a trigger, or on request only (DeleteRecords, retention)."""
+        return self.snapshots_enabled or self.snapshots_on_request
 
     @property
     def majority(self) -> int:

@@ -170,6 +170,18 @@ class LeaderRequests:
         self._writable_leader(None)
         return self.snapshots.delete_records(offset)
 
+    def retain_below(self, offset: int, why: str) -> bool:
+        """Retention (:mod:`raftcore.raft.retention`) lets the log go below ``offset``: as
+        DeleteRecords, a snapshot covering it becomes due and the log start follows, on the
+        leader only (followers follow its log start), never past the high watermark. Whether
+        it was taken; poll after it."""
+        hw = self.high_watermark
+        if not self.is_leader() or hw is None or offset > hw:
+            return False
+        if offset <= self.log.log_start_offset:
+            return False
+        return self.snapshots.request_log_start(offset, why)
+
     # ---- pending appends (the produce purgatory, raftcore.raft.pending) ---------------------
 
     def _settle_pending(self) -> None:

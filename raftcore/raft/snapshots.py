@@ -81,7 +81,7 @@ class SnapshotManager:
         self.core = core
         self.config = core.config
         self.log = snapshot_log(core.log)
-        if self.config.snapshots_enabled and self.log is None:
+        if self.config.takes_snapshots and self.log is None:
             raise RaftcoreError(
                 f"{core.prefix} snapshots are configured but {type(core.log).__name__} keeps none"
             )
@@ -116,10 +116,14 @@ class SnapshotManager:
         latest = self.log.latest_snapshot_id() if self.log is not None else None
         return latest.offset if latest is not None else 0
 
+    def latest_offset(self) -> int:
+        """The end offset of the latest snapshot (0 without one)."""
+        return self._base_offset()
+
     def due(self, now: int) -> bool:
         """Raise ``Output.snapshot_due``? Only with snapshots on and none being written."""
         cfg = self.config
-        if self.writer is not None or not cfg.snapshots_enabled or self.core.listener is None:
+        if self.writer is not None or not cfg.takes_snapshots or self.core.listener is None:
             return False
         feed = self.core.feed
         hw = self.core.high_watermark
@@ -238,15 +242,25 @@ class SnapshotManager:
             return DeleteRecordsResult(Errors.OFFSET_OUT_OF_RANGE, offset, start)
         if target <= start:
             return DeleteRecordsResult(Errors.NONE, target, start)
-        if not self.config.snapshots_enabled or self.core.listener is None:
+        if not self.request_log_start(target, "DeleteRecords"):
             return DeleteRecordsResult(Errors.POLICY_VIOLATION, target, start)
-        self.requested_log_start = max(self.requested_log_start, target)
-        logger.info(
-            "%s DeleteRecords below %d: a snapshot is due, the log start follows",
-            self.core.prefix,
-            target,
-        )
         return DeleteRecordsResult(Errors.NONE, target, start)
+
+    def request_log_start(self, offset: int, why: str) -> bool:
+        """Ask that the log start reach ``offset`` (committed: the caller checked): a snapshot
+        covering it becomes due, and the log start follows by the usual rules. False when
+        this core takes no snapshots (its log prefix cannot go)."""
+        if not self.config.takes_snapshots or self.core.listener is None:
+            return False
+        if offset > self.requested_log_start:
+            self.requested_log_start = offset
+            logger.info(
+                "%s %s below %d: a snapshot is due, the log start follows",
+                self.core.prefix,
+                why,
+                offset,
+            )
+        return True
 
     def maybe_advance_as_leader(self, state: LeaderState, now: int) -> None:
         """Seed 003: move the log start to the latest snapshot once every tracked replica has
@@ -271,10 +285,15 @@ class SnapshotManager:
             self.move_log_start(latest, "every replica has it" if caught_up else "lag expired")
 
     def maybe_advance_as_follower(self, leader_log_start: int) -> None:
-        """Move the log start to the newest snapshot held at or below the leader's."""
+        """Move the log start to the newest snapshot held at or below the leader's. Taking
+        snapshots on request, ask for one there: a node that only replicates takes it exactly
+        there; a state machine takes it where it has applied to, which a later move of the
+        leader's log start lets this one follow."""
         log = self.log
         if log is None or leader_log_start <= self.core.log.log_start_offset:
             return
+        if self.config.snapshots_on_request and leader_log_start > self._base_offset():
+            self.requested_log_start = max(self.requested_log_start, leader_log_start)
         candidates = [s for s in self._known if s.offset <= leader_log_start]
         if candidates:
             self.move_log_start(candidates[-1], f"the leader's log starts at {leader_log_start}")

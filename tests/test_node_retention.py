@@ -1,0 +1,129 @@
+"""Retention on a running cluster (Kafka's retention.bytes, retention.ms, segment.ms): whole
+segments go on every replica by KIP-630's rules, on a node that only replicates the log (its
+snapshots are empty) and on one with a state machine alike, and a consumer from the earliest
+offset starts at the new log start."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+
+import pytest
+from statemachine_helpers import FAST, leader_of, node_configs
+
+from raftcore.client import Consumer
+from raftcore.log import LogConfig
+from raftcore.node.node import RaftNode
+from raftcore.raft.retention import RetentionConfig
+from raftcore.statemachine import DictStateMachine
+
+pytestmark = pytest.mark.timeout(90)
+
+QUORUM = dataclasses.replace(FAST, snapshots_on_request=True, max_replication_lag_ms=60_000)
+SEGMENT = 16 * 1024
+VALUE = b"v" * 1000
+
+
+async def cluster(tmp_path, retention: RetentionConfig, state_machine: bool = False):  # type: ignore[no-untyped-def]
+    cfgs = [
+        dataclasses.replace(
+            c, quorum=QUORUM, log=LogConfig(segment_bytes=SEGMENT), retention=retention
+        )
+        for c in node_configs(tmp_path)
+    ]
+    nodes = [RaftNode(c, state_machine=DictStateMachine() if state_machine else None) for c in cfgs]
+    for n in nodes:
+        await n.start()
+    return nodes
+
+
+async def stop_all(nodes) -> None:  # type: ignore[no-untyped-def]
+    for n in nodes:
+        await n.stop(timeout_s=0.3)
+
+
+async def fill(leader: RaftNode, batches: int) -> None:
+    for i in range(batches):
+        await leader.append([(b"k%d" % i, VALUE)] * 4, wait=True)
+
+
+async def wait_for(predicate, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.parametrize("state_machine", [False, True], ids=["log-only", "state-machine"])
+def test_retention_bytes_lets_whole_segments_go_on_every_replica(tmp_path, state_machine):
+    retention = RetentionConfig(retention_bytes=4 * SEGMENT, check_interval_ms=100)
+
+    async def main() -> None:
+        nodes = await cluster(tmp_path, retention, state_machine)
+        try:
+            leader = await leader_of(nodes)
+            await fill(leader, 60)  # ~240 KB: about 15 segments of 16 KiB, 4 to keep
+            limit = retention.retention_bytes + 2 * SEGMENT  # kept, the active one, one spare
+            await wait_for(
+                lambda: all(n.log.size_in_bytes <= limit for n in nodes), 20, "the logs to shrink"
+            )
+            for n in nodes:
+                assert n.log.log_start_offset > 0
+                if not state_machine:
+                    # an empty snapshot lands exactly on the segment boundary retention chose
+                    assert n.log.size_in_bytes >= retention.retention_bytes
+            start = leader.log.log_start_offset
+            if not state_machine:
+                assert leader.log.segment_base_offsets()[0] == start
+            # (a state machine snapshots where it has applied to, at or past that boundary:
+            # the log may keep less, the records below are in the snapshot's state)
+            assert leader.retention.requests >= 1
+            async with Consumer([str(leader.config.listen)], start="earliest") as consumer:
+                assert await consumer.list_offset(-2) >= start  # EARLIEST: the log start
+                if not state_machine:  # (a state machine's snapshot may have taken it all)
+                    first: list = []
+                    for _ in range(50):
+                        first = first or await consumer.poll()
+                    assert first and first[0].offset >= start
+        finally:
+            await stop_all(nodes)
+
+    asyncio.run(asyncio.wait_for(main(), 80))
+
+
+def test_retention_ms_with_segment_ms_lets_old_records_go(tmp_path):
+    """segment.ms seals the active segment once its first record is that old, so that
+    retention.ms can reach it; only whole, committed segments go. Time is the records' own
+    (wall clock), told to the check here instead of waited for."""
+    retention = RetentionConfig(retention_ms=60_000, segment_ms=30_000, check_interval_ms=3_600_000)
+
+    async def main() -> None:
+        nodes = await cluster(tmp_path, retention)
+        try:
+            leader = await leader_of(nodes)
+            await leader.append([(b"old", VALUE)], wait=True)
+            end = leader.log.end_offset
+            now = int(time.time() * 1000)
+            assert leader.retention is not None
+            leader.retention.check(now_ms=now + 10_000)
+            assert leader.retention.rolled == 0 and leader.log.log_start_offset == 0
+            leader.retention.check(now_ms=now + 40_000)  # rolled, not yet expired
+            assert leader.retention.rolled == 1
+            assert leader.log.segment_base_offsets()[-1] == end
+            await leader.append([(b"new", VALUE)], wait=True)
+            # 70 s on, both records are past retention.ms: the active segment rolls too, and
+            # both sealed segments go, as Kafka's would
+            leader.retention.check(now_ms=now + 70_000)
+            assert leader.retention.rolled == 2
+            whole = leader.log.end_offset
+            assert leader.log.segment_base_offsets() == [0, end, whole]
+            await wait_for(
+                lambda: all(n.log.log_start_offset == whole for n in nodes), 10, "the log start"
+            )
+            assert leader.log.segment_base_offsets() == [whole]
+        finally:
+            await stop_all(nodes)
+
+    asyncio.run(asyncio.wait_for(main(), 60))
