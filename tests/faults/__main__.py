@@ -7,7 +7,8 @@ without them every node runs on loopback and the partition nemesis is skipped, w
 ``--snapshots N`` runs the nodes with LMDB state machines and KIP-630 snapshots every N records.
 ``--security SSL`` runs them with mutual TLS (every client presents a certificate too);
 ``--security SASL_SSL`` with clients logging in by SCRAM-SHA-512 over TLS.
-``--membership`` adds the membership nemesis (``membership``): wiped nodes replaced, the voter
+``--membership`` adds the membership nemesis (``membership``): wiped nodes (or nodes that lost
+their quorum-state file) replaced, the voter
 set grown and shrunk between 3 and 5, leadership handed over, while the faults run.
 ``--disk`` adds the disk nemesis (``disk``): bytes flipped in sealed segments of running nodes,
 one node's disk (a small tmpfs) filled for seconds.

@@ -225,11 +225,19 @@ class MembershipNemesis(threading.Thread):
             old = self.guard.key_of(victim)
             assert old is not None
             started = time.monotonic()
-            self.nodes.wipe(victim)
+            # a lost disk, or a lost quorum-state file alone: either way the old key forgot
+            # its vote and must never vote again (a new directory id, an observer)
+            fault = "lose-state" if self.rng.random() < 0.4 else "wipe"
+            if fault == "wipe":
+                self.nodes.wipe(victim)
+            else:
+                self.nodes.lose_state(victim)
             new = (victim, self.nodes.directory_id(victim))
             self.guard.disks[victim] = new[1]
             self.guard.wiped.add(old)
-        self._event("wipe", [victim], f"{key_text(old)} -> {key_text(new)} (an observer)")
+        if new == old:
+            raise _WrongVoters(f"node {victim} kept its directory id after a {fault}")
+        self._event(fault, [victim], f"{key_text(old)} -> {key_text(new)} (an observer)")
         if self.rng.random() < 0.3:  # the add before the remove: refused, the id is a voter
             self._change("add-voter", new, self.guard.voters | {new}, once=True)
         if not self._change("remove-voter", old, self.guard.voters - {old}):

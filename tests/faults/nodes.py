@@ -357,6 +357,18 @@ class NodeSet:
             )
         self.start(node_id, wait=True, timeout_s=timeout_s)
 
+    def lose_state(self, node_id: int, timeout_s: float = 30.0) -> None:
+        """SIGKILL the node, delete its quorum-state file (its log and snapshots stay) and
+        start it again with ``--bootstrap``: it must never vote as the voter it was (it
+        forgot its vote), so it comes back an observer under a new directory id."""
+        self.kill(node_id)
+        with contextlib.suppress(FileNotFoundError):
+            (self.data_dir(node_id) / "quorum-state").unlink()
+        self.joined.add(node_id)
+        with open(self.log_file(node_id), "ab") as log:
+            log.write(f"=== harness: quorum-state of node {node_id} deleted ===\n".encode())
+        self.start(node_id, wait=True, timeout_s=timeout_s)
+
     def retire(self, node_id: int, timeout_s: float = 10.0) -> int | None:
         """Stop a node removed from the voters for good (SIGCONT, SIGTERM, SIGKILL after
         ``timeout_s``); it is no member any more. Its exit status."""
