@@ -86,16 +86,23 @@ def decompress_lz4(src: bytes | memoryview, limit: int) -> bytes:
     total = 0
     while data:
         decoder = lz4.frame.LZ4FrameDecompressor()
+        # Output in pieces sized from the input (a whole limit's buffer per call costs more
+        # than the decompression), never past one byte over the limit.
+        piece = max(1 << 16, 8 * len(data))
         try:
-            out = decoder.decompress(data, max_length=limit - total + 1)
+            while True:
+                out = decoder.decompress(data, max_length=min(piece, limit - total + 1))
+                data = b""
+                total += len(out)
+                if total > limit:
+                    raise CodecError(f"lz4 payload expands beyond {limit} bytes")
+                parts.append(out)
+                if decoder.eof or decoder.needs_input:
+                    break
         except RuntimeError as exc:  # python-lz4 reports every frame error so
             raise CodecError(f"lz4 payload does not decompress: {exc}") from None
-        total += len(out)
-        if total > limit:
-            raise CodecError(f"lz4 payload expands beyond {limit} bytes")
         if not decoder.eof:
             raise CodecError("lz4 payload is truncated")
-        parts.append(out)
         data = decoder.unused_data
     if not parts:
         raise CodecError("lz4 payload is empty")

@@ -245,7 +245,8 @@ class WriteOptions:
         compression = given.get("compression", "none").strip().lower()
         if compression not in ("none", "gzip", "snappy", "lz4", "zstd"):
             raise SparkSourceError(
-                f"option compression={given['compression']!r} must be none, gzip, snappy, lz4 or zstd"
+                f"option compression={given['compression']!r} must be none, gzip, snappy, "
+                "lz4 or zstd"
             )
         write_id = given.get("writeid", "").strip() or None
         return cls(
