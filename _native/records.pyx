@@ -69,7 +69,8 @@ import zlib
 import numpy as np
 import zstandard
 
-from raftcore.errors import CorruptRecordError, UnsupportedCompressionError
+from raftcore.compression import CodecError, compress_lz4, compress_snappy, decompress_lz4, decompress_snappy
+from raftcore.errors import CorruptRecordError
 
 
 cdef extern from "bytesbuf.h":
@@ -130,7 +131,7 @@ COMPRESSION_SNAPPY = 2
 COMPRESSION_LZ4 = 3
 COMPRESSION_ZSTD = 4
 COMPRESSION_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
-_COMPRESSION_CODES = {"none": 0, "gzip": 1, "zstd": 4}
+_COMPRESSION_CODES = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 # Kafka's defaults: gzip uses Deflater.DEFAULT_COMPRESSION (6), zstd level 3.
 GZIP_LEVEL = 6
@@ -240,14 +241,15 @@ cdef int _value_ref(object obj, const uint8_t **data, Py_ssize_t *size, Py_buffe
 
 cdef int _codec_of(object compression) except -1:
     if isinstance(compression, int):
-        if compression in (0, 1, 4):
+        if 0 <= compression <= 4:
             return compression
     else:
         code = _COMPRESSION_CODES.get(compression)
         if code is not None:
             return code
     raise ValueError(
-        f"compression must be one of 'none', 'gzip', 'zstd', got {compression!r}"
+        f"compression must be one of 'none', 'gzip', 'snappy', 'lz4', 'zstd', "
+        f"got {compression!r}"
     )
 
 
@@ -546,6 +548,10 @@ cdef object _compress(int codec, bytes payload):
         return c.compress(payload) + c.flush()
     if codec == COMPRESSION_ZSTD:
         return _zstd_compressor().compress(payload)
+    if codec == COMPRESSION_LZ4:
+        return compress_lz4(payload)
+    if codec == COMPRESSION_SNAPPY:
+        return compress_snappy(payload)
     raise AssertionError(codec)
 
 
@@ -863,18 +869,21 @@ cdef object _decompress(int codec, const uint8_t *data, Py_ssize_t size, Py_ssiz
             raise _corrupt(f"zstd payload does not decompress: {exc}", position) from None
         return parts[0] if len(parts) == 1 else b"".join(parts)
     if codec > COMPRESSION_ZSTD:
-        # Not a codec raftcore lacks: no Kafka codec has this id, so the batch is corrupt.
+        # No Kafka codec has this id, so the batch is corrupt.
         raise _corrupt(f"record batch has unknown compression codec id {codec}", position)
-    raise UnsupportedCompressionError(
-        f"record batch at byte position {position} uses {COMPRESSION_NAMES[codec]} "
-        f"compression; raftcore reads none, gzip and zstd")
+    try:  # snappy or lz4 (raftcore.compression)
+        if codec == COMPRESSION_SNAPPY:
+            return decompress_snappy(src, limit)
+        return decompress_lz4(src, limit)
+    except CodecError as exc:
+        raise _corrupt(str(exc), position) from None
 
 
 def decompress_records(int codec, data, Py_ssize_t position=0):
     """The records of a compressed batch payload (the bytes after its 61-byte header),
     decompressed by codec id within the decompression limit. Raises CorruptRecordError for a
-    payload that does not decompress or expands beyond the limit (``position`` is reported),
-    UnsupportedCompressionError for snappy and lz4."""
+    payload that does not decompress or expands beyond the limit (``position`` is
+    reported)."""
     cdef Py_buffer view
     if codec < 0 or codec > CODEC_MASK:
         raise ValueError(f"a compression codec id is 0..7, got {codec}")

@@ -12,7 +12,8 @@ Kafka's error code:
 - FAULT_INVALID: the CRC is right but the client wrote something malformed or not allowed; a
   retry sends the same bytes. Kafka: InvalidRecordException.
 - FAULT_TOO_LARGE: a batch above the size limit. Kafka: RecordTooLargeException.
-- FAULT_UNSUPPORTED_CODEC: snappy or lz4, which raftcore does not decode.
+- FAULT_UNSUPPORTED_CODEC: not reported since raftcore reads every Kafka codec (kept for
+  callers that map it).
 
 With ``client`` set (a produce request) the rules for clients apply as well: a non-empty
 request, magic 2 only, no control or transactional batches, a positive record count with
@@ -310,8 +311,6 @@ cdef Py_ssize_t _check_header(const uint8_t *p, Py_ssize_t avail, bint client,
     codec = attributes & CODEC_MASK
     if codec > 4:
         return _fault(f, K_INVALID, W_UNKNOWN_CODEC, codec, 0)
-    if codec == 2 or codec == 3:
-        return _fault(f, K_UNSUPPORTED_CODEC, W_UNSUPPORTED_CODEC, codec, 0)
     count = load_i32(p + RECORDS_COUNT_OFF)
     last_delta = load_i32(p + LAST_OFFSET_DELTA_OFF)
     if count < 0 or last_delta < 0 or count > <int64_t>last_delta + 1:

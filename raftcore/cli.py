@@ -328,9 +328,9 @@ def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
     )
     p.add_argument(
         "--compression",
-        choices=("none", "gzip", "zstd"),
+        choices=("none", "gzip", "snappy", "lz4", "zstd"),
         default="none",
-        help="compression of the record batches",
+        help="compression of the record batches (Kafka's compression.type)",
     )
     p.set_defaults(func=_cmd_produce)
 

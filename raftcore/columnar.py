@@ -88,7 +88,7 @@ def to_arrow(
 
     Every batch's CRC-32C is checked (unless ``check_crc`` is False) and every record is
     validated as ``RecordBatch.records()`` does; a truncated or corrupt batch raises
-    CorruptRecordError, snappy and lz4 batches UnsupportedCompressionError. Control batches are
+    CorruptRecordError (a compressed one too: gzip, snappy, lz4 or zstd). Control batches are
     left out unless ``include_control``. The arrays are numpy buffers wrapped without a copy.
 
     Raises ValueError when the keys, values or headers pass 2 GiB (use :func:`iter_arrow`).

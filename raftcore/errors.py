@@ -19,7 +19,8 @@ class CorruptRecordError(RaftcoreError, ValueError):
 
 
 class UnsupportedCompressionError(RaftcoreError, ValueError):
-    """A batch uses a compression codec raftcore cannot decode (snappy, lz4)."""
+    """Not raised any more: raftcore reads all five of Kafka's codecs. Kept so that code
+    that catches it still imports."""
 
 
 class LogError(RaftcoreError):

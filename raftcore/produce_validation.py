@@ -9,13 +9,14 @@ batch or record and creates no Python object per record.
 
 What is checked, for every batch: the framing (lengths within the request, magic 2, the
 batch size limit) and the CRC; then, the CRC vouching for the bytes, the compression codec
-(none, gzip, zstd; compressed records are decompressed within the decompression limit and
-checked the same way), the record count against lastOffsetDelta, and each record: its length
-and every varint within bounds, the length equal to what the fields take, offset deltas,
-key and value lengths (-1 is null), the header count, header keys non-null and UTF-8, header
-values; no bytes after the last record. A producer's batches must also be data batches (no
-control or transactional ones), hold at least one record with offset deltas exactly
-0..count-1 and lastOffsetDelta = count - 1, and an idempotent batch needs a base sequence.
+(none, gzip, snappy, lz4, zstd; compressed records are decompressed within the decompression
+limit and checked the same way), the record count against lastOffsetDelta, and each record:
+its length and every varint within bounds, the length equal to what the fields take, offset
+deltas, key and value lengths (-1 is null), the header count, header keys non-null and
+UTF-8, header values; no bytes after the last record. A producer's batches must also be data
+batches (no control or transactional ones), hold at least one record with offset deltas
+exactly 0..count-1 and lastOffsetDelta = count - 1, and an idempotent batch needs a base
+sequence.
 
 Error codes follow Kafka (KIP-467 adds the index of the bad record and a message to the
 Produce response, v8+):
@@ -25,8 +26,7 @@ Produce response, v8+):
 - INVALID_RECORD: the CRC is right, so the client wrote a malformed or forbidden batch, and a
   retry would send it again; clients fail it at once (Kafka's InvalidRecordException, which
   DefaultRecord.readFrom and LogValidator throw for these faults, magic 0 and 1 included);
-- MESSAGE_TOO_LARGE: a batch above ``max.message.bytes``;
-- UNSUPPORTED_COMPRESSION_TYPE: snappy or lz4, which raftcore does not decode.
+- MESSAGE_TOO_LARGE: a batch above ``max.message.bytes``.
 """
 
 from __future__ import annotations

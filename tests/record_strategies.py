@@ -51,7 +51,7 @@ timestamps = st.one_of(st.just(-1), st.integers(0, 2**42), st.integers(2**42, 2*
 records = st.tuples(nullable_payloads, nullable_payloads, headers, timestamps)
 record_lists = st.lists(records, min_size=1, max_size=8)
 
-compressions = st.sampled_from(["none", "gzip", "zstd"])
+compressions = st.sampled_from(["none", "gzip", "snappy", "lz4", "zstd"])
 
 batch_params = st.fixed_dictionaries(
     {

@@ -17,6 +17,7 @@ from record_strategies import example_count
 from test_node import cluster, leader_of, raw_request, run
 from test_node_acknowledgements import produce_body
 
+from raftcore.compression import compress_lz4, compress_snappy
 from raftcore.error_codes import Errors
 from raftcore.errors import CorruptRecordError, UnsupportedCompressionError
 from raftcore.produce_validation import Refusal, check_well_formed, validate_produced
@@ -35,13 +36,16 @@ def _body(offset_delta: int) -> bytes:
     return b"\x00" + zigzag(0) + zigzag(offset_delta)
 
 
-def _compressed(codec: int, inner: bytes, count: int) -> bytes:
-    if codec == 1:
-        packed = gzip.compress(inner)
-    elif codec == 4:
-        packed = zstandard.ZstdCompressor().compress(inner)
-    else:
-        packed = inner  # snappy, lz4 or no codec: the bytes do not matter
+def _compressed(codec: int, inner: bytes, count: int, *, pack: bool = True) -> bytes:
+    """A batch of ``count`` records whose payload is ``inner`` compressed by ``codec``
+    (``pack=False``: ``inner`` as it is, bytes meant not to decompress)."""
+    packers = {
+        1: gzip.compress,
+        2: compress_snappy,
+        3: compress_lz4,
+        4: zstandard.ZstdCompressor().compress,
+    }
+    packed = packers[codec](inner) if pack and codec in packers else inner
     return batch([packed], count=count, attributes=codec)
 
 
@@ -216,11 +220,29 @@ MALFORMED = {
         "base sequence -1 for producer id 7",
     ),
     "an unknown compression codec": (_compressed(6, record(0), 1), INVALID, -1, "codec id 6"),
-    "snappy compression": (
-        _compressed(2, record(0), 1),
-        Errors.UNSUPPORTED_COMPRESSION_TYPE,
+    "a snappy payload that does not decompress": (
+        _compressed(2, b"\xff\xff\xff\xff\x0f" + record(0), 1, pack=False),
+        INVALID,
         -1,
         "snappy",
+    ),
+    "an lz4 payload that is not an lz4 frame": (
+        _compressed(3, record(0), 1, pack=False),
+        INVALID,
+        -1,
+        "lz4",
+    ),
+    "lz4 records with offset deltas out of order": (
+        _compressed(3, record(0) + record(0), 2),
+        INVALID,
+        1,
+        "offset delta 0 where 1 was expected",
+    ),
+    "snappy records with offset deltas out of order": (
+        _compressed(2, record(0) + record(0), 2),
+        INVALID,
+        1,
+        "offset delta 0 where 1 was expected",
     ),
     # compressed batches: the inner records get the same checks
     "zstd records with offset deltas out of order": (

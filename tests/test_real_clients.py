@@ -13,7 +13,9 @@ import time
 import pytest
 from cluster_helpers import FAST, quorum, run
 
+from raftcore.client import Consumer
 from raftcore.node.local_cluster import LocalCluster
+from raftcore.records import iter_batches, scan_batches
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -40,7 +42,7 @@ def _kill_leader(cluster: LocalCluster) -> int:
 # ---- confluent-kafka (librdkafka) -----------------------------------------------------------
 
 
-def _ck_produce(bootstrap: str, values: list[bytes]) -> list[int]:
+def _ck_produce(bootstrap: str, values: list[bytes], compression: str = "none") -> list[int]:
     from confluent_kafka import Producer
 
     offsets: list[int] = []
@@ -61,6 +63,7 @@ def _ck_produce(bootstrap: str, values: list[bytes]) -> list[int]:
             "message.timeout.ms": 60000,
             "retry.backoff.ms": 50,
             "topic.metadata.refresh.interval.ms": 1000,
+            "compression.type": compression,
         }
     )
     for value in values:
@@ -176,11 +179,17 @@ def test_kafka_python_produces_and_consumes_across_a_leader_kill(cluster):
 # ---- aiokafka (old protocol versions: Produce <= v7, Fetch <= v11, no KIP-951) ---------------
 
 
-async def _aiokafka_produce(bootstrap: list[str], values: list[bytes]) -> list[int]:
+async def _aiokafka_produce(
+    bootstrap: list[str], values: list[bytes], compression: str | None = None
+) -> list[int]:
     from aiokafka import AIOKafkaProducer
 
     producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, acks="all", request_timeout_ms=5000, retry_backoff_ms=100
+        bootstrap_servers=bootstrap,
+        acks="all",
+        request_timeout_ms=5000,
+        retry_backoff_ms=100,
+        compression_type=compression,
     )
     await producer.start()
     try:
@@ -252,3 +261,44 @@ def test_confluent_kafka_lists_the_topic_and_its_brokers(cluster):
         assert list(metadata.topics) == ["raftcore"]
         assert list(metadata.topics["raftcore"].partitions) == [0]
         assert sorted(metadata.brokers) == [1, 2, 3]
+
+
+# ---- compression -------------------------------------------------------------------------------
+
+
+def test_snappy_and_lz4_batches_from_librdkafka_and_aiokafka_are_stored_and_read_back(cluster):
+    """librdkafka (raw snappy blocks, LZ4 frames) and aiokafka (snappy-java's stream when it
+    frames, LZ4 frames) produce compressed batches: the leader validates and stores them, and
+    librdkafka reads every record back (its check.crcs on), as our consumer does. A
+    confluent-kafka producer with compression.type=snappy had every record refused with
+    UNSUPPORTED_COMPRESSION_TYPE."""
+    boot = ",".join(cluster.bootstrap)
+    sent: list[bytes] = []
+    for codec in ("snappy", "lz4"):
+        values = [b"%s-ck-%04d " % (codec.encode(), i) * 8 for i in range(300)]
+        assert len(_ck_produce(boot, values, compression=codec)) == len(values)
+        sent += values
+        values = [b"%s-aio-%04d " % (codec.encode(), i) * 8 for i in range(50)]
+        assert len(run(_aiokafka_produce(cluster.bootstrap, values, codec), 120)) == len(values)
+        sent += values
+    assert _ck_consume(boot, len(sent)) == sent
+
+    async def ours() -> list[bytes]:
+        async with Consumer(cluster.bootstrap, start="earliest") as consumer:
+            got: list[bytes] = []
+            while len(got) < len(sent):
+                got += [r.value for r in await consumer.poll()]
+            return got
+
+    assert run(ours(), 60) == sent
+    for node_id in cluster.node_ids:  # the codecs as the producers wrote them, on every node
+        assert {"snappy", "lz4"} <= _data_codecs(cluster.data_dir(node_id) / "log"), node_id
+
+
+def _data_codecs(log_dir) -> set[str]:  # type: ignore[no-untyped-def]
+    codecs = set()
+    for segment in sorted(log_dir.glob("*.log")):
+        data = segment.read_bytes()
+        whole = data[: scan_batches(data, check_crc=False).valid_end]
+        codecs |= {b.compression for b in iter_batches(whole) if not b.is_control}
+    return codecs

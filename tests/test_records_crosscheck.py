@@ -206,7 +206,7 @@ def test_peers_number_compression_codecs_as_raftcore_names_them():
     """Producers name codecs by string; the batch attributes carry the number. raftcore's
     names must map to the same numbers as both peers'."""
     assert COMPRESSION_NAMES == ("none", "gzip", "snappy", "lz4", "zstd")
-    for name in ("gzip", "zstd"):
+    for name in ("gzip", "snappy", "lz4", "zstd"):
         assert AIOKafkaProducer._COMPRESSORS[name][1] == CODES[name]
         assert KafkaProducer._COMPRESSORS[name][1] == CODES[name]
     for codes in (aiokafka_default.DefaultRecordBase, KafkaPythonBatch):
@@ -389,7 +389,7 @@ def test_peer_built_batch_reads_identically_in_raftcore(peer, recs, fields):
 
 
 @pytest.mark.parametrize("peer", ["aiokafka", "kafka-python"])
-@pytest.mark.parametrize("compression", ["gzip", "zstd"])
+@pytest.mark.parametrize("compression", ["gzip", "snappy", "lz4", "zstd"])
 def test_peer_compressed_batch_reads_identically_in_raftcore(peer, compression):
     """The generated batches above may come back uncompressed; these surely do not."""
     builder_class = AioBuilder if peer == "aiokafka" else KafkaPythonBuilder

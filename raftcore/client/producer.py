@@ -63,7 +63,7 @@ __all__ = ["MAX_IN_FLIGHT", "ProduceError", "Producer"]
 
 logger = logging.getLogger(__name__)
 
-COMPRESSIONS = ("none", "gzip", "zstd")  # what raftcore's batch codec writes
+COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")  # Kafka's codecs
 PRODUCE_VERSION = 10
 INIT_PRODUCER_ID_VERSION = 4
 KAFKA_MAX_IN_FLIGHT = 5  # what a Kafka broker's idempotence window allows

@@ -200,7 +200,7 @@ WRITE_OPTIONS = {
     "topic": "the cluster's topic (default 'raftcore')",
     "batchRecords": "rows per record batch at most (default 1000)",
     "batchBytes": "bytes per record batch, about, at most (default 1 MiB)",
-    "compression": "none (default), gzip or zstd",
+    "compression": "none (default), gzip, snappy, lz4 or zstd",
     "inFlight": "record batches a task keeps unanswered (default 10)",
     "requestTimeoutMs": "per request (default 30000)",
     "deliveryTimeoutMs": "how long a batch may go unacknowledged before the task fails (120000)",
@@ -243,9 +243,10 @@ class WriteOptions:
         if "bootstrap" not in given:
             raise SparkSourceError("the raftcore sink needs .option('bootstrap', 'host:port,...')")
         compression = given.get("compression", "none").strip().lower()
-        if compression not in ("none", "gzip", "zstd"):
+        if compression not in ("none", "gzip", "snappy", "lz4", "zstd"):
             raise SparkSourceError(
-                f"option compression={given['compression']!r} must be none, gzip or zstd"
+                f"option compression={given['compression']!r} must be none, gzip, snappy, "
+                "lz4 or zstd"
             )
         write_id = given.get("writeid", "").strip() or None
         return cls(
