@@ -137,11 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     events = done = 0
     outcomes = {"acknowledged": 0, "failed": 0, "indeterminate": 0}
-    snapshot_runs = membership_runs = rot_runs = disk_runs = 0
-    rot: dict[str, int] = {}
-    snapshots: dict[str, int] = {}
-    membership: dict[str, int] = {}
-    disks: dict[str, int] = {}
+    # what each kind of fault did, summed over the runs it was in: (runs, counts)
+    tallies: dict[str, tuple[int, dict[str, int]]] = {}
     if args.plant:
         from raftcore.sim import plants
 
@@ -154,22 +151,12 @@ def main(argv: list[str] | None = None) -> int:
             events += result.events
             for kind, count in result.outcomes.items():
                 outcomes[kind] = outcomes.get(kind, 0) + count
-            if result.snapshots:
-                snapshot_runs += 1
-                for kind, count in result.snapshots.items():
-                    snapshots[kind] = snapshots.get(kind, 0) + count
-            if result.membership:
-                membership_runs += 1
-                for kind, count in result.membership.items():
-                    membership[kind] = membership.get(kind, 0) + count
-            if result.bit_rot:
-                rot_runs += 1
-                for kind, count in result.bit_rot.items():
-                    rot[kind] = rot.get(kind, 0) + count
-            if result.disks:
-                disk_runs += 1
-                for kind, count in result.disks.items():
-                    disks[kind] = disks.get(kind, 0) + count
+            for title, counts in _tallies(result):
+                if counts:
+                    runs, total = tallies.get(title, (0, {}))
+                    for kind, count in counts.items():
+                        total[kind] = total.get(kind, 0) + count
+                    tallies[title] = (runs + 1, total)
             if args.trace:
                 print("\n".join(result.trace))
             if not result.ok:
@@ -206,24 +193,19 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.start_seed + done - 1}), {events} events, {elapsed:.1f} s; appends "
         + ", ".join(f"{count} {kind}" for kind, count in outcomes.items())
     )
-    if snapshot_runs:
-        print(
-            f"snapshots in {snapshot_runs} runs: "
-            + ", ".join(f"{count} {kind}" for kind, count in snapshots.items())
-        )
-    if membership_runs:
-        print(
-            f"voter changes in {membership_runs} runs: "
-            + ", ".join(f"{count} {kind}" for kind, count in membership.items())
-        )
-    if rot_runs:
-        print(f"bit rot in {rot_runs} runs: " + ", ".join(f"{n} {kind}" for kind, n in rot.items()))
-    if disk_runs:
-        print(
-            f"full disks in {disk_runs} runs: "
-            + ", ".join(f"{count} {kind}" for kind, count in disks.items())
-        )
+    for title, (runs, total) in tallies.items():
+        print(f"{title} in {runs} runs: " + ", ".join(f"{n} {kind}" for kind, n in total.items()))
     return 0
+
+
+def _tallies(result: SimResult) -> list[tuple[str, dict[str, int]]]:
+    """The summary's lines after the appends, in order: a title and one run's counts."""
+    return [
+        ("snapshots", result.snapshots),
+        ("voter changes", result.membership),
+        ("bit rot", result.bit_rot),
+        ("full disks", result.disks),
+    ]
 
 
 if __name__ == "__main__":
