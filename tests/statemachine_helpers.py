@@ -7,11 +7,10 @@ import asyncio
 import threading
 from pathlib import Path
 
-from test_node import _settled  # the same wait: the cluster dynamic before offsets count
+from test_node import leader_of  # noqa: F401 (the helpers' users import it from here)
 
 from raftcore.node.config import Endpoint, NodeConfig
 from raftcore.node.local_cluster import free_ports
-from raftcore.node.node import RaftNode
 from raftcore.raft import CommittedBatch, QuorumConfig
 from raftcore.records import encode_batch, iter_batches
 
@@ -79,19 +78,6 @@ def node_configs(tmp_path: Path, count: int = 3, **kw) -> list[NodeConfig]:  # t
         )
         for i in voters
     ]
-
-
-async def leader_of(nodes: list[RaftNode], timeout_s: float = 10.0) -> RaftNode:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while loop.time() < deadline:
-        leaders = [n for n in nodes if n._started and n.is_leader()]
-        if leaders and all(
-            n.leader_and_epoch.leader_id == leaders[0].node_id for n in nodes if n._started
-        ):
-            return await _settled(leaders[0], nodes, min(deadline, loop.time() + 5))
-        await asyncio.sleep(0.02)
-    raise AssertionError("no leader known to every node")
 
 
 def run(coro, timeout_s: float = 60.0):  # type: ignore[no-untyped-def]
