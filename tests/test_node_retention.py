@@ -127,3 +127,48 @@ def test_retention_ms_with_segment_ms_lets_old_records_go(tmp_path):
             await stop_all(nodes)
 
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_a_replica_down_while_retention_moved_the_log_start_catches_up_by_the_empty_snapshot(
+    tmp_path,
+):
+    """KIP-630 on a node that only replicates: the leader moves its log start past a stopped
+    follower once the snapshot is max_replication_lag_ms old; the follower, started again,
+    fetches the (empty) snapshot, starts its log there and replicates the rest."""
+    retention = RetentionConfig(retention_bytes=2 * SEGMENT, check_interval_ms=100)
+    quorum = dataclasses.replace(QUORUM, max_replication_lag_ms=500)
+
+    async def main() -> None:
+        cfgs = [
+            dataclasses.replace(
+                c, quorum=quorum, log=LogConfig(segment_bytes=SEGMENT), retention=retention
+            )
+            for c in node_configs(tmp_path)
+        ]
+        nodes = [RaftNode(c) for c in cfgs]
+        for n in nodes:
+            await n.start()
+        try:
+            leader = await leader_of(nodes)
+            down = next(n for n in nodes if n is not leader)
+            await down.stop(timeout_s=0.3)
+            await fill(leader, 40)
+            await wait_for(lambda: leader.log.log_start_offset > 0, 20, "the leader's log start")
+            start = leader.log.log_start_offset
+            again = RaftNode(down.config)
+            nodes[nodes.index(down)] = again
+            await again.start()
+            await wait_for(
+                lambda: (
+                    again.log.end_offset >= leader.log.end_offset
+                    and again.log.log_start_offset >= start
+                ),
+                20,
+                "the restarted follower to catch up from the snapshot",
+            )
+            assert again.core.snapshots.installed >= 1
+            assert again.log.segment_base_offsets()[0] >= start
+        finally:
+            await stop_all(nodes)
+
+    asyncio.run(asyncio.wait_for(main(), 80))
