@@ -238,6 +238,11 @@ def repair_request_offset_and_epoch(core: RaftCore) -> tuple[int, int]:
     return offset, max(log.epoch_for_offset(offset - 1), 0)
 
 
+def _is_control(batch: bytes) -> bool:
+    """Attribute bit 5 of a sound batch (its attributes are at byte 21)."""
+    return bool(int.from_bytes(batch[21:23], "big") & 0x20)
+
+
 def repair_from(core: RaftCore, records: Any, source: int, now: int) -> bool:
     """Write the leader's copy of the damaged batch in place; True once repaired. When the
     leader's batch there is of another epoch, ours was never committed -- a committed batch is
@@ -250,7 +255,7 @@ def repair_from(core: RaftCore, records: Any, source: int, now: int) -> bool:
         return True
     log = core.log
     try:
-        _, base, last, epoch = sound_batch(records)
+        copy, base, last, epoch = sound_batch(records)
     except CorruptRecordError as exc:
         logger.error("%s leader %d's copy of %s is damaged: %s", core.prefix, source, damage, exc)
         return False
@@ -299,10 +304,12 @@ def repair_from(core: RaftCore, records: Any, source: int, now: int) -> bool:
         return False
     tracker.repaired += 1
     tracker.clear()
-    # The voters are read again, this batch included (a damaged header hid what it was).
-    from raftcore.raft import reconfig
+    if _is_control(copy):
+        # The voters are read again, this batch included: it may be a KRaftVersion or Voters
+        # record that its damage hid. (A data batch changes no voter: no rescan of the log.)
+        from raftcore.raft import reconfig
 
-    reconfig.load_history(core)
+        reconfig.load_history(core)
     logger.info(
         "%s repaired the damaged batch %d..%d from leader %d's copy",
         core.prefix,
