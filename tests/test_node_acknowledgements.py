@@ -22,9 +22,11 @@ from raftcore.records import encode_batch
 pytestmark = pytest.mark.timeout(60)
 
 
-def produce_body(value: bytes, timeout_ms: int = 20_000):  # type: ignore[no-untyped-def]
+def produce_body(value: bytes, timeout_ms: int = 20_000, **batch):  # type: ignore[no-untyped-def]
+    """A Produce request (acks=all) of one batch; ``batch`` may give the batch's
+    producer_id, producer_epoch and base_sequence (an idempotent producer's batch)."""
     cls = request_spec(ApiKey.PRODUCE).cls
-    data = encode_batch([(b"k", value)], base_offset=0, leader_epoch=0)
+    data = encode_batch([(b"k", value)], base_offset=0, leader_epoch=0, **batch)
     return cls(
         transactional_id=None,
         acks=-1,
@@ -107,6 +109,49 @@ def test_a_committed_append_waits_and_returns_its_offsets(tmp_path):
             resp = await raw_request(leader, ApiKey.PRODUCE, 10, produce_body(b"c"))
             part = resp.responses[0].partition_responses[0]
             assert part.error_code == Errors.NONE and part.base_offset == last + 1
+
+    run(main())
+
+
+def test_a_leader_handing_over_refuses_every_batch_not_leader_never_out_of_order(tmp_path):
+    """A leader that takes no appends (here: handing its leadership over) refuses every
+    produced batch with NOT_LEADER_OR_FOLLOWER before looking at the producer's sequences, as
+    a Kafka broker that is not the leader does. Checked the other way round, the batch after
+    one it refused (NOT_LEADER_OR_FOLLOWER) was answered OUT_OF_ORDER_SEQUENCE_NUMBER: the gap
+    was of the leader's own making, yet librdkafka reads that answer as "the batches before it
+    are not in the log", bumps its producer epoch and sends every unacknowledged batch again
+    under new sequence numbers -- a duplicate of the one this leader had appended and then
+    failed at its resignation (fault harness, seed 5008: one value at offsets 384 and 581). A
+    retry of a remembered batch is refused alike (it used to raise out of the request)."""
+    pid = 7_000
+
+    def idem(value: bytes, seq: int):  # type: ignore[no-untyped-def]
+        return produce_body(value, producer_id=pid, producer_epoch=0, base_sequence=seq)
+
+    def error(resp) -> int:  # type: ignore[no-untyped-def]
+        return resp.responses[0].partition_responses[0].error_code  # type: ignore[no-any-return]
+
+    async def main():
+        async with cluster(tmp_path) as nodes:
+            leader = await leader_of(nodes)
+            target = next(n for n in nodes if n is not leader)
+            await target.stop(timeout_s=0.1)  # it cannot catch up: the hand-over stays pending
+            first = await raw_request(leader, ApiKey.PRODUCE, 10, idem(b"v0", 0))
+            assert error(first) == Errors.NONE  # committed by the leader and the third node
+            leader.core.transfer_leadership(target.node_id, 30_000, leader._now())
+            assert leader.is_leader()
+            assert error(await raw_request(leader, ApiKey.PRODUCE, 10, idem(b"v1", 1))) == (
+                Errors.NOT_LEADER_OR_FOLLOWER
+            )
+            # the next batch of the same producer: the same answer, not OUT_OF_ORDER
+            assert error(await raw_request(leader, ApiKey.PRODUCE, 10, idem(b"v2", 2))) == (
+                Errors.NOT_LEADER_OR_FOLLOWER
+            )
+            # a retry of the batch it holds
+            assert error(await raw_request(leader, ApiKey.PRODUCE, 10, idem(b"v0", 0))) == (
+                Errors.NOT_LEADER_OR_FOLLOWER
+            )
+            assert leader.is_leader()  # all of it while handing over still
 
     run(main())
 

@@ -276,7 +276,14 @@ def _produce_partition(
     if version < 3:
         return Errors.UNSUPPORTED_FOR_MESSAGE_FORMAT, None  # message formats before v2
     core = node.core
-    if core is None or not core.is_leader():
+    # First of all, as a Kafka broker refuses a partition it does not lead before validating
+    # anything: a leader that takes no appends now (handing over, resigning) refuses every
+    # batch alike. Were the producer's sequences checked first, the batch after one refused
+    # here would be answered OUT_OF_ORDER_SEQUENCE_NUMBER for a gap of our own making, which
+    # librdkafka takes for proof that the batches before it are not in the log: it bumps its
+    # epoch and sends them again under new sequences, a duplicate of any of them this leader
+    # had appended (fault harness seed 5008).
+    if core is None or not core.takes_appends():
         return Errors.NOT_LEADER_OR_FOLLOWER, None
     records = p.records
     if records is None or len(records) == 0:
@@ -315,7 +322,10 @@ def _produce_partition(
                 return Errors.DUPLICATE_SEQUENCE_NUMBER, None
             # The batch is in this leader's log; acks=all waits for it as for a new one.
             if track:
-                return Errors.NONE, node.watch(verdict.first_offset, verdict.last_offset)
+                try:
+                    return Errors.NONE, node.watch(verdict.first_offset, verdict.last_offset)
+                except NotLeaderError:
+                    return Errors.NOT_LEADER_OR_FOLLOWER, None
             return Errors.NONE, Appended(verdict.first_offset, verdict.last_offset, core.epoch)
         if verdict != Errors.NONE:
             return verdict, None

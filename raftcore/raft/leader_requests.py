@@ -109,6 +109,17 @@ class LeaderRequests:
         self.purgatory.complete(now)
         return appended
 
+    def takes_appends(self) -> bool:
+        """Whether this replica takes appends now (``append``, ``append_batches`` and ``watch``
+        would not raise NotLeaderError): it leads, has not asked to resign, is not shutting
+        down and is not handing its leadership over. A leader that does not is still the
+        leader (``is_leader``), yet refuses every write alike."""
+        try:
+            self._writable_leader(None)
+        except NotLeaderError:
+            return False
+        return True
+
     def _writable_leader(self, epoch: int | None) -> LeaderState:
         state = self.quorum.state
         if not isinstance(state, LeaderState) or state.resign_requested or self.shutting_down:
