@@ -1,7 +1,7 @@
 """raftcore: an embeddable, Kafka-compatible Raft replicated log with a native storage engine."""
 
-from raftcore._native.crc32c import crc32c
+__version__ = "0.1.0"  # before the import: raftcore._native compares it with an installed build
 
-__version__ = "0.1.0"
+from raftcore._native.crc32c import crc32c
 
 __all__ = ["__version__", "crc32c"]

@@ -12,7 +12,11 @@ Each ``sh`` and ``python`` block of README.md carries a marker comment saying ho
 - ``readme-test: python NAME``: a Python block, run as a script (``kv-example`` by
   tests/test_statemachine_readme.py, ``spark`` with a Spark session here).
 
-The ports of the README (9090-9093) are swapped for free ones; nothing else is changed.
+The blocks run from the root of a checkout as a fresh clone has it (a copy of this one's
+files, no native build in place: the README's reader installed raftcore with ``pip install .``),
+so a block that fails from the checkout's root fails here, and the data the blocks write stays
+out of this checkout. The ports of the README (9090-9093) are swapped for free ones; nothing
+else is changed.
 """
 
 from __future__ import annotations
@@ -27,12 +31,12 @@ import time
 from pathlib import Path
 
 import pytest
+from checkout_helpers import RAFTCORE_ROOT, unbuilt_checkout
 
-import raftcore
 from raftcore.node.local_cluster import free_ports
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-ROOT = Path(raftcore.__file__).resolve().parent.parent  # the raftcore under test
+ROOT = RAFTCORE_ROOT  # the raftcore under test
 README_PORTS = ("9090", "9091", "9092", "9093")
 
 pytestmark = pytest.mark.timeout(180)
@@ -77,9 +81,9 @@ def test_every_command_block_of_the_readme_is_run_by_a_test():
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
-    """A working directory with a stand-in ``.venv``: ``activate`` puts its ``bin`` first on
-    PATH, where ``raftcore`` and ``python`` run the raftcore under test."""
-    work = tmp_path_factory.mktemp("readme")
+    """The root of an unbuilt checkout with a stand-in ``.venv``: ``activate`` puts its ``bin``
+    first on PATH, where ``raftcore`` and ``python`` run the raftcore under test."""
+    work = unbuilt_checkout(tmp_path_factory.mktemp("readme") / "checkout")
     bin_dir = work / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
     env = f'export PYTHONPATH="{ROOT}${{PYTHONPATH:+:$PYTHONPATH}}"\n'
@@ -279,7 +283,7 @@ def test_the_readme_spark_block_reads_and_appends(tmp_path_factory, workdir, por
 
     spark_ports = {**ports, "9091": str(free_ports(1)[0])}
     code = on_free_ports(python_block("spark"), spark_ports)
-    sessions = spark_session(tmp_path_factory.mktemp("readme-spark"))
+    sessions = spark_session(workdir)  # its Python workers run from the checkout's root too
     spark = next(sessions)
     try:
         with LocalCluster(
