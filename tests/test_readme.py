@@ -273,7 +273,8 @@ def test_the_readme_storage_example_runs(workdir, ports):
 @pytest.mark.spark
 @pytest.mark.slow
 def test_the_readme_spark_block_reads_and_appends(tmp_path_factory, workdir, ports):
-    """The Spark block, with ``spark`` a local session and a cluster at the README's 9091."""
+    """The Spark block as written (it makes its session: ``getOrCreate`` gets the local one
+    started here), with a cluster at the README's 9091."""
     from spark_helpers import java_problem, spark_session
 
     if (problem := java_problem()) is not None:
@@ -291,7 +292,7 @@ def test_the_readme_spark_block_reads_and_appends(tmp_path_factory, workdir, por
         ) as cluster:
             cluster.start()
             wait_for_leader(workdir, spark_ports)
-            exec(compile(code, str(README), "exec"), {"spark": spark, "__name__": "readme"})
+            exec(compile(code, str(README), "exec"), {"__name__": "readme"})
             df = spark.read.format("raftcore").option("bootstrap", cluster.bootstrap[0]).load()
             assert sorted(r.value for r in df.select("value").collect()) == [b"v1", b"v2"]
     finally:
