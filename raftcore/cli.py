@@ -10,9 +10,15 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
+from raftcore import __version__
 from raftcore import cli_args as types
 from raftcore.certs_cli import add_certs_command
-from raftcore.cli_args import CommandLineError, DefaultsHelpFormatter, every_parser
+from raftcore.cli_args import (
+    ArgumentParser,
+    CommandLineError,
+    DefaultsHelpFormatter,
+    every_parser,
+)
 from raftcore.cli_logging import add_logging_options, configure_logging, debugging
 from raftcore.errors import RaftcoreError
 from raftcore.logtools import (
@@ -381,10 +387,13 @@ def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="raftcore",
         description="raftcore: an embeddable, Kafka-compatible Raft replicated log.",
         formatter_class=DefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"raftcore {__version__}", help="print it and exit"
     )
     add_logging_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -439,6 +448,8 @@ def _finish(parser: argparse.ArgumentParser) -> None:
         p.formatter_class = DefaultsHelpFormatter
         if p is not parser:
             add_logging_options(p, top=False)
+            if isinstance(p, ArgumentParser):
+                p.command = True
 
 
 def main(argv: Sequence[str] | None = None) -> int:
