@@ -26,6 +26,7 @@ from raftcore.logtools import (
     Progress,
     dump_log,
     find_log_directory,
+    live_log_holder,
     segment_files,
     verify_log,
 )
@@ -41,8 +42,23 @@ from raftcore.users_cli import add_users_commands
 __all__ = ["main"]
 
 
+def _warn_if_live(command: str, directory: Path) -> None:
+    """A log tool reads a log a node may be writing: say so (the figures may move under it,
+    and a batch being written may read as torn), on stderr, before the output."""
+    pid = live_log_holder(directory)
+    if pid is None:
+        return
+    who = f"node running, pid {pid}" if pid else "held open by another process"
+    print(
+        f"raftcore {command}: warning: the log is live ({who}): figures may change while read",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def _cmd_dump_log(args: argparse.Namespace) -> int:
     directory = find_log_directory(args.directory)
+    _warn_if_live("dump-log", directory)
     bases = [base for base, _ in segment_files(directory)]
     if args.segment is not None and args.segment not in bases:
         raise NothingToCheck(
@@ -57,6 +73,7 @@ def _cmd_dump_log(args: argparse.Namespace) -> int:
 
 def _cmd_verify_log(args: argparse.Namespace) -> int:
     directory = find_log_directory(args.directory)
+    _warn_if_live("verify-log", directory)
     report = verify_log(directory, progress=Progress("verifying"))
     for warning in report.warnings:
         print(f"warning: {warning}")

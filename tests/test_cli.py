@@ -187,3 +187,26 @@ def test_produce_says_when_its_offset_span_holds_other_records():
         "produced 300000 records at offsets 251005..551005, 1 other record between them ("
     )
     assert produced_line(3, 0, 2, 1.0) == "produced 3 records at offsets 0..2 (3 records/s)"
+
+
+# ---- the log tools on a live log (issue 24) ----------------------------------------------------
+
+
+def test_the_log_tools_warn_that_a_live_log_may_change_while_read(tmp_path, capsys):
+    """A node running on the directory holds its log's .lock: dump-log and verify-log read
+    on, and say on stderr that the figures may move (they said nothing)."""
+    import os
+
+    make_log(tmp_path / "log")
+    with SegmentedLog.open(tmp_path / "log", segment_bytes=2048):  # as a running node does
+        for command in ("verify-log", "dump-log"):
+            assert main([command, str(tmp_path)]) == 0
+            captured = capsys.readouterr()
+            assert captured.err.splitlines() == [
+                f"raftcore {command}: warning: the log is live (node running, pid "
+                f"{os.getpid()}): figures may change while read"
+            ]
+            assert "baseOffset" in captured.out or "OK:" in captured.out
+    for command in ("verify-log", "dump-log"):  # closed: no warning
+        assert main([command, str(tmp_path)]) == 0
+        assert capsys.readouterr().err == ""
