@@ -236,11 +236,13 @@ def _cmd_consume(args: argparse.Namespace) -> int:
     import asyncio
 
     from raftcore.client import Consumer
+    from raftcore.client.consumer import EARLIEST, LATEST
 
     start: str | int = args.start  # earliest, latest or an offset (types.start_position)
 
     async def run() -> int:
         seen = 0
+        reached = False  # stopped at the high watermark (not --max, not --idle-timeout-ms)
         idle_since = time.monotonic()
         async with Consumer(
             _bootstrap(args),
@@ -250,7 +252,14 @@ def _cmd_consume(args: argparse.Namespace) -> int:
             request_timeout_ms=_timeout_ms(args),
             security=load_client_security(args.command_config),
         ) as consumer:
+            # kcat's -e: what the log holds now, then stop; --follow waits for more
+            end = None if args.follow else await consumer.list_offset(LATEST)
+            if end is not None and consumer.position is None:  # no wait at an empty end
+                consumer.seek(end if start == "latest" else await consumer.list_offset(EARLIEST))
             while args.max is None or seen < args.max:
+                if end is not None and consumer.position is not None and consumer.position >= end:
+                    reached = True
+                    break
                 records = await consumer.poll()
                 if records:
                     idle_since = time.monotonic()
@@ -270,7 +279,13 @@ def _cmd_consume(args: argparse.Namespace) -> int:
                     if args.max is not None and seen >= args.max:
                         break
                 sys.stdout.flush()
-        print(f"consumed {seen} records", file=sys.stderr)
+        plural = "" if seen == 1 else "s"
+        why = ""
+        if isinstance(start, int) and end is not None and start > end:
+            why = f": --from {start} is past the high watermark (offset {end})"
+        elif reached:
+            why = f", up to the high watermark (offset {end})"
+        print(f"consumed {seen} record{plural}{why}", file=sys.stderr)
         return 0
 
     return asyncio.run(run())
@@ -357,7 +372,11 @@ def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
     )
     p.set_defaults(func=_cmd_produce)
 
-    p = sub.add_parser("consume", help="print committed records")
+    p = sub.add_parser(
+        "consume",
+        help="print the committed records up to the high watermark (--follow: and then wait "
+        "for more)",
+    )
     bootstrap(p)
     p.add_argument(
         "--from",
@@ -368,13 +387,22 @@ def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
         help="earliest, latest, or an offset >= 0",
     )
     p.add_argument(
-        "--max", type=types.positive_int, default=None, help="stop after this many records"
+        "--follow",
+        action="store_true",
+        help="do not stop at the high watermark: print records as they are committed, until "
+        "Ctrl-C, --max or --idle-timeout-ms",
+    )
+    p.add_argument(
+        "--max",
+        type=types.positive_int,
+        default=None,
+        help="stop after this many records (or at the high watermark, without --follow)",
     )
     p.add_argument(
         "--idle-timeout-ms",
         type=types.positive_int,
         default=None,
-        help="stop when nothing arrives for this long",
+        help="stop when nothing arrives for this long (for --follow)",
     )
     p.add_argument("--print-offsets", action="store_true", help="print offset, key and value")
     p.set_defaults(func=_cmd_consume)
