@@ -2,7 +2,8 @@
 
 Each is an argparse ``type=`` function: it returns the parsed value or raises
 ``argparse.ArgumentTypeError``, so a bad value ends in argparse's one-line
-``raftcore CMD: error: argument --opt: ...`` and exit status 2, never in a traceback.
+``raftcore CMD: error: --opt: ... (see raftcore CMD --help)`` and exit status 2 (see
+:class:`ArgumentParser`), never in a traceback.
 Address-like options keep their text form (validated and normalised), because the commands
 hand them on as text (the Spark options take ``bootstrap`` as a string).
 """
