@@ -10,9 +10,15 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
+from raftcore import __version__
 from raftcore import cli_args as types
 from raftcore.certs_cli import add_certs_command
-from raftcore.cli_args import CommandLineError, DefaultsHelpFormatter, every_parser
+from raftcore.cli_args import (
+    ArgumentParser,
+    CommandLineError,
+    DefaultsHelpFormatter,
+    every_parser,
+)
 from raftcore.cli_logging import add_logging_options, configure_logging, debugging
 from raftcore.errors import RaftcoreError
 from raftcore.logtools import (
@@ -20,6 +26,7 @@ from raftcore.logtools import (
     Progress,
     dump_log,
     find_log_directory,
+    live_log_holder,
     segment_files,
     verify_log,
 )
@@ -35,8 +42,23 @@ from raftcore.users_cli import add_users_commands
 __all__ = ["main"]
 
 
+def _warn_if_live(command: str, directory: Path) -> None:
+    """A log tool reads a log a node may be writing: say so (the figures may move under it,
+    and a batch being written may read as torn), on stderr, before the output."""
+    pid = live_log_holder(directory)
+    if pid is None:
+        return
+    who = f"node running, pid {pid}" if pid else "held open by another process"
+    print(
+        f"raftcore {command}: warning: the log is live ({who}): figures may change while read",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def _cmd_dump_log(args: argparse.Namespace) -> int:
     directory = find_log_directory(args.directory)
+    _warn_if_live("dump-log", directory)
     bases = [base for base, _ in segment_files(directory)]
     if args.segment is not None and args.segment not in bases:
         raise NothingToCheck(
@@ -51,6 +73,7 @@ def _cmd_dump_log(args: argparse.Namespace) -> int:
 
 def _cmd_verify_log(args: argparse.Namespace) -> int:
     directory = find_log_directory(args.directory)
+    _warn_if_live("verify-log", directory)
     report = verify_log(directory, progress=Progress("verifying"))
     for warning in report.warnings:
         print(f"warning: {warning}")
@@ -213,11 +236,13 @@ def _cmd_consume(args: argparse.Namespace) -> int:
     import asyncio
 
     from raftcore.client import Consumer
+    from raftcore.client.consumer import EARLIEST, LATEST
 
     start: str | int = args.start  # earliest, latest or an offset (types.start_position)
 
     async def run() -> int:
         seen = 0
+        reached = False  # stopped at the high watermark (not --max, not --idle-timeout-ms)
         idle_since = time.monotonic()
         async with Consumer(
             _bootstrap(args),
@@ -227,7 +252,14 @@ def _cmd_consume(args: argparse.Namespace) -> int:
             request_timeout_ms=_timeout_ms(args),
             security=load_client_security(args.command_config),
         ) as consumer:
+            # kcat's -e: what the log holds now, then stop; --follow waits for more
+            end = None if args.follow else await consumer.list_offset(LATEST)
+            if end is not None and consumer.position is None:  # no wait at an empty end
+                consumer.seek(end if start == "latest" else await consumer.list_offset(EARLIEST))
             while args.max is None or seen < args.max:
+                if end is not None and consumer.position is not None and consumer.position >= end:
+                    reached = True
+                    break
                 records = await consumer.poll()
                 if records:
                     idle_since = time.monotonic()
@@ -247,7 +279,13 @@ def _cmd_consume(args: argparse.Namespace) -> int:
                     if args.max is not None and seen >= args.max:
                         break
                 sys.stdout.flush()
-        print(f"consumed {seen} records", file=sys.stderr)
+        plural = "" if seen == 1 else "s"
+        why = ""
+        if isinstance(start, int) and end is not None and start > end:
+            why = f": --from {start} is past the high watermark (offset {end})"
+        elif reached:
+            why = f", up to the high watermark (offset {end})"
+        print(f"consumed {seen} record{plural}{why}", file=sys.stderr)
         return 0
 
     return asyncio.run(run())
@@ -334,7 +372,11 @@ def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
     )
     p.set_defaults(func=_cmd_produce)
 
-    p = sub.add_parser("consume", help="print committed records")
+    p = sub.add_parser(
+        "consume",
+        help="print the committed records up to the high watermark (--follow: and then wait "
+        "for more)",
+    )
     bootstrap(p)
     p.add_argument(
         "--from",
@@ -345,13 +387,22 @@ def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
         help="earliest, latest, or an offset >= 0",
     )
     p.add_argument(
-        "--max", type=types.positive_int, default=None, help="stop after this many records"
+        "--follow",
+        action="store_true",
+        help="do not stop at the high watermark: print records as they are committed, until "
+        "Ctrl-C, --max or --idle-timeout-ms",
+    )
+    p.add_argument(
+        "--max",
+        type=types.positive_int,
+        default=None,
+        help="stop after this many records (or at the high watermark, without --follow)",
     )
     p.add_argument(
         "--idle-timeout-ms",
         type=types.positive_int,
         default=None,
-        help="stop when nothing arrives for this long",
+        help="stop when nothing arrives for this long (for --follow)",
     )
     p.add_argument("--print-offsets", action="store_true", help="print offset, key and value")
     p.set_defaults(func=_cmd_consume)
@@ -381,10 +432,13 @@ def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="raftcore",
         description="raftcore: an embeddable, Kafka-compatible Raft replicated log.",
         formatter_class=DefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"raftcore {__version__}", help="print it and exit"
     )
     add_logging_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -439,6 +493,8 @@ def _finish(parser: argparse.ArgumentParser) -> None:
         p.formatter_class = DefaultsHelpFormatter
         if p is not parser:
             add_logging_options(p, top=False)
+            if isinstance(p, ArgumentParser):
+                p.command = True
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -2,7 +2,8 @@
 
 Each is an argparse ``type=`` function: it returns the parsed value or raises
 ``argparse.ArgumentTypeError``, so a bad value ends in argparse's one-line
-``raftcore CMD: error: argument --opt: ...`` and exit status 2, never in a traceback.
+``raftcore CMD: error: --opt: ... (see raftcore CMD --help)`` and exit status 2 (see
+:class:`ArgumentParser`), never in a traceback.
 Address-like options keep their text form (validated and normalised), because the commands
 hand them on as text (the Spark options take ``bootstrap`` as a string).
 """
@@ -10,11 +11,14 @@ hand them on as text (the Spark options take ``bootstrap`` as a string).
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
+from typing import NoReturn
 
 from raftcore.errors import RaftcoreError
 from raftcore.node.config import parse_endpoint, parse_voters
 
 __all__ = [
+    "ArgumentParser",
     "bootstrap_list",
     "endpoint",
     "node_id",
@@ -166,6 +170,30 @@ def _endpoint_problem(text: str) -> str:
 
 
 # ---- every command's parser -------------------------------------------------------------------
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors are one line: ``raftcore CMD: error: --opt: what
+    is wrong (see raftcore CMD --help)``, exit status 2. argparse printed the whole usage (25
+    lines for ``raftcore node``) before the line that mattered. The subcommands' parsers are
+    of this class too (argparse makes them of their parent's class)."""
+
+    command = False  # a (sub)command's parser: set by raftcore.cli for every one below the top
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """A command's parser names its own unrecognized arguments (argparse left them to the
+        top parser, whose error named no command)."""
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras and self.command:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+    def error(self, message: str) -> NoReturn:
+        # "argument --voters: expected ..." -> "--voters: expected ..."
+        message = message.removeprefix("argument ")
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):

@@ -24,7 +24,7 @@ from raftcore.errors import (
     RaftcoreError,
     UnsupportedCompressionError,
 )
-from raftcore.log import INDEX_SUFFIX, LOG_SUFFIX, first_discontinuity
+from raftcore.log import INDEX_SUFFIX, LOCK_FILE, LOG_SUFFIX, first_discontinuity
 from raftcore.records import ControlRecordType, RecordBatch
 from raftcore.snapshot import SnapshotFileKind, SnapshotPath, parse_snapshot_path
 from raftcore.snapshot import verify_snapshot_file as _verify_snapshot_file
@@ -35,6 +35,7 @@ __all__ = [
     "VerifyReport",
     "dump_log",
     "find_log_directory",
+    "live_log_holder",
     "segment_files",
     "snapshot_files",
     "verify_log",
@@ -97,6 +98,49 @@ def find_log_directory(path: str | os.PathLike[str]) -> Path:
         f"{p}: no log segments and no snapshots {where}; expected a node's data directory, "
         f"which holds {DATA_LOG_DIR}/, or a log directory"
     )
+
+
+def live_log_holder(directory: str | os.PathLike[str]) -> int | None:
+    """Is the log in ``directory`` open (a node runs on it)? The pid of the process that holds
+    its ``.lock`` (a log holds an exclusive flock there while it is open), 0 when it is held
+    by a process whose pid cannot be told, None when it is not held.
+
+    Read from ``/proc/locks``, without taking the lock: a tool that took it, even shared and
+    for a moment, could make a node starting then fail with "in use by another log instance".
+    Where there is no ``/proc/locks``, a non-blocking shared flock tells instead."""
+    path = Path(directory) / LOCK_FILE
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            table = f.read()
+    except OSError:
+        return _probe_lock(path)
+    wanted = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in table.splitlines():
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1546 fe:00:2278394 0 EOF" ("->" marks a waiter)
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == wanted:
+            return int(fields[4]) if fields[4].isdigit() else 0
+    return None
+
+
+def _probe_lock(path: Path) -> int | None:
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return 0
+    finally:
+        os.close(fd)  # releases the shared lock, if it was taken
+    return None
 
 
 def _snapshot_line(found: SnapshotPath) -> str:

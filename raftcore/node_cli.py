@@ -9,6 +9,7 @@ from pathlib import Path
 
 from raftcore import cli_args as types
 from raftcore.cli_args import CommandLineError
+from raftcore.node.config import Endpoint
 from raftcore.security.node_options import add_node_security_options
 from raftcore.users_cli import add_sasl_node_options
 
@@ -24,7 +25,7 @@ def _cmd_node(args: argparse.Namespace) -> int:
         parse_principals,
         parse_voters,
     )
-    from raftcore.node.preflight import check_data_dir
+    from raftcore.node.preflight import check_data_dir, check_data_dir_identity
     from raftcore.node.runner import check_event_loop, run_node
     from raftcore.raft.config import QuorumConfig
     from raftcore.raft.retention import RetentionConfig
@@ -50,6 +51,14 @@ def _cmd_node(args: argparse.Namespace) -> int:
         tls_listen, security = node_listener(args, len(voters) or 2)
         listen = parse_endpoint(tls_listen) if tls_listen else listen
         advertised = parse_endpoint(args.advertised) if args.advertised else None
+        check_identity(
+            args,
+            voters,
+            {
+                "--listeners" if tls_listen else "--listen": listen,
+                "--advertised": advertised,
+            },
+        )
         quorum = QuorumConfig(
             election_timeout_ms=args.election_timeout_ms,
             fetch_timeout_ms=args.fetch_timeout_ms,
@@ -105,16 +114,71 @@ def _cmd_node(args: argparse.Namespace) -> int:
                 "without a state machine keeps its whole log)"
             )
         check_data_dir(config.data_dir)  # before anything is written there
+        check_data_dir_identity(config.data_dir, config.node_id, config.cluster_id)
         check_event_loop(args.event_loop)
     except ValueError as exc:
         raise CommandLineError(str(exc)) from None
-    return run_node(
-        config,
-        ready_file=args.ready_file,
-        state_machine=args.state_machine,
-        state_map_size=args.state_map_size,
-        event_loop=args.event_loop,
-    )
+    existed = config.data_dir.exists()
+    try:
+        return run_node(
+            config,
+            ready_file=args.ready_file,
+            state_machine=args.state_machine,
+            state_map_size=args.state_map_size,
+            event_loop=args.event_loop,
+        )
+    except OSError as exc:
+        # The preflight passed but the directory could not be made (/proc/nope as root: the
+        # parent is writable by permissions, yet holds no new directories): name the option
+        # rather than print a bare "[Errno 2] ...: '/proc/nope'".
+        if existed or exc.filename is None or not _is_or_above(exc.filename, config.data_dir):
+            raise
+        reason = exc.strerror or str(exc)
+        raise CommandLineError(f"--data-dir {config.data_dir}: cannot create: {reason}") from None
+
+
+def _is_or_above(path: str, data_dir: Path) -> bool:
+    """Is ``path`` the data directory or one of its parents (what ``mkdir -p`` creates)?"""
+    target = Path(path).absolute()
+    return target == data_dir.absolute() or target in data_dir.absolute().parents
+
+
+def check_identity(
+    args: argparse.Namespace, voters: dict[int, Endpoint], addresses: dict[str, Endpoint | None]
+) -> None:
+    """ValueError (one line, naming the option) when this node would pass for another: an
+    ``--id`` that is not in ``--voters`` (unless ``--observer``), or a listen or advertised
+    address that is another voter's. A node started with ``--voters 1@a,2@b,3@c --id 4
+    --listen a`` ran as node 4 on node 1's address."""
+    if args.observer and not voters:
+        raise ValueError(
+            "--observer is for a node started with --voters (one started with --bootstrap "
+            "is an observer until it is added)"
+        )
+    if voters and args.observer and args.id in voters:
+        raise ValueError(f"--observer: node {args.id} is in --voters; a voter is not an observer")
+    if voters and args.observer and next(iter(addresses.values())) is None:
+        raise ValueError(f"--observer needs --listen HOST:PORT (node {args.id} is not in --voters)")
+    if voters and args.id not in voters and not args.observer:
+        ids = ", ".join(map(str, sorted(voters)))
+        raise ValueError(
+            f"--id {args.id} is not in --voters ({ids}): a node that joins a running cluster "
+            "starts with --bootstrap instead (or --observer --listen HOST:PORT to only "
+            "replicate)"
+        )
+    for option, address in addresses.items():
+        if address is None:
+            continue
+        for voter, endpoint in sorted(voters.items()):
+            if voter != args.id and _same_address(address, endpoint):
+                raise ValueError(
+                    f"{option} {address} is voter {voter}'s address in --voters, not node "
+                    f"{args.id}'s"
+                )
+
+
+def _same_address(a: Endpoint, b: Endpoint) -> bool:
+    return a.port == b.port and a.host.lower() == b.host.lower()
 
 
 def add_node_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -141,6 +205,12 @@ def add_node_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
         action="store_true",
         help="with --bootstrap: once caught up, ask the leader to add this node as a voter "
         "(Kafka's controller.quorum.auto.join.enable)",
+    )
+    p.add_argument(
+        "--observer",
+        action="store_true",
+        help="with --voters: this node (its --id not among them) only replicates the log, "
+        "as Kafka's brokers do; it needs --listen",
     )
     p.add_argument(
         "--admin-principals",

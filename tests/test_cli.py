@@ -4,6 +4,7 @@ log directory)."""
 import hashlib
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -220,3 +221,103 @@ def test_produce_says_when_its_offset_span_holds_other_records():
         "produced 300000 records at offsets 251005..551005, 1 other record between them ("
     )
     assert produced_line(3, 0, 2, 1.0) == "produced 3 records at offsets 0..2 (3 records/s)"
+
+
+# ---- the log tools on a live log (issue 24) ----------------------------------------------------
+
+
+def test_the_log_tools_warn_that_a_live_log_may_change_while_read(tmp_path, capsys):
+    """A node running on the directory holds its log's .lock: dump-log and verify-log read
+    on, and say on stderr that the figures may move (they said nothing)."""
+    import os
+
+    make_log(tmp_path / "log")
+    with SegmentedLog.open(tmp_path / "log", segment_bytes=2048):  # as a running node does
+        for command in ("verify-log", "dump-log"):
+            assert main([command, str(tmp_path)]) == 0
+            captured = capsys.readouterr()
+            assert captured.err.splitlines() == [
+                f"raftcore {command}: warning: the log is live (node running, pid "
+                f"{os.getpid()}): figures may change while read"
+            ]
+            assert "baseOffset" in captured.out or "OK:" in captured.out
+    for command in ("verify-log", "dump-log"):  # closed: no warning
+        assert main([command, str(tmp_path)]) == 0
+        assert capsys.readouterr().err == ""
+
+
+# ---- consume stops at the high watermark; --follow waits (issue 24) ------------------------------
+
+
+def _consume_argv(bootstrap, *args):
+    return [sys.executable, "-m", "raftcore", "consume", "--bootstrap", bootstrap, *args]
+
+
+def _env():
+    import os
+
+    import raftcore
+
+    return {**os.environ, "PYTHONPATH": str(Path(raftcore.__file__).parent.parent)}
+
+
+def _consume(bootstrap, *args, timeout=30):
+    return subprocess.run(
+        _consume_argv(bootstrap, *args),
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_consume_stops_at_the_high_watermark_saying_how_many_and_follows_with_follow(tmp_path):
+    """`consume --max 10` on a log of 5 records waited forever (and with no --max too);
+    now it stops at the high watermark, as kcat -e does, and --follow waits for more."""
+    import asyncio
+    import time
+
+    from raftcore.client import Producer
+    from raftcore.node.local_cluster import LocalCluster
+
+    async def write(bootstrap, values):
+        async with Producer(bootstrap) as producer:
+            await producer.send([(None, v.encode()) for v in values])
+
+    with LocalCluster(tmp_path / "cluster", 1) as cluster:
+        cluster.start()
+        boot = cluster.endpoint(1)
+        asyncio.run(asyncio.wait_for(write(cluster.bootstrap, ["a", "b", "c", "d", "e"]), 30))
+        for extra in ([], ["--max", "10"]):
+            started = time.monotonic()
+            done = _consume(boot, *extra)
+            assert done.returncode == 0, done.stderr
+            assert done.stdout.splitlines() == ["a", "b", "c", "d", "e"]
+            last = done.stderr.strip().splitlines()[-1]
+            assert last.startswith("consumed 5 records, up to the high watermark (offset ")
+            assert time.monotonic() - started < 10
+        done = _consume(boot, "--max", "2")
+        assert done.stdout.splitlines() == ["a", "b"]
+        assert done.stderr.strip().splitlines()[-1] == "consumed 2 records"
+        done = _consume(boot, "--from", "latest")
+        assert done.stdout == "" and "consumed 0 records, up to the high" in done.stderr
+
+        # --follow: what is committed after it started, too, until --max
+        follower = subprocess.Popen(
+            _consume_argv(boot, "--follow", "--max", "7"),
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        try:
+            assert follower.stdout is not None
+            assert [follower.stdout.readline() for _ in range(5)] == [f"{v}\n" for v in "abcde"]
+            asyncio.run(asyncio.wait_for(write(cluster.bootstrap, ["f", "g"]), 30))
+            out, _ = follower.communicate(timeout=30)
+            assert out.splitlines() == ["f", "g"] and follower.returncode == 0
+        finally:
+            if follower.poll() is None:
+                follower.kill()
+                follower.wait(10)

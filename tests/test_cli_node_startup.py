@@ -159,6 +159,137 @@ def test_an_unwritable_data_directory_fails_before_anything_is_written(
     assert ran == [] and contents(data) == []
 
 
+def test_a_data_directory_that_cannot_be_created_names_the_option(tmp_path: Path) -> None:
+    """/proc/nope: as root the preflight's permission check passes, and mkdir then failed
+    with a bare "[Errno 2] No such file or directory: '/proc/nope'" naming no option."""
+    (port,) = free_ports(1)
+    code, err = finish(start_node(node_argv(Path("/proc/nope"), port), tmp_path))
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "raftcore node: error: --data-dir /proc/nope: cannot"
+    ), err
+    assert "Errno" not in err
+
+
+# ---- a node that would pass for another is refused (issue 24) ----------------------------------
+
+
+def voters_argv(data: Path, node_id: int, ports: list[int], *extra: str) -> list[str]:
+    voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in enumerate(ports, 1))
+    argv = ["node", f"--id={node_id}", f"--voters={voters}", f"--data-dir={data}"]
+    return [*argv, "--cluster-id=c", *extra]
+
+
+def refused(
+    argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> str:
+    """The one error line of a node refused before it runs (run_node stands in: a node that
+    ran would show as exit 0)."""
+    import raftcore.node.runner
+
+    monkeypatch.setattr(raftcore.node.runner, "run_node", lambda *a, **kw: 0)
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+@pytest.mark.parametrize("listen", [False, True], ids=["no-listen", "own-listen"])
+def test_a_node_id_missing_from_the_voters_is_refused_naming_the_option(
+    tmp_path: Path,
+    listen: bool,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`--id 4` with voters 1-3 and a --listen of its own started, a fourth node no voter
+    knew of; without --listen the message named no option."""
+    ports = free_ports(4)
+    data = tmp_path / "data"
+    extra = [f"--listen=127.0.0.1:{ports[3]}"] if listen else []
+    line = refused(voters_argv(data, 4, ports[:3], *extra), capsys, monkeypatch)
+    assert line.startswith("raftcore node: error: --id 4 is not in --voters (1, 2, 3): "), line
+    assert "--bootstrap" in line and "--observer" in line
+    assert not data.exists()
+
+
+def test_a_node_started_as_an_observer_may_be_missing_from_the_voters(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The exception the refusal makes: a node that only replicates, as Kafka's brokers do
+    beside a static controller quorum (--bootstrap is the other way, test_membership_processes)."""
+    import raftcore.node.runner
+
+    configs: list[NodeConfig] = []
+    monkeypatch.setattr(
+        raftcore.node.runner, "run_node", lambda config, **kw: configs.append(config) or 0
+    )
+    ports = free_ports(4)
+    listen = f"--listen=127.0.0.1:{ports[3]}"
+    assert main(voters_argv(tmp_path / "d", 4, ports[:3], "--observer", listen)) == 0
+    assert configs[0].node_id == 4 and 4 not in configs[0].voters
+    assert configs[0].listen == Endpoint("127.0.0.1", ports[3])
+    assert "--observer needs --listen" in refused(
+        voters_argv(tmp_path / "d", 4, ports[:3], "--observer"), capsys, monkeypatch
+    )
+    assert "--observer: node 2 is in --voters" in refused(
+        voters_argv(tmp_path / "d", 2, ports[:3], "--observer"), capsys, monkeypatch
+    )
+
+
+@pytest.mark.parametrize(
+    ("node_id", "option"),
+    [(4, "--listen"), (2, "--listen"), (2, "--advertised")],
+    ids=["observer-listen", "voter-listen", "voter-advertised"],
+)
+def test_a_listen_or_advertised_address_of_another_voter_is_refused_naming_the_option(
+    tmp_path: Path,
+    node_id: int,
+    option: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Today's case: `--id 4` with voters 1-3 started on voter 1's address and ran on."""
+    ports = free_ports(3)
+    observer = ["--observer"] if node_id == 4 else []
+    address = f"127.0.0.1:{ports[0]}"
+    argv = voters_argv(tmp_path / "d", node_id, ports, f"{option}={address}", *observer)
+    line = refused(argv, capsys, monkeypatch)
+    assert line == (
+        f"raftcore node: error: {option} {address} is voter 1's address in --voters, "
+        f"not node {node_id}'s"
+    )
+
+
+@pytest.mark.parametrize("mismatch", ["node", "cluster"])
+def test_a_data_directory_of_another_node_or_cluster_is_refused_naming_the_options(
+    tmp_path: Path, mismatch: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Refused before the port is bound (here it is taken: the identity is what is reported)
+    and as a usage error; it was `raftcore node: d1 belongs to node 1, not 2; refusing to
+    start`, exit 1, once the listener was up, naming neither --data-dir nor --id."""
+    data = tmp_path / "data"
+    data.mkdir()
+    meta = "version=1\ncluster.id=c\nnode.id=1\ndirectory.id=DK8pD_mQab9jL0f_hhNORA\n"
+    (data / "meta.properties").write_text(meta)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        if mismatch == "node":
+            argv = voters_argv(data, 2, [port, port + 1])
+            expected = f"--data-dir {data} belongs to node 1, not --id 2; refusing to start"
+        else:
+            argv = [*node_argv(data, port), "--cluster-id=other"]
+            expected = (
+                f"--data-dir {data} belongs to cluster 'c', not --cluster-id 'other'; "
+                "refusing to start"
+            )
+        assert main(argv) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"raftcore node: error: {expected}"]
+    assert (data / "meta.properties").read_text() == meta and contents(data) == ["meta.properties"]
+
+
 # ---- "listening on" once it listens -------------------------------------------------------------
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "check_meta_properties",
     "new_directory_id",
     "read_directory_id",
+    "read_meta_properties",
     "replace_directory_id",
 ]
 
@@ -59,11 +60,7 @@ def check_meta_properties(cfg: NodeConfig) -> bytes:
         )
         return directory_id
     text = path.read_text(encoding="utf-8")
-    props = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and not key.startswith("#"):
-            props[key.strip()] = value.strip()
+    props = _parse_properties(text)
     if props.get("cluster.id") != cfg.cluster_id:
         raise RaftcoreError(
             f"{cfg.data_dir} belongs to cluster {props.get('cluster.id')!r}, not "
@@ -86,6 +83,23 @@ def check_meta_properties(cfg: NodeConfig) -> bytes:
         return parse_directory_id(written)
     except ValueError as exc:
         raise RaftcoreError(f"{path}: directory.id: {exc}; refusing to start") from None
+
+
+def _parse_properties(text: str) -> dict[str, str]:
+    props = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not key.startswith("#"):
+            props[key.strip()] = value.strip()
+    return props
+
+
+def read_meta_properties(data_dir: Path) -> dict[str, str] | None:
+    """The properties of ``data_dir``'s ``meta.properties`` (None: there is none)."""
+    try:
+        return _parse_properties((data_dir / META_PROPERTIES).read_text(encoding="utf-8"))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
 
 
 def replace_directory_id(cfg: NodeConfig) -> bytes:

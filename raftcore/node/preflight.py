@@ -17,7 +17,7 @@ from raftcore import connect_errors
 from raftcore.errors import RaftcoreError
 from raftcore.node.config import Endpoint
 
-__all__ = ["ListenError", "bind_listener", "check_data_dir"]
+__all__ = ["ListenError", "bind_listener", "check_data_dir", "check_data_dir_identity"]
 
 
 class ListenError(RaftcoreError):
@@ -42,6 +42,30 @@ def check_data_dir(path: str | os.PathLike[str]) -> None:
         raise ValueError(f"--data-dir {p}: cannot be created ({ancestor} is not a directory)")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise ValueError(f"--data-dir {p}: cannot be created ({ancestor} is not writable)")
+
+
+def check_data_dir_identity(path: str | os.PathLike[str], node_id: int, cluster_id: str) -> None:
+    """ValueError (one line, naming the options) when the directory's ``meta.properties``
+    was written for another cluster or another node id: checked before the port is bound, so
+    that a node started on another's directory says so as a usage error (the node checks it
+    again when it opens the directory, :func:`raftcore.node.data_dir.check_meta_properties`).
+    A directory without the file is new: nothing to compare."""
+    from raftcore.node.data_dir import read_meta_properties
+
+    p = Path(path)
+    props = read_meta_properties(p)
+    if props is None:
+        return
+    if props.get("cluster.id") != cluster_id:
+        raise ValueError(
+            f"--data-dir {p} belongs to cluster {props.get('cluster.id')!r}, not --cluster-id "
+            f"{cluster_id!r}; refusing to start"
+        )
+    if props.get("node.id") != str(node_id):
+        raise ValueError(
+            f"--data-dir {p} belongs to node {props.get('node.id')}, not --id {node_id}; "
+            "refusing to start"
+        )
 
 
 def bind_listener(endpoint: Endpoint, backlog: int = 100) -> socket.socket:
