@@ -190,6 +190,16 @@ def test_the_configuration_reference_states_the_parsers_defaults():
     )
 
 
+def test_every_metric_the_operators_guide_names_is_one_a_node_serves():
+    """The alerts of docs/operations.md name metrics of docs/metrics.md (whose list a test in
+    tests/test_metrics.py holds to a node's scrape)."""
+    served = set(re.findall(r"^\| `(raftcore_[a-z_]+)`", (DOCS / "metrics.md").read_text(), re.M))
+    named = set(
+        re.findall(r"\b(raftcore_[a-z_]+?)(?:_bucket|_sum|_count)?\b", OPERATIONS.read_text())
+    )
+    assert served and not named - served, sorted(named - served)
+
+
 # ---- the systemd unit -------------------------------------------------------------------------
 
 
@@ -211,6 +221,7 @@ def test_the_example_systemd_unit_runs_raftcore_node_with_options_the_parser_acc
     settings = unit_settings(UNIT.read_text())
     assert settings.get("Type") == "simple"
     assert settings.get("Restart") == "on-failure"  # exit 1 after a failure: start again
+    assert settings.get("RestartPreventExitStatus") == "2"  # a bad command line: do not
     assert settings.get("User") and settings["User"] != "root"
     assert int(settings["LimitNOFILE"]) >= 1024
     argv = shlex.split(settings["ExecStart"])
