@@ -11,6 +11,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import re
 import shlex
 import sys
@@ -233,6 +235,57 @@ def test_the_example_systemd_unit_runs_raftcore_node_with_options_the_parser_acc
     assert args.command == "node"
     # more connections than the default 768 need the file limit to match
     assert args.max_connections + 256 <= int(settings["LimitNOFILE"])
+
+
+# ---- commands --------------------------------------------------------------------------------
+
+COMMAND_PAGES = [DOCS / "getting-started.md", DOCS / "operations.md"]
+
+
+def documented_commands(page: Path) -> list[tuple[int, list[str]]]:
+    """(line, argv) of every ``raftcore`` command in the page's code blocks: a line that
+    starts with it (after a ``$`` prompt) or pipes into it, continuation lines joined."""
+    found = []
+    fenced, pending, start = False, "", 0
+    for n, raw in enumerate(page.read_text().splitlines(), 1):
+        if FENCE.match(raw):
+            fenced = not fenced
+            continue
+        if not fenced:
+            continue
+        line = raw
+        if pending:
+            line, pending = pending + " " + raw.strip(), ""
+        else:
+            start = n
+        if line.rstrip().endswith("\\"):
+            pending = line.rstrip()[:-1]
+            continue
+        text = line.strip().removeprefix("$ ")
+        for part in text.split("|"):
+            words = shlex.split(part.split(">")[0])
+            if words[:1] == ["raftcore"] and (words[1:2] != ["node"] or "--id" in words):
+                found.append((start, words))
+    return found
+
+
+def test_every_raftcore_command_of_the_guides_is_one_the_cli_accepts():
+    """Each command line of getting-started.md and operations.md parses (nothing runs)."""
+    from raftcore.cli import build_parser
+
+    refused = []
+    checked = 0
+    for page in COMMAND_PAGES:
+        for n, argv in documented_commands(page):
+            checked += 1
+            try:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    build_parser().parse_args(argv[1:])
+            except SystemExit as exc:
+                if exc.code != 0:  # 0: --help
+                    refused.append(f"{page.relative_to(ROOT)}:{n}: {shlex.join(argv)}")
+    assert checked >= 12, checked
+    assert not refused, "commands the CLI refuses:\n" + "\n".join(refused)
 
 
 # ---- links ------------------------------------------------------------------------------------
