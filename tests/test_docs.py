@@ -262,10 +262,21 @@ def documented_commands(page: Path) -> list[tuple[int, list[str]]]:
             pending = line.rstrip()[:-1]
             continue
         text = line.strip().removeprefix("$ ")
-        for part in text.split("|"):
-            words = shlex.split(part.split(">")[0])
-            if words[:1] == ["raftcore"] and (words[1:2] != ["node"] or "--id" in words):
-                found.append((start, words))
+        lexer = shlex.shlex(text, posix=True, punctuation_chars="|&;<>")
+        lexer.whitespace_split = True
+        try:
+            tokens = [*lexer, "|"]
+        except ValueError:  # unbalanced quotes: output or code, unless it runs raftcore
+            assert "raftcore " not in text, f"{page.name}:{start}: cannot split {text!r}"
+            continue
+        words: list[str] = []
+        for token in tokens:  # the commands of a pipeline, up to a redirection
+            if token and set(token) <= set("|&;<>"):
+                if words[:1] == ["raftcore"] and (words[1:2] != ["node"] or "--id" in words):
+                    found.append((start, words))
+                words = [] if token != ">" else ["(redirected)"]
+            elif words[:1] != ["(redirected)"]:
+                words.append(token)
     return found
 
 
