@@ -44,7 +44,7 @@ PENDING_OPTIONS = {
         "delete it (Kafka's segment.ms)",
     ),
     "--log-retention-check-interval-ms": (
-        "300000",
+        "300000 (5 min)",
         "how often the retention rules are checked (Kafka's log.retention.check.interval.ms)",
     ),
 }
