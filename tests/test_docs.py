@@ -26,30 +26,6 @@ DOCS = ROOT / "docs"
 OPERATIONS = DOCS / "operations.md"
 UNIT = DOCS / "raftcore.service"
 
-# Options documented before they reach this branch's parser (retention, issue 24): their rows
-# are written from here until the parser has them, then from the parser.
-PENDING_OPTIONS = {
-    "--retention-ms": (
-        "-1 (off)",
-        "delete whole log segments whose newest record is older than this (Kafka's retention.ms)",
-    ),
-    "--retention-bytes": (
-        "-1 (off)",
-        "delete the oldest whole log segments while the log is larger than this "
-        "(Kafka's retention.bytes)",
-    ),
-    "--segment-ms": (
-        "-1 (off)",
-        "roll to a new log segment once the active one is this old, so that retention can "
-        "delete it (Kafka's segment.ms)",
-    ),
-    "--log-retention-check-interval-ms": (
-        "300000 (5 min)",
-        "how often the retention rules are checked (Kafka's log.retention.check.interval.ms)",
-    ),
-}
-PENDING_GROUP = "retention"
-
 # The logging options' defaults are set by the top-level parser (argparse.SUPPRESS here).
 LOGGING_DEFAULTS = {"--verbose": "off", "--log-level": "info", "--log-format": "text"}
 
@@ -111,7 +87,6 @@ def _cell(text: str) -> str:
 def node_options_table() -> str:
     """The configuration reference: one table per option group of ``raftcore node``."""
     parser = node_parser()
-    known = node_options()
     out = []
     for group in parser._action_groups:
         actions = [a for a in group._group_actions if not isinstance(a, argparse._HelpAction)]
@@ -132,13 +107,6 @@ def node_options_table() -> str:
                 f"| {names}{value.replace('|', chr(92) + '|')} | {_cell(_default(action))} "
                 f"| {_cell(action.help or '')} |"
             )
-        out.append("")
-    pending = {k: v for k, v in PENDING_OPTIONS.items() if k not in known}
-    if pending:
-        out.append(f"**{PENDING_GROUP[0].upper()}{PENDING_GROUP[1:]}**\n")
-        out.append("| option | default | meaning |\n|---|---|---|")
-        for name, (default, meaning) in pending.items():
-            out.append(f"| `{name}` `N` | {_cell(default)} | {_cell(meaning)} |")
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 
@@ -173,14 +141,11 @@ def documented_defaults(text: str) -> dict[str, str]:
 
 
 def test_the_configuration_reference_states_the_parsers_defaults():
-    """A default changed in the parser shows here (the retention options, written by hand
-    until this branch's parser has them, are left out)."""
+    """A default changed in the parser shows here."""
     documented = documented_defaults(OPERATIONS.read_text())
     stale = []
     for action in node_parser()._actions:
-        if isinstance(action, argparse._HelpAction) or set(action.option_strings) & set(
-            PENDING_OPTIONS
-        ):
+        if isinstance(action, argparse._HelpAction):
             continue
         default = _cell(_default(action))
         for name in action.option_strings:
