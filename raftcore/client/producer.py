@@ -593,7 +593,11 @@ class Producer:
                 timed_out = isinstance(exc, asyncio.TimeoutError)
             attempt += 1
             if time.monotonic() >= deadline:
-                raise ProduceError(error, "could not get a producer id")
+                raise ProduceError(
+                    error,
+                    f"could not get a producer id in time ({error_name(error)}"
+                    f"{', the leader did not answer' if timed_out else ''}): nothing was sent",
+                )
             if timed_out:  # a hung leader: the others are asked first who leads now
                 await self.cluster.leader_timed_out(left())
             else:
