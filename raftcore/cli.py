@@ -165,10 +165,33 @@ def produced_line(acked: int, first: int | None, last: int | None, elapsed: floa
     return f"produced {acked} records at offsets {first}..{last}{between} {rate}"
 
 
+def unacknowledged_line(
+    failed: int, unknown: int, timeout_ms: int, why: str | None, unread_stdin: bool
+) -> str:
+    """What ``raftcore produce`` says of the records it did not get acknowledged: those that
+    are not in the log (never sent, or refused) apart from those that may be."""
+    parts = [f"failed {failed}"]
+    if failed:
+        parts[0] += f" (not written: {why})" if why else " (not written)"
+    parts.append(f"outcome unknown {unknown}")
+    if unknown:
+        parts[1] += (
+            f" (sent, no verdict within --timeout-ms {timeout_ms}: they may be committed; "
+            "consume to see which)"
+        )
+    line = ", ".join(parts)
+    if unread_stdin:
+        line += "; stdin was not read further"
+    return line
+
+
 def _cmd_produce(args: argparse.Namespace) -> int:
     import asyncio
 
-    from raftcore.client import Producer
+    from raftcore.client import OutcomeUnknownError, ProduceError, Producer
+
+    timeout_ms = _timeout_ms(args)
+    from_stdin = not args.generate and not args.values
 
     def records():  # type: ignore[no-untyped-def]
         if args.generate:
@@ -187,46 +210,103 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     async def run() -> int:
         total = args.generate or 0
         progress = Progress("producing", sys.stderr, unit="records") if total else None
-        acked = 0
+        acked = failed = unknown = 0
+        why: str | None = None  # the first definite failure's reason
         first = last = None
         started = time.perf_counter()
-        async with Producer(
+        # --timeout-ms bounds every wait: finding the leader and a producer id at the start
+        # (the Producer's delivery timeout covers both), each record's delivery (its delivery
+        # timeout), and the command: it gives up when nothing was acknowledged for that long.
+        timeout_s = timeout_ms / 1000
+        progress_at = time.monotonic()
+        producer = Producer(
             _bootstrap(args),
             topic=args.topic,
             acks=args.acks,
             idempotent=args.acks == -1,
             compression=args.compression,
-            request_timeout_ms=_timeout_ms(args),
+            request_timeout_ms=timeout_ms,
+            delivery_timeout_ms=timeout_ms,
             security=load_client_security(args.command_config),
-        ) as producer:
-            pending: list = []
-            batch: list = []
+        )
+        try:
+            await producer.start()
+        except BaseException:
+            await producer.close()
+            raise
+        pending: list = []
+        stopped = False  # a record was not acknowledged: send no more
 
-            async def drain(limit: int) -> None:
-                nonlocal acked, first, last
-                while len(pending) > limit:
-                    count, fut = pending.pop(0)
-                    lo, hi = await fut
-                    acked += count
-                    first = lo if first is None else first
-                    last = hi
-                    if progress is not None:
-                        progress(acked, total)
+        def settle(count: int, fut: asyncio.Future) -> None:
+            nonlocal acked, failed, unknown, why, first, last, stopped, progress_at
+            exc = fut.exception()
+            if exc is None:
+                lo, hi = fut.result()
+                acked += count
+                first = lo if first is None else first
+                last = hi
+                progress_at = time.monotonic()
+                if progress is not None:
+                    progress(acked, total)
+                return
+            stopped = True
+            if isinstance(exc, OutcomeUnknownError):
+                unknown += count
+            elif isinstance(exc, ProduceError):
+                failed += count
+                why = why or str(exc)
+            else:
+                raise exc
 
-            for rec in records():
+        async def drain(limit: int) -> None:
+            while len(pending) > limit:
+                count, fut = pending[0]
+                left = progress_at + timeout_s - time.monotonic()
+                if not fut.done() and left > 0:
+                    await asyncio.wait({fut}, timeout=left)
+                if not fut.done():  # nothing acknowledged for --timeout-ms: give up
+                    await producer.close()  # the rest: unknown if sent, failed if not
+                pending.pop(0)
+                settle(count, fut)
+
+        handed = 0
+        batch: list = []
+        unread = False  # stdin not read to its end
+        try:
+            source = iter(records())
+            while True:
+                if stopped:  # read no more
+                    unread = from_stdin
+                    break
+                rec = next(source, None)
+                if rec is None:
+                    break
                 batch.append(rec)
                 if len(batch) >= args.batch:
                     pending.append((len(batch), producer.send_nowait(batch)))
+                    handed += len(batch)
                     batch = []
                     await drain(8)
-            if batch:
+            if batch and not stopped:
                 pending.append((len(batch), producer.send_nowait(batch)))
+                handed += len(batch)
+                batch = []
             await drain(0)
+        finally:
+            await producer.close()
         elapsed = time.perf_counter() - started
         if args.acks == 0:
             print(f"sent {acked} records (acks=0: offsets unknown)", file=sys.stderr)
         else:
             print(produced_line(acked, first, last, elapsed), file=sys.stderr)
+        if failed or unknown or stopped:
+            given = handed + len(batch) if from_stdin else args.generate or len(args.values)
+            if given > handed:  # never handed to the producer: the command stopped first
+                failed += given - handed
+                why = why or "never sent: the command stopped at the first record not acknowledged"
+            line = unacknowledged_line(failed, unknown, timeout_ms, why, unread)
+            print(f"raftcore produce: {line}", file=sys.stderr)
+            return 1
         return 0
 
     return asyncio.run(run())
@@ -322,8 +402,10 @@ def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
             "--timeout-ms",
             type=types.positive_int,
             default=10_000,
-            help="give up on a node that does not answer within this long (an address that "
-            "refuses, with no node ever answering, fails at once)",
+            help="the longest the command waits: for a node that does not answer, for a "
+            "leader, and (produce) for a record's verdict; produce gives up when nothing was "
+            "acknowledged for this long and reports what was not written apart from what may "
+            "have been (an address that refuses, with no node ever answering, fails at once)",
         )
         add_command_config_option(p)
 

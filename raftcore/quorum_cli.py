@@ -87,8 +87,9 @@ def add_quorum_commands(sub: argparse._SubParsersAction) -> None:  # type: ignor
             "--timeout-ms",
             type=types.positive_int,
             default=30_000,
-            help="how long the change may take (the leader gives up after it: a change "
-            "written but not committed by then may still be)",
+            help="how long the change may take: the command ends within it (the leader is "
+            "told to give up 5%% of it sooner, at most 5 s, so that its verdict arrives in "
+            "time; a change written but not committed by then may still be)",
         )
         add_command_config_option(p)
 

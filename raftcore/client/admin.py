@@ -93,13 +93,13 @@ async def describe_quorum_with(
     attempt = 0
     why = ""  # the last attempt's leader and what went wrong, for the final message
     while True:
-        await cluster.refresh_metadata(max(0.1, deadline - time.monotonic()))
+        await cluster.refresh_metadata(max(0.02, deadline - time.monotonic()))
         leader = cluster.leader
         try:
             # bounded by what is left: a silent leader (a hung process) must not hold the
             # caller past its timeout (the connection's own request timeout is 30 s)
             info = await asyncio.wait_for(
-                _describe_once(cluster, topic), max(0.1, deadline - time.monotonic())
+                _describe_once(cluster, topic), max(0.02, deadline - time.monotonic())
             )
         except (ConnectionClosed, OSError, asyncio.TimeoutError, _NotLeader) as exc:
             info = None
@@ -110,9 +110,11 @@ async def describe_quorum_with(
         if info is not None:
             return info
         attempt += 1
-        if time.monotonic() > deadline:
+        left = deadline - time.monotonic()
+        if left > 0:
+            await asyncio.sleep(min(cluster.backoff_s(attempt), left))
+        if deadline - time.monotonic() <= 0.01:  # no round that would start at the deadline
             raise RaftcoreError(f"no leader answered DescribeQuorum within {timeout_s:g} s{why}")
-        await asyncio.sleep(cluster.backoff_s(attempt))
 
 
 class _NotLeader(Exception):

@@ -169,15 +169,16 @@ class ClusterClient:
     def request_refresh(self) -> None:
         self._refresh_wanted.set()
 
-    async def leader_timed_out(self) -> None:
+    async def leader_timed_out(self, timeout_s: float | None = None) -> None:
         """A request to the leader went unanswered for the request timeout (a hung or cut
-        off node): ask the other nodes who leads now, before the caller retries -- a retry
-        on the stale leader would wait a whole timeout again."""
+        off node): ask the other nodes who leads now (for up to ``timeout_s``, default the
+        request timeout), before the caller retries -- a retry on the stale leader would
+        wait a whole timeout again."""
         leader = self.leader
         if leader is not None and leader.leader_id in self.nodes:
             self.silent.add(self.nodes[leader.leader_id])
         with contextlib.suppress(NoLeaderError, RaftcoreError, OSError):
-            await self.refresh_metadata()
+            await self.refresh_metadata(timeout_s)
 
     async def refresh_metadata(self, timeout_s: float | None = None) -> None:
         """Ask the nodes, known ones first, until one answers with a leader. Each attempt is

@@ -7,6 +7,11 @@ changes follow KIP-951 as in the producer: a NOT_LEADER_OR_FOLLOWER or FENCED_LE
 answer that names a newer leader sends the next fetch there at once; otherwise the consumer
 backs off with jitter and refreshes metadata.
 
+A poll gives up (ConsumeError, REQUEST_TIMED_OUT) when no leader served it for
+``request_timeout_ms``: no leader known, a majority lost, a leader that does not answer and no
+other to go to. A hung leader whose successor the other nodes name costs one request timeout,
+then the poll goes on at the new leader (with a new request timeout to get its answer).
+
     async with Consumer(["127.0.0.1:9091"], start="earliest") as consumer:
         async for record in consumer:
             print(record.offset, record.key, record.value)
@@ -21,6 +26,7 @@ from typing import Any
 
 from raftcore.client.cluster import ClusterClient, NoLeaderError
 from raftcore.client.connection import ConnectionClosed
+from raftcore.connect_errors import describe
 from raftcore.error_codes import Errors, error_name
 from raftcore.errors import RaftcoreError
 from raftcore.protocol.api import ApiKey, request_spec
@@ -89,8 +95,10 @@ class Consumer:
         self.retries = 0
         self.immediate_retries = 0
         self._attempt = 0
+        self._started_at: float | None = None  # a first poll soon after shares its time
 
     async def start(self) -> None:
+        self._started_at = asyncio.get_running_loop().time()
         await self.cluster.start()
 
     async def close(self) -> None:
@@ -136,29 +144,53 @@ class Consumer:
         return position, data
 
     async def _poll_data(self) -> tuple[int, Any]:
+        loop = asyncio.get_running_loop()
+        budget = self.cluster.request_timeout_s
+        deadline = loop.time() + budget  # no leader served us by then: give up
+        started, self._started_at = self._started_at, None
+        if started is not None and deadline - budget - started < budget:
+            deadline = started + budget  # finding the leader at start() took part of it
+        why = "no leader known"
         while True:
+            left = max(0.01, deadline - loop.time())
             try:
                 if self.position is None:
                     self.position = await self._list_offset_once(
-                        EARLIEST if self.start_at == "earliest" else LATEST
+                        EARLIEST if self.start_at == "earliest" else LATEST, min(left, budget)
                     )
                 position = self.position
-                data, outcome = await self._fetch_once()
+                data, outcome = await self._fetch_once(left)
+                if outcome != "ok":
+                    why = "the node it asked is not the leader any more"
             except (NoLeaderError, ConnectionClosed, OSError, asyncio.TimeoutError) as exc:
                 logger.debug("fetch failed: %s", exc)
                 outcome, data = "retry", None
+                why = describe(exc)
                 if isinstance(exc, asyncio.TimeoutError):
-                    await self.cluster.leader_timed_out()
+                    hung = self.cluster.leader
+                    why = f"node {hung.leader_id if hung else '?'} did not answer"
+                    # who leads now, asked of the others (a little past the deadline at most)
+                    await self.cluster.leader_timed_out(max(deadline - loop.time(), 0.1 * budget))
+                    now = self.cluster.leader
+                    if now is not None and now != hung:  # another leader, or a newer epoch
+                        deadline = loop.time() + budget  # a new leader: it gets its timeout
+                        outcome = "moved"
             if outcome == "ok":
                 self._attempt = 0
                 return position, data
+            if loop.time() >= deadline:
+                raise ConsumeError(
+                    Errors.REQUEST_TIMED_OUT,
+                    f"no leader served a fetch within {budget:g} s ({why})",
+                )
             if outcome == "moved":
                 self.immediate_retries += 1
                 continue
             self._attempt += 1
             self.retries += 1
             self.cluster.request_refresh()
-            await asyncio.sleep(self.cluster.backoff_s(self._attempt))
+            pause = min(self.cluster.backoff_s(self._attempt), deadline - loop.time())
+            await asyncio.sleep(max(0.0, pause))
 
     async def list_offset(self, timestamp: int) -> int:
         """The offset for ``timestamp`` (EARLIEST: the log start, LATEST: the high watermark)
@@ -178,7 +210,7 @@ class Consumer:
                 self.cluster.request_refresh()
                 await asyncio.sleep(self.cluster.backoff_s(attempt))
 
-    async def _list_offset_once(self, timestamp: int) -> int:
+    async def _list_offset_once(self, timestamp: int, timeout_s: float | None = None) -> int:
         conn, _ = await self.cluster.leader_connection()
         cls = request_spec(ApiKey.LIST_OFFSETS).cls
         body = cls(
@@ -199,7 +231,8 @@ class Consumer:
             ApiKey.LIST_OFFSETS,
             LIST_OFFSETS_VERSION,
             body,
-            timeout_s=self.cluster.request_timeout_s,  # a hung leader: not the default 30 s
+            # a hung leader: not the default 30 s
+            timeout_s=self.cluster.request_timeout_s if timeout_s is None else timeout_s,
         )
         part = resp.topics[0].partitions[0]
         if part.error_code in LEADER_ERRORS:
@@ -208,7 +241,9 @@ class Consumer:
             raise ConsumeError(part.error_code, f"ListOffsets: {error_name(part.error_code)}")
         return part.offset
 
-    async def _fetch_once(self) -> tuple[Any, str]:
+    async def _fetch_once(self, timeout_s: float | None = None) -> tuple[Any, str]:
+        """One fetch from the leader, unanswered for at most ``timeout_s`` (default the request
+        timeout); the leader holds it at most ``max_wait_ms``, or half of ``timeout_s``."""
         conn, leader = await self.cluster.leader_connection()
         topic_id = self.cluster.topic_id
         if topic_id is None:
@@ -216,9 +251,10 @@ class Consumer:
         cls = request_spec(ApiKey.FETCH).cls
         position = self.position
         assert position is not None
+        timeout = self.cluster.request_timeout_s if timeout_s is None else timeout_s
         body = cls(
             replica_id=-1,
-            max_wait_ms=self.max_wait_ms,
+            max_wait_ms=max(0, min(self.max_wait_ms, int(timeout * 500))),
             min_bytes=1,
             max_bytes=self.max_bytes,
             isolation_level=1,
@@ -246,7 +282,7 @@ class Consumer:
             ApiKey.FETCH,
             FETCH_VERSION,
             body,
-            timeout_s=self.cluster.request_timeout_s + self.max_wait_ms / 1000,
+            timeout_s=timeout,
         )
         if resp.error_code != Errors.NONE:
             raise ConsumeError(resp.error_code)

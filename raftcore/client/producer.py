@@ -37,6 +37,17 @@ every unanswered batch fails, and the owner decides (it asks the leader where th
 Leader changes (KIP-951): an error answer that names a leader in a newer epoch than the
 producer knew sends the retry there at once; further retries in the same epoch back off
 exponentially with jitter while metadata is refreshed in the background.
+
+**The delivery timeout holds.** Every ``send()`` has an answer within ``delivery_timeout_ms``
+of the call (Kafka's ``delivery.timeout.ms``; 120 s by default, as Kafka's), whatever the
+producer is waiting for then -- a hung leader, no leader at all, a producer id: a timer fails
+its future at that moment. When the records were never sent, that is a
+:class:`ProduceError` (REQUEST_TIMED_OUT): they are not in the log. When they were sent and no
+verdict came (no answer, or NOT_LEADER_OR_FOLLOWER / REQUEST_TIMED_OUT from a leader that may
+have appended them: "not acknowledged" is not "not written", see docs/raft.md), it is an
+:class:`OutcomeUnknownError`: they may be committed, now or by a later leader. ``close()``
+with sends unanswered reports them the same way. ``request_timeout_ms`` bounds one request
+(and one wait for a node), not a delivery.
 """
 
 from __future__ import annotations
@@ -59,7 +70,7 @@ from raftcore.protocol.api import ApiKey, request_spec
 from raftcore.records import encode_batch
 from raftcore.security.config import ClientSecurity
 
-__all__ = ["MAX_IN_FLIGHT", "ProduceError", "Producer"]
+__all__ = ["MAX_IN_FLIGHT", "OutcomeUnknownError", "ProduceError", "Producer"]
 
 logger = logging.getLogger(__name__)
 
@@ -84,9 +95,28 @@ RETRIABLE = {
 
 
 class ProduceError(RaftcoreError):
+    """The records were not acknowledged. Exactly this class: they are not in the log (never
+    sent, or refused with a definite error). The subclass :class:`OutcomeUnknownError`: they
+    may be."""
+
     def __init__(self, error_code: int, message: str = "") -> None:
         super().__init__(message or f"produce failed: {error_name(error_code)}")
         self.error_code = error_code
+
+
+class OutcomeUnknownError(ProduceError):
+    """The records were sent and no verdict came before the delivery timeout (or the
+    producer's close): they may have been committed, or may be later by the next leader."""
+
+    def __init__(self, error_code: int = Errors.REQUEST_TIMED_OUT, message: str = "") -> None:
+        super().__init__(
+            error_code,
+            message or _UNKNOWN,
+        )
+
+
+_UNKNOWN = "sent, but no verdict within the delivery timeout: it may be committed"
+_NOT_SENT = "never sent within the delivery timeout (no leader took it)"
 
 
 @dataclass(eq=False)  # compared by identity
@@ -100,6 +130,16 @@ class _Pending:
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
     created: float = field(default_factory=time.monotonic)
+    sent: bool = False  # handed to a connection once (its outcome is unknown until answered)
+
+    def fail(self, error: int, why: str = "") -> None:
+        """Fail the future: an unknown outcome if these records were ever sent."""
+        if self.future.done():
+            return
+        if self.sent:
+            self.future.set_exception(OutcomeUnknownError(error, why))
+        else:
+            self.future.set_exception(ProduceError(error, why))
 
 
 @dataclass(eq=False)  # compared by identity: two batches may hold the same bytes
@@ -178,14 +218,18 @@ class Producer:
         self._queue: deque[_Pending] = deque()  # sends not yet in a batch, in sequence order
         self._batches: list[_Batch] = []  # sent and unanswered, in sequence order
         self._wakeup = asyncio.Event()
+        self._deadline_hit = False  # a send's delivery timeout passed: the sender expires it
         self._task: asyncio.Task[None] | None = None
         self.retries = 0
         self.immediate_retries = 0
 
     async def start(self) -> None:
-        await self.cluster.start()
+        """Find the leader and (idempotent) get a producer id, within the delivery timeout
+        in all (the leader within the request timeout, if shorter)."""
+        deadline = time.monotonic() + self.delivery_timeout_s
+        await self.cluster.start(min(self.delivery_timeout_s, self.cluster.request_timeout_s))
         if self.idempotent and self.identity is None:
-            await self._init_producer_id()
+            await self._init_producer_id(deadline)
         self._task = asyncio.ensure_future(self._sender())
 
     async def close(self) -> None:
@@ -193,7 +237,7 @@ class Producer:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
-        self._fail_all(Errors.BROKER_NOT_AVAILABLE, "producer closed")
+        self._fail_all(Errors.BROKER_NOT_AVAILABLE, "the producer closed before a verdict")
         await self.cluster.close()
 
     async def __aenter__(self) -> Producer:
@@ -232,8 +276,19 @@ class Producer:
         if self.idempotent:
             self._sequence = (self._sequence + len(recs)) % 0x80000000
         self._queue.append(pending)
+        # The delivery timeout holds whatever the sender waits for then (a hung leader, no
+        # leader, a producer id): the future fails at its deadline, the sender tidies up next.
+        timer = asyncio.get_running_loop().call_later(
+            self.delivery_timeout_s, self._deadline_passed, pending
+        )
+        pending.future.add_done_callback(lambda _: timer.cancel())
         self._wakeup.set()
         return pending.future
+
+    def _deadline_passed(self, p: _Pending) -> None:
+        p.fail(Errors.REQUEST_TIMED_OUT, _UNKNOWN if p.sent else _NOT_SENT)
+        self._deadline_hit = True
+        self._wakeup.set()
 
     def _encode(self, p: _Pending) -> bytes:
         if p.data is None:
@@ -253,6 +308,8 @@ class Producer:
 
     def _next_batch(self) -> _Batch | None:
         """The queued sends that fit in one request, as one batch (None: nothing queued)."""
+        while self._queue and self._queue[0].future.done():  # expired unsent: never sent now
+            self._queue.popleft()
         if not self._queue:
             return None
         first = self._queue.popleft()
@@ -260,7 +317,7 @@ class Producer:
         if self.identity is None:  # a resumable writer's batches must be as it sent them
             size = len(self._encode(first))
             records = len(first.records)
-            while self._queue:
+            while self._queue and not self._queue[0].future.done():
                 nxt = self._queue[0]
                 grown = size + len(self._encode(nxt)) - _BATCH_HEADER
                 if grown + _RECORD_SLACK * (records + len(nxt.records)) > self._max_batch_bytes:
@@ -298,7 +355,7 @@ class Producer:
             if not self._batches and not self._queue:
                 continue
             outcome = await self._send_window()
-            if outcome == "ok":
+            if outcome in ("ok", "expired"):
                 attempt = 0
                 continue
             if outcome == "moved":
@@ -316,18 +373,17 @@ class Producer:
         between windows: nothing is in flight); True if any expired."""
         now = time.monotonic()
         expired = False
-        while self._batches and now - self._batches[0].created > self.delivery_timeout_s:
+        self._deadline_hit = False
+
+        def due(p: _Pending) -> bool:
+            return p.future.done() or now - p.created >= self.delivery_timeout_s
+
+        while self._batches and due(self._batches[0].sends[0]):
             expired = True
-            self._fail(self._batches.pop(0), Errors.REQUEST_TIMED_OUT, "delivery timed out")
-        while (
-            not self._batches
-            and self._queue
-            and now - self._queue[0].created > self.delivery_timeout_s
-        ):
+            self._fail(self._batches.pop(0), Errors.REQUEST_TIMED_OUT)
+        while not self._batches and self._queue and due(self._queue[0]):
             expired = True
-            p = self._queue.popleft()
-            if not p.future.done():
-                p.future.set_exception(ProduceError(Errors.REQUEST_TIMED_OUT, "delivery timed out"))
+            self._queue.popleft().fail(Errors.REQUEST_TIMED_OUT, _NOT_SENT)
         return expired
 
     async def _reset_sequences(self) -> None:
@@ -346,11 +402,12 @@ class Producer:
         self._batches = []
         while True:
             try:
-                await self._init_producer_id()
+                await self._init_producer_id(time.monotonic() + self.delivery_timeout_s)
                 break
             except ProduceError as exc:  # no leader for a whole delivery timeout: keep trying
                 logger.warning("no new producer session yet: %s", exc)
                 self._expire()
+        self._queue = deque(p for p in self._queue if not p.future.done())
         sequence = 0
         for p in self._queue:  # with the sends that arrived meanwhile, none of them sent
             p.sequence, p.data = sequence, None
@@ -375,7 +432,9 @@ class Producer:
             while True:
                 self._wakeup.clear()  # set by send() and by every answer
                 # While nothing failed, the window holds the oldest unanswered batches.
-                while failure is None and len(window) < self.max_in_flight:
+                while (
+                    failure is None and not self._deadline_hit and len(window) < self.max_in_flight
+                ):
                     if len(window) < len(self._batches):
                         batch = self._batches[len(window)]  # unanswered in an earlier window
                     else:
@@ -389,6 +448,8 @@ class Producer:
                     break
                 batch, answer = window[0]
                 if not answer.done():
+                    if self._deadline_hit:  # a send's delivery timed out: expire it now
+                        return "expired"
                     await self._wakeup.wait()
                     continue
                 window.popleft()
@@ -400,11 +461,13 @@ class Producer:
         finally:
             for _, answer in window:  # cancelled: nobody will read these
                 answer.cancel()
-        if failure is None or failure == "stop" or progressed:
-            return "ok"
+        if failure is None or failure == "stop" or progressed or self._deadline_hit:
+            return "ok"  # (a deadline passed: expire first, then go on without a backoff)
         return failure
 
     def _request(self, conn: Any, batch: _Batch) -> asyncio.Future[Any]:
+        for p in batch.sends:  # from now on the leader may append them
+            p.sent = True
         cls = request_spec(ApiKey.PRODUCE).cls
         body = cls(
             transactional_id=None,
@@ -470,16 +533,14 @@ class Producer:
 
     def _fail(self, batch: _Batch, error: int, why: str = "") -> None:
         for p in batch.sends:
-            if not p.future.done():
-                p.future.set_exception(ProduceError(error, why))
+            p.fail(error, why)
 
     def _fail_all(self, error: int, why: str) -> None:
         message = f"{error_name(error)}: {why}"
         for batch in self._batches:
             self._fail(batch, error, message)
         for p in self._queue:
-            if not p.future.done():
-                p.future.set_exception(ProduceError(error, message))
+            p.fail(error, message)
         self._batches = []
         self._queue.clear()
 
@@ -497,22 +558,30 @@ class Producer:
 
     # ---- producer id ---------------------------------------------------------------------------
 
-    async def _init_producer_id(self) -> None:
+    async def _init_producer_id(self, deadline: float | None = None) -> None:
+        """A producer id from the leader, retried until ``deadline`` (default: a delivery
+        timeout from now); no request or wait goes past it."""
         cls = request_spec(ApiKey.INIT_PRODUCER_ID).cls
         body = cls(
             transactional_id=None, transaction_timeout_ms=-1, producer_id=-1, producer_epoch=-1
         )
         attempt = 0
-        deadline = time.monotonic() + self.delivery_timeout_s
+        if deadline is None:
+            deadline = time.monotonic() + self.delivery_timeout_s
+
+        def left() -> float:
+            return max(0.01, deadline - time.monotonic())
+
         while True:
             timed_out = False
             try:
-                conn, _ = await self.cluster.leader_connection()
+                conn, _ = await asyncio.wait_for(self.cluster.leader_connection(), left())
                 resp = await conn.request(
                     ApiKey.INIT_PRODUCER_ID,
                     INIT_PRODUCER_ID_VERSION,
                     body,
-                    timeout_s=self.request_timeout_ms / 1000,  # a hung leader: not 30 s
+                    # a hung leader: not 30 s, and not past the deadline
+                    timeout_s=min(self.request_timeout_ms / 1000, left()),
                 )
                 if resp.error_code == Errors.NONE:
                     self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
@@ -523,10 +592,14 @@ class Producer:
                 logger.debug("InitProducerId failed: %s", exc)
                 timed_out = isinstance(exc, asyncio.TimeoutError)
             attempt += 1
-            if time.monotonic() > deadline:
-                raise ProduceError(error, "could not get a producer id")
+            if time.monotonic() >= deadline:
+                raise ProduceError(
+                    error,
+                    f"could not get a producer id in time ({error_name(error)}"
+                    f"{', the leader did not answer' if timed_out else ''}): nothing was sent",
+                )
             if timed_out:  # a hung leader: the others are asked first who leads now
-                await self.cluster.leader_timed_out()
+                await self.cluster.leader_timed_out(left())
             else:
-                await self.cluster.refresh_metadata()
-            await asyncio.sleep(self.cluster.backoff_s(attempt))
+                await self.cluster.refresh_metadata(left())
+            await asyncio.sleep(min(self.cluster.backoff_s(attempt), left()))

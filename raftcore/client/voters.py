@@ -33,7 +33,19 @@ from raftcore.security.config import ClientSecurity
 
 __all__ = ["ChangeResult", "add_voter", "remove_voter", "transfer_leadership"]
 
-GRACE_S = 5.0  # the leader answers a change when it is done or its timeout passed: wait longer
+GRACE_S = 5.0  # the most the leader is given less than the caller's time to answer in
+
+
+def _grace(timeout_s: float) -> float:
+    """How much sooner than the caller's deadline the leader is told to give up on a change,
+    so that its answer (done, or not in time) arrives before the deadline: 5% of it, at most
+    GRACE_S. The caller's timeout holds; the leader's verdict comes within it."""
+    return min(GRACE_S, 0.05 * timeout_s)
+
+
+def _leader_timeout_ms(deadline: float, timeout_s: float) -> int:
+    """The timeout_ms of a change request: what is left of the caller's time, less a grace."""
+    return max(1, int((deadline - time.monotonic() - _grace(timeout_s)) * 1000))
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +59,7 @@ def _cluster(bootstrap: list[Any], topic: str, timeout_s: float, sec: Any) -> Cl
     return ClusterClient(
         bootstrap,
         topic=topic,
-        request_timeout_ms=int((timeout_s + GRACE_S) * 1000),
+        request_timeout_ms=int(timeout_s * 1000),
         security=sec,
     )
 
@@ -60,14 +72,14 @@ async def _ask_leader(
     asked = 0
     attempt = 0
     while True:
-        await cluster.refresh_metadata(max(0.1, deadline - time.monotonic()))
+        await cluster.refresh_metadata(max(0.02, deadline - time.monotonic()))
         try:
             conn, _ = await cluster.leader_connection()
             asked += 1
             answer = await _refused_by_release(cluster, conn, key, deadline)
             if answer is None:
                 answer = await conn.request(
-                    key, 0, body, timeout_s=max(0.1, deadline - time.monotonic()) + GRACE_S
+                    key, 0, body, timeout_s=max(0.02, deadline - time.monotonic())
                 )
         except (ConnectionClosed, OSError, asyncio.TimeoutError, NoLeaderError) as exc:
             if time.monotonic() >= deadline:
@@ -82,7 +94,12 @@ async def _ask_leader(
             return answer, asked
         attempt += 1
         cluster.leader = None  # ask who leads now
-        await asyncio.sleep(cluster.backoff_s(attempt))
+        await asyncio.sleep(min(cluster.backoff_s(attempt), max(0.0, deadline - time.monotonic())))
+        if time.monotonic() >= deadline and answer is None:
+            raise RaftcoreError(
+                "no leader answered in time: the change may or may not have been made (see "
+                "describe-quorum)"
+            )
 
 
 async def _refused_by_release(
@@ -97,7 +114,7 @@ async def _refused_by_release(
         ApiKey.API_VERSIONS,
         3,
         cls(client_software_name="raftcore-quorum", client_software_version=""),
-        timeout_s=max(0.1, deadline - time.monotonic()) + GRACE_S,
+        timeout_s=max(0.02, deadline - time.monotonic()),
     )
     served = {k.api_key for k in versions.api_keys}
     if versions.error_code != Errors.NONE or ApiKey.UPDATE_RAFT_VOTER in served:
@@ -135,7 +152,7 @@ async def _run(
 
 async def _quorum(cluster: ClusterClient, topic: str, deadline: float) -> QuorumInfo | None:
     try:
-        left = max(1.0, deadline - time.monotonic())
+        left = max(0.05, deadline - time.monotonic())  # a view of the result: not past it
         return await describe_quorum_with(cluster, topic=topic, timeout_s=left)
     except RaftcoreError:
         return None
@@ -163,11 +180,11 @@ async def add_voter(
     fetching from the leader now, which the leader picks)."""
 
     async def change(cluster: ClusterClient, deadline: float) -> ChangeResult:
-        await cluster.refresh_metadata(max(0.1, deadline - time.monotonic()))
+        await cluster.refresh_metadata(max(0.02, deadline - time.monotonic()))
         cls = request_spec(ApiKey.ADD_RAFT_VOTER).cls
         body = cls(
             cluster_id=cluster.cluster_id,
-            timeout_ms=int(timeout_s * 1000),
+            timeout_ms=_leader_timeout_ms(deadline, timeout_s),
             voter_id=voter_id,
             voter_directory_id=directory_id or bytes(16),  # zero: the leader knows it
             listeners=[],  # the leader knows where it listens from its fetches
@@ -264,20 +281,22 @@ async def transfer_leadership(
     the election that followed: the line says so)."""
 
     async def change(cluster: ClusterClient, deadline: float) -> ChangeResult:
-        await cluster.refresh_metadata(max(0.1, deadline - time.monotonic()))
+        await cluster.refresh_metadata(max(0.02, deadline - time.monotonic()))
         before = cluster.leader
         if before is not None and before.leader_id == target:
             return ChangeResult(True, f"node {target} leads epoch {before.epoch} already")
         cls = request_spec(ApiKey.TRANSFER_LEADERSHIP).cls
         body = cls(
-            cluster_id=cluster.cluster_id, timeout_ms=int(timeout_s * 1000), target_id=target
+            cluster_id=cluster.cluster_id,
+            timeout_ms=_leader_timeout_ms(deadline, timeout_s),
+            target_id=target,
         )
         answer, _ = await _ask_leader(cluster, ApiKey.TRANSFER_LEADERSHIP, body, deadline)
         if answer.error_code != Errors.NONE:
             return _failure(f"leadership was not handed to node {target}", answer)
         old = "?" if before is None else before.leader_id
         while True:  # the old leader resigned naming the target: who won?
-            await cluster.refresh_metadata(max(0.1, deadline - time.monotonic()))
+            await cluster.refresh_metadata(max(0.02, deadline - time.monotonic()))
             now = cluster.leader
             if now is not None and (before is None or now.epoch > before.epoch):
                 if now.leader_id == target:
