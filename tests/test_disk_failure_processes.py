@@ -321,3 +321,45 @@ def test_a_batch_that_fails_its_crc_at_replay_is_repaired_from_the_leader_and_th
         assert segment.read_bytes() == intact[segment]  # the leader's copy: the same bytes
         cluster.close()
         all_gone(cluster)
+
+
+def flip_a_byte_in_a_control_batch(log_dir: Path) -> tuple[Path, int]:
+    """Flip the last byte of the first control batch (LeaderChange, KRaftVersion, Voters) in a
+    sealed segment: its CRC no longer matches. (the segment file, the batch's offset)"""
+    for sealed in sorted(log_dir.glob("*.log"))[:-1]:
+        data = bytearray(sealed.read_bytes())
+        batch = next((b for b in iter_batches(bytes(data)) if b.is_control), None)
+        if batch is not None:
+            data[batch.position + batch.size_in_bytes - 1] ^= 0x01
+            sealed.write_bytes(bytes(data))
+            return sealed, batch.base_offset
+    raise AssertionError(f"no control batch in a sealed segment of {log_dir}")
+
+
+def test_a_control_batch_that_fails_its_crc_at_replay_stops_the_node_with_one_critical_line(
+    tmp_path,
+):
+    """The voter set is read from the control batches when the node starts; one that fails
+    its CRC cannot be read, and counting votes by a guess could elect two leaders. The node
+    exits non-zero within a second of its one CRITICAL line, which names the way out (a new
+    replica on an empty directory); the others go on."""
+    args = [*FAST, "--segment-bytes", "4096"]
+    with LocalCluster(tmp_path / "cluster", 3, node_args=args) as cluster:
+        cluster.start()
+        run(produce_one_batch_at_a_time(cluster.bootstrap, 0, 300, 20))  # many segments
+        run(wait_caught_up(cluster, [1, 2, 3]))
+        victim = next(i for i in (1, 2, 3) if i != run(quorum(cluster)).leader_id)
+        assert cluster.stop(victim) == 0
+        _, offset = flip_a_byte_in_a_control_batch(cluster.data_dir(victim) / "log")
+        since = log_size(cluster, victim)
+        watch = ExitWatch(cluster.start_node(victim, wait=False))
+        status = watch.wait(20, f"node {victim} with a damaged control batch at {offset}")
+        assert status == EXIT_FAILED
+        text, exit_s = exited_after_one_critical_line(cluster, victim, watch, since)
+        print(f"control batch {offset} damaged: exited {exit_s * 1000:.0f} ms after: {text}")
+        assert "a control batch of the log is damaged" in text
+        assert "start the node on an empty one" in text
+        assert exit_s < EXIT_WITHIN_S, exit_s
+        run(produce(cluster.bootstrap, 300, 50, batch=10))  # the two others go on
+        cluster.close()
+        all_gone(cluster)
