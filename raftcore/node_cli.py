@@ -68,9 +68,10 @@ def _cmd_node(args: argparse.Namespace) -> int:
             snapshot_interval_ms=args.snapshot_interval_ms,
             max_replication_lag_ms=args.max_replication_lag_ms,
             replica_fetch_response_max_bytes=args.replica_fetch_response_max_bytes,
-            # DeleteRecords and retention may move the log start on every node: a state
-            # machine's snapshot, or an empty one where the node only replicates
-            snapshots_on_request=True,
+            # With retention on, the log start may move on every node (and DeleteRecords with
+            # it): a state machine's snapshot, or an empty one where the node only replicates.
+            # Off, a node without snapshot triggers keeps its whole log, as before.
+            snapshots_on_request=args.retention_ms > 0 or args.retention_bytes > 0,
         )
         log = LogConfig(segment_bytes=args.segment_bytes)
         config = NodeConfig(

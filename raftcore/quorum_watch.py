@@ -5,12 +5,17 @@ On a terminal the screen is redrawn in place (as ``watch(1)`` does); otherwise -
 file, a test -- each table is printed after the previous one, with a blank line between, so a
 log of the quorum over time can be kept. A round that gets no answer (no leader right now,
 during an election) prints why and the next round tries again.
+
+Ctrl-C sets an event the loop waits on, rather than cancelling the task: Python 3.11's
+``asyncio.wait_for`` can swallow a cancellation that comes as its inner call ends, and a
+watch that missed its Ctrl-C so would have run on (CI saw one go past 15 s).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import time
 from typing import Any, TextIO
 
@@ -32,20 +37,31 @@ async def watch_quorum(
     timeout_s: float = 10.0,
     rounds: int | None = None,
     security: Any = None,
+    stop: asyncio.Event | None = None,
 ) -> None:
     """Print the quorum's table every ``interval_s`` seconds (``rounds`` times, or until
-    cancelled). Each table starts with a line naming the time it was asked."""
+    ``stop`` is set, or cancelled). Each table starts with a line naming the time it was
+    asked."""
+    stop = stop or asyncio.Event()
     tty = out.isatty()
     cluster = ClusterClient(
         bootstrap, topic=topic, request_timeout_ms=int(timeout_s * 1000), security=security
     )
     done = 0
     try:
-        while rounds is None or done < rounds:
+        while (rounds is None or done < rounds) and not stop.is_set():
             started = time.monotonic()
+            asked = asyncio.ensure_future(
+                describe_quorum_with(cluster, topic=topic, timeout_s=timeout_s)
+            )
+            stopped = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({asked, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            stopped.cancel()
+            if stop.is_set():
+                asked.cancel()
+                break
             try:
-                info = await describe_quorum_with(cluster, topic=topic, timeout_s=timeout_s)
-                table = format_quorum(info)
+                table = format_quorum(asked.result())
             except (RaftcoreError, OSError, asyncio.TimeoutError) as exc:
                 table = f"no answer: {exc}"
             stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
@@ -57,7 +73,9 @@ async def watch_quorum(
             out.flush()
             done += 1
             if rounds is None or done < rounds:
-                await asyncio.sleep(max(0.0, interval_s - (time.monotonic() - started)))
+                with contextlib.suppress(asyncio.TimeoutError):
+                    left = max(0.0, interval_s - (time.monotonic() - started))
+                    await asyncio.wait_for(stop.wait(), left)
     finally:
         # Ctrl-C: the connections are let go within a second, answered or not.
         with contextlib.suppress(Exception, asyncio.CancelledError):
@@ -66,6 +84,12 @@ async def watch_quorum(
 
 def run_watch(bootstrap: list[str], out: TextIO, **options: Any) -> int:
     """Watch until Ctrl-C, which ends it quietly (exit status 0)."""
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGINT, stop.set)
+        await watch_quorum(bootstrap, out, stop=stop, **options)
+
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(watch_quorum(bootstrap, out, **options))
+        asyncio.run(main())
     return 0

@@ -92,7 +92,9 @@ def test_a_lost_node_restored_from_a_followers_backup_replaces_it_and_no_acknowl
         cluster, "remove-voter", "--id", str(lost), f"--directory-id={directory_id_text(old)}"
     )
     assert removed.returncode == 0, removed.stdout + removed.stderr
-    added = quorum_cli(cluster, "add-voter", "--id", str(lost))
+    added = quorum_cli(
+        cluster, "add-voter", "--id", str(lost), f"--directory-id={directory_id_text(new)}"
+    )
     assert added.returncode == 0, added.stdout + added.stderr
     wait_quorum(cluster, lambda q: voters(q).get(lost) == new, f"node {lost} a voter again")
 
