@@ -324,18 +324,33 @@ def _cmd_consume(args: argparse.Namespace) -> int:
         seen = 0
         reached = False  # stopped at the high watermark (not --max, not --idle-timeout-ms)
         idle_since = time.monotonic()
-        async with Consumer(
+        timeout_ms = _timeout_ms(args)
+        consumer = Consumer(
             _bootstrap(args),
             topic=args.topic,
             start=start,
             max_wait_ms=200,
-            request_timeout_ms=_timeout_ms(args),
+            request_timeout_ms=timeout_ms,
             security=load_client_security(args.command_config),
-        ) as consumer:
+        )
+
+        async def begin() -> int | None:
+            await consumer.start()
             # kcat's -e: what the log holds now, then stop; --follow waits for more
             end = None if args.follow else await consumer.list_offset(LATEST)
             if end is not None and consumer.position is None:  # no wait at an empty end
                 consumer.seek(end if start == "latest" else await consumer.list_offset(EARLIEST))
+            return end
+
+        try:
+            # finding the leader and asking it where the log ends share one --timeout-ms
+            try:
+                end = await asyncio.wait_for(begin(), timeout_ms / 1000)
+            except asyncio.TimeoutError:
+                raise RaftcoreError(
+                    f"no leader answered within --timeout-ms {timeout_ms} (a hung leader, or "
+                    "none elected)"
+                ) from None
             while args.max is None or seen < args.max:
                 if end is not None and consumer.position is not None and consumer.position >= end:
                     reached = True
@@ -359,6 +374,8 @@ def _cmd_consume(args: argparse.Namespace) -> int:
                     if args.max is not None and seen >= args.max:
                         break
                 sys.stdout.flush()
+        finally:
+            await consumer.close()
         plural = "" if seen == 1 else "s"
         why = ""
         if isinstance(start, int) and end is not None and start > end:
