@@ -335,7 +335,6 @@ def _cmd_consume(args: argparse.Namespace) -> int:
         )
 
         async def begin() -> int | None:
-            await consumer.start()
             # kcat's -e: what the log holds now, then stop; --follow waits for more
             end = None if args.follow else await consumer.list_offset(LATEST)
             if end is not None and consumer.position is None:  # no wait at an empty end
@@ -343,9 +342,12 @@ def _cmd_consume(args: argparse.Namespace) -> int:
             return end
 
         try:
-            # finding the leader and asking it where the log ends share one --timeout-ms
+            # finding the leader (its own errors name the addresses) and asking it where the
+            # log ends share one --timeout-ms
+            deadline = time.monotonic() + timeout_ms / 1000
+            await consumer.start()
             try:
-                end = await asyncio.wait_for(begin(), timeout_ms / 1000)
+                end = await asyncio.wait_for(begin(), max(0.0, deadline - time.monotonic()))
             except asyncio.TimeoutError:
                 raise RaftcoreError(
                     f"no leader answered within --timeout-ms {timeout_ms} (a hung leader, or "
