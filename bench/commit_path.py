@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from raftcore.client import Producer
-from raftcore.node.config import Endpoint, NodeConfig
+from raftcore.endpoints import Endpoint
+from raftcore.node.config import NodeConfig
 from raftcore.node.local_cluster import free_ports
 from raftcore.node.node import RaftNode
 from raftcore.raft import fetch

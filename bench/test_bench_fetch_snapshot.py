@@ -29,8 +29,9 @@ from pathlib import Path
 
 import pytest
 
+from raftcore.endpoints import Endpoint
 from raftcore.log import SegmentedLog
-from raftcore.node.config import Endpoint, NodeConfig
+from raftcore.node.config import NodeConfig
 from raftcore.node.local_cluster import free_ports
 from raftcore.node.node import RaftNode
 from raftcore.raft import OffsetAndEpoch, QuorumConfig

@@ -31,7 +31,8 @@ import time
 import lmdb
 import pytest
 
-from raftcore.node.config import Endpoint, NodeConfig
+from raftcore.endpoints import Endpoint
+from raftcore.node.config import NodeConfig
 from raftcore.node.local_cluster import free_ports
 from raftcore.node.node import RaftNode
 from raftcore.raft import CommittedBatch, QuorumConfig

@@ -14,8 +14,8 @@ import argparse
 from collections.abc import Sequence
 from typing import NoReturn
 
+from raftcore.endpoints import parse_endpoint, parse_voters
 from raftcore.errors import RaftcoreError
-from raftcore.node.config import parse_endpoint, parse_voters
 
 __all__ = [
     "ArgumentParser",

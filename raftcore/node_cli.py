@@ -9,7 +9,7 @@ from pathlib import Path
 
 from raftcore import cli_args as types
 from raftcore.cli_args import CommandLineError
-from raftcore.node.config import Endpoint
+from raftcore.endpoints import Endpoint
 from raftcore.security.node_options import add_node_security_options
 from raftcore.users_cli import add_sasl_node_options
 
@@ -17,14 +17,9 @@ __all__ = ["add_node_command"]
 
 
 def _cmd_node(args: argparse.Namespace) -> int:
+    from raftcore.endpoints import parse_endpoint, parse_endpoints, parse_voters
     from raftcore.log import LogConfig
-    from raftcore.node.config import (
-        NodeConfig,
-        parse_endpoint,
-        parse_endpoints,
-        parse_principals,
-        parse_voters,
-    )
+    from raftcore.node.config import NodeConfig, parse_principals
     from raftcore.node.preflight import check_data_dir, check_data_dir_identity
     from raftcore.node.runner import check_event_loop, run_node
     from raftcore.raft.config import QuorumConfig

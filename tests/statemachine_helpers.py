@@ -9,7 +9,8 @@ from pathlib import Path
 
 from test_node import leader_of  # noqa: F401 (the helpers' users import it from here)
 
-from raftcore.node.config import Endpoint, NodeConfig
+from raftcore.endpoints import Endpoint
+from raftcore.node.config import NodeConfig
 from raftcore.node.local_cluster import free_ports
 from raftcore.raft import CommittedBatch, QuorumConfig
 from raftcore.records import encode_batch, iter_batches

@@ -18,7 +18,8 @@ import pytest
 
 import raftcore
 from raftcore.cli import main
-from raftcore.node.config import Endpoint, NodeConfig
+from raftcore.endpoints import Endpoint
+from raftcore.node.config import NodeConfig
 from raftcore.node.local_cluster import free_ports, new_cluster_id
 from raftcore.node.node import RaftNode
 from raftcore.node.peer_health import PeerReachability

@@ -25,7 +25,8 @@ from typing import Any
 
 import pytest
 
-from raftcore.node.config import Endpoint, NodeConfig
+from raftcore.endpoints import Endpoint
+from raftcore.node.config import NodeConfig
 from raftcore.node.connection_limits import ConnectionLimits, RequestBudget
 from raftcore.node.connection_timeouts import ConnectionTimeouts
 from raftcore.node.local_cluster import free_ports

@@ -26,8 +26,9 @@ from test_node import FAST, Collector, leader_of
 
 import raftcore
 from raftcore.client import Producer
+from raftcore.endpoints import Endpoint
 from raftcore.errors import RaftcoreError
-from raftcore.node.config import Endpoint, NodeConfig
+from raftcore.node.config import NodeConfig
 from raftcore.node.local_cluster import LocalCluster, free_ports
 from raftcore.node.node import RaftNode
 from raftcore.statemachine import DictStateMachine

@@ -15,8 +15,9 @@ import pytest
 from raftcore.client import Consumer, Producer
 from raftcore.client.cluster import ClusterClient, LeaderHint
 from raftcore.client.connection import Connection, ConnectionClosed
+from raftcore.endpoints import Endpoint
 from raftcore.error_codes import Errors
-from raftcore.node.config import Endpoint, NodeConfig
+from raftcore.node.config import NodeConfig
 from raftcore.node.local_cluster import free_ports
 from raftcore.node.node import RaftNode
 from raftcore.protocol.api import ApiKey, decode_response, encode_request, request_spec

@@ -9,8 +9,9 @@ import os
 
 import pytest
 
+from raftcore.endpoints import Endpoint
 from raftcore.errors import RaftcoreError
-from raftcore.node.config import Endpoint, NodeConfig
+from raftcore.node.config import NodeConfig
 from raftcore.node.data_dir import META_PROPERTIES, check_meta_properties, read_directory_id
 from raftcore.node.local_cluster import free_ports
 from raftcore.node.node import RaftNode

@@ -19,9 +19,10 @@ from sasl_helpers import NODE_PASSWORD, users_file
 from raftcore.client.cluster import ClusterClient
 from raftcore.client.connection import Connection
 from raftcore.client.voters import add_voter, remove_voter
+from raftcore.endpoints import Endpoint
 from raftcore.error_codes import Errors
 from raftcore.node import peers as peers_module
-from raftcore.node.config import Endpoint, NodeConfig
+from raftcore.node.config import NodeConfig
 from raftcore.node.local_cluster import free_ports, tls_client_security
 from raftcore.node.node import RaftNode
 from raftcore.protocol.api import ApiKey, request_spec

@@ -8,9 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from raftcore.endpoints import Endpoint
 from raftcore.error_codes import Errors
 from raftcore.node import raft_wire
-from raftcore.node.config import Endpoint, NodeConfig
+from raftcore.node.config import NodeConfig
 from raftcore.node.peers import AddressBook
 from raftcore.protocol.api import ApiKey, decode_request, encode_response
 from raftcore.raft.messages import FetchSnapshotRequest, FetchSnapshotResponse, Outbound

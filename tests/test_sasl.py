@@ -30,8 +30,9 @@ from sasl_helpers import (
 )
 
 from raftcore.client import Consumer, Producer
+from raftcore.endpoints import Endpoint
 from raftcore.error_codes import Errors
-from raftcore.node.config import Endpoint, NodeConfig
+from raftcore.node.config import NodeConfig
 from raftcore.node.local_cluster import free_ports
 from raftcore.node.node import RaftNode
 from raftcore.protocol.api import ApiKey, request_spec

@@ -27,8 +27,9 @@ from sasl_helpers import (
     vote_body,
 )
 
+from raftcore.endpoints import Endpoint
 from raftcore.error_codes import Errors
-from raftcore.node.config import Endpoint, NodeConfig
+from raftcore.node.config import NodeConfig
 from raftcore.node.local_cluster import free_ports, tls_client_security
 from raftcore.node.node import RaftNode
 from raftcore.protocol.api import ApiKey, request_spec

@@ -15,9 +15,10 @@ from typing import ClassVar
 import pytest
 from statemachine_helpers import CLUSTER_ID, FAST, leader_of, node_configs, run
 
+from raftcore.endpoints import Endpoint
 from raftcore.errors import RaftcoreError
 from raftcore.log import SegmentedLog
-from raftcore.node.config import Endpoint, NodeConfig
+from raftcore.node.config import NodeConfig
 from raftcore.node.local_cluster import free_ports
 from raftcore.node.node import RaftNode
 from raftcore.raft.messages import FetchSnapshotResponse

@@ -20,9 +20,10 @@ from test_node import _settled
 from raftcore import connect_errors
 from raftcore.client import Consumer, Producer
 from raftcore.client.connection import Connection, ConnectionClosed
+from raftcore.endpoints import Endpoint
 from raftcore.error_codes import Errors
 from raftcore.node import raft_wire
-from raftcore.node.config import Endpoint, NodeConfig
+from raftcore.node.config import NodeConfig
 from raftcore.node.local_cluster import free_ports, new_cluster_id, tls_client_security
 from raftcore.node.node import RaftNode
 from raftcore.protocol.api import decode_response

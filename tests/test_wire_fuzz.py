@@ -1244,7 +1244,8 @@ def test_hostile_wire_input_harms_no_node_loses_no_record_and_leaks_nothing(clus
 @contextlib.asynccontextmanager
 async def one_node(tmp_path: Any) -> Any:
     """A single-voter cluster in this process (it elects itself at once)."""
-    from raftcore.node.config import Endpoint, NodeConfig
+    from raftcore.endpoints import Endpoint
+    from raftcore.node.config import NodeConfig
     from raftcore.node.local_cluster import free_ports
     from raftcore.node.node import RaftNode
     from raftcore.raft import QuorumConfig

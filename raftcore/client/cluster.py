@@ -12,9 +12,9 @@ from typing import Any
 
 from raftcore import connect_errors
 from raftcore.client.connection import Connection, ConnectionClosed
+from raftcore.endpoints import Endpoint, parse_endpoint
 from raftcore.error_codes import Errors
 from raftcore.errors import RaftcoreError
-from raftcore.node.config import Endpoint, parse_endpoint
 from raftcore.protocol.api import ApiKey, request_spec
 from raftcore.security.config import ClientSecurity
 from raftcore.security.sasl_client import SaslAuthenticationError

@@ -1,7 +1,8 @@
 """A raftcore node: the Raft core bound to the segmented log, the quorum-state file and Kafka's
 protocol over asyncio TCP."""
 
-from raftcore.node.config import Endpoint, NodeConfig, parse_endpoint, parse_voters
+from raftcore.endpoints import Endpoint, parse_endpoint, parse_voters
+from raftcore.node.config import NodeConfig
 from raftcore.node.node import RaftNode
 
 __all__ = ["Endpoint", "NodeConfig", "RaftNode", "parse_endpoint", "parse_voters"]

@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from raftcore.endpoints import Endpoint
 from raftcore.errors import RaftcoreError
-from raftcore.node.config import Endpoint, NodeConfig
+from raftcore.node.config import NodeConfig
 from raftcore.node.preflight import ListenError, bind_listener
 
 if TYPE_CHECKING:

@@ -32,7 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from raftcore.node.config import Endpoint, NodeConfig
+from raftcore.endpoints import Endpoint
+from raftcore.node.config import NodeConfig
 from raftcore.node.peer_health import PeerReachability, call_both
 from raftcore.node.transport import PeerConnection
 from raftcore.raft.voters import VoterSet

@@ -14,8 +14,8 @@ import socket
 from pathlib import Path
 
 from raftcore import connect_errors
+from raftcore.endpoints import Endpoint
 from raftcore.errors import RaftcoreError
-from raftcore.node.config import Endpoint
 
 __all__ = ["ListenError", "bind_listener", "check_data_dir", "check_data_dir_identity"]
 

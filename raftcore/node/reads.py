@@ -21,7 +21,7 @@ from raftcore.raft import LeaderAndEpoch, NotLeaderError
 from raftcore.raft.read_index import ReadIndexOutcome
 
 if TYPE_CHECKING:
-    from raftcore.node.config import Endpoint
+    from raftcore.endpoints import Endpoint
     from raftcore.node.node import RaftNode
 
 __all__ = ["NotLeaderForReadError", "ReadWaiters", "read_index"]

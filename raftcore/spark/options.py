@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from raftcore.node.config import Endpoint, parse_endpoint
+from raftcore.endpoints import Endpoint, parse_endpoint
 from raftcore.security.client_config import CLIENT_PROPERTIES, client_security
 from raftcore.security.config import ClientSecurity
 
