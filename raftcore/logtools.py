@@ -164,6 +164,8 @@ def _control_name(batch: RecordBatch) -> str:
         ctype = batch.control_type
     except (CorruptRecordError, UnsupportedCompressionError) as exc:
         return f"unreadable ({exc})"
+    if ctype is None:
+        return "UNKNOWN(None)"
     try:
         return ControlRecordType(ctype).name
     except ValueError:

@@ -231,10 +231,10 @@ class _Recovery:
                 trusted = 0
             else:
                 if loaded is None:
-                    index, seg.bytes_since_index = index_entries(
+                    entries, seg.bytes_since_index = index_entries(
                         walk.positions, walk.sizes, walk.last_offsets, base, 0, interval
                     )
-                    index = bytearray(index)
+                    index = bytearray(entries)
                 seg.index = index
                 seg.index_persisted = len(index) if loaded is not None else 0
                 seg.next_offset = int(walk.last_offsets[-1]) + 1

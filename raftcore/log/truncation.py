@@ -10,7 +10,7 @@ import bisect
 import contextlib
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raftcore._native.records import iter_batches
 from raftcore.checkpoint import fsync_directory
@@ -43,6 +43,14 @@ class TruncationAndRetention:
     _snapshots: Any
     _observer: Any
     end_offset: Any
+
+    if TYPE_CHECKING:  # SegmentedLog's own methods, which these steps call
+
+        def _check_open(self) -> None: ...
+        def _roll(self) -> None: ...
+        def _write_log_start_offset(self) -> None: ...
+        def _write_clean_point(self) -> None: ...
+        def _lower_clean_point(self, seg: _Segment, position: int, offset: int) -> None: ...
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch holding an offset >= ``offset`` and return the new end offset.

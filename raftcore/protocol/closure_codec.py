@@ -26,8 +26,8 @@ def _compile(spec: StructSpec, version: int, flexible: bool) -> tuple[Callable, 
             tagged.append((f, enc, dec))
         else:
             regular.append((f, enc, dec))
-    cls = spec.cls
-    tagged.sort(key=lambda t: t[0].tag)  # written in tag order
+    cls: Any = spec.cls
+    tagged.sort(key=lambda t: t[0].tag or 0)  # written in tag order (a tagged field has a tag)
     tag_index = {f.tag: (f, dec) for f, _, dec in tagged}
     # the fields a decode does not read in this version start at their defaults (decided
     # once here, not per message)
@@ -44,7 +44,7 @@ def _compile(spec: StructSpec, version: int, flexible: bool) -> tuple[Callable, 
                 if not _is_default(f, value):
                     sub = Writer()
                     enc(value, sub)
-                    present.append((f.tag, sub))
+                    present.append((f.tag or 0, sub))
             w.uvarint(len(present))
             for tag, sub in present:
                 w.uvarint(tag)

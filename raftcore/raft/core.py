@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import random as random_module
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -591,7 +592,7 @@ class RaftCore(LeaderRequests):
         return f"RaftCore({self.node_id}, {self.quorum.state!r}, end={self.log.end_offset})"
 
 
-_RESPONSE_HANDLERS = {
+_RESPONSE_HANDLERS: dict[type, Callable[..., bool]] = {
     FetchResponse: fetch.handle_response,
     FetchSnapshotResponse: fetch_snapshot.handle_response,
     VoteResponse: vote.handle_response,

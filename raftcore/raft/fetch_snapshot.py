@@ -252,7 +252,10 @@ def _installed(
     # and this replica needs it no more (the snapshot holds everything below). Its log goes on
     # past the snapshot, and so may its high watermark: the next fetch says.
     damaged_below = (
-        not truncated and core.damage and core.damage.damaged.offset < snapshot_id.offset
+        not truncated
+        and bool(core.damage)
+        and core.damage.damaged is not None
+        and core.damage.damaged.offset < snapshot_id.offset
     )
     hw = state.high_watermark
     if not damaged_below and (hw is None or hw < snapshot_id.offset):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raftcore.error_codes import Errors
 from raftcore.errors import RaftcoreError, RaftInvariantError
@@ -17,6 +17,13 @@ from raftcore.raft.read_index import ReadIndex, outcome
 from raftcore.raft.snapshots import DeleteRecordsResult
 from raftcore.raft.states import LeaderState
 from raftcore.raft.values import LeaderAndEpoch
+
+if TYPE_CHECKING:
+    from raftcore.raft.purgatory import FetchPurgatory
+    from raftcore.raft.quorum_state import QuorumState
+    from raftcore.raft.read_index import ReadIndexOutcome
+    from raftcore.raft.replicated_log import ReplicatedLog
+    from raftcore.raft.snapshots import SnapshotManager
 
 __all__ = ["LeaderRequests", "LogWriteError", "NotLeaderError"]
 
@@ -46,8 +53,32 @@ class LogWriteError(NotLeaderError):
 
 
 class LeaderRequests:
-    """Mixed into RaftCore (its attributes: quorum, log, purgatory, snapshots, prefix, the
-    token counters and the outcome lists)."""
+    """Mixed into RaftCore, whose parts it uses (declared here for the type checker)."""
+
+    if TYPE_CHECKING:
+        log: ReplicatedLog
+        quorum: QuorumState
+        purgatory: FetchPurgatory
+        snapshots: SnapshotManager
+        prefix: str
+        shutting_down: bool
+        _append_token: int
+        _read_token: int
+        _completions: list[AppendOutcome]
+        _read_outcomes: list[ReadIndexOutcome]
+
+        @property
+        def high_watermark(self) -> int | None: ...
+        def leader_and_epoch(self) -> LeaderAndEpoch: ...
+        def leader_hint(self) -> LeaderAndEpoch: ...
+        def is_leader(self) -> bool: ...
+        def resign_leadership(
+            self,
+            state: LeaderState,
+            now: int,
+            reason: str,
+            successors: tuple[int, ...] | None = None,
+        ) -> None: ...
 
     def append(
         self, records: Iterable[Any], now: int, *, epoch: int | None = None, track: bool = True

@@ -266,7 +266,8 @@ def add_voter(
             f"{what}: the replica has not caught up within the fetch timeout ({fetch_timeout} "
             f"ms): {seen}; nothing changed",
         )
-    endpoint = endpoint or replica.endpoint
+    if not endpoint and replica is not None:  # caught up, so it has fetched: it is known
+        endpoint = replica.endpoint
     if endpoint is None:
         return _fail_now(core, Errors.INVALID_REQUEST, f"{what}: its endpoint is not known")
     change = _start(core, "add", key, timeout_ms, now)
