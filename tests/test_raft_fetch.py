@@ -306,6 +306,13 @@ def test_a_follower_fetches_from_its_end_with_its_last_epoch_after_flushing():
     assert out.after_flush == 2
 
 
+def test_a_follower_acknowledging_unflushed_records_fetches_without_waiting_for_the_fsync():
+    h = follower(history=(1, 3), acknowledge_unflushed=True)
+    out = take_fetch(h)
+    assert out.message.fetch_offset == 2
+    assert out.after_flush == -1
+
+
 def test_a_follower_truncates_on_diverging_epoch_and_fetches_again():
     h = follower(history=(1, 1, 3, 3))  # leader has 1 1 2 ...
     reply(h, take_fetch(h), diverging=OffsetAndEpoch(2, 1))

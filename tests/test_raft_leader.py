@@ -124,6 +124,18 @@ def test_the_leader_counts_its_own_log_only_once_flushed():
     assert h.core.high_watermark == 2
 
 
+def test_a_leader_acknowledging_unflushed_records_counts_its_own_log_at_once():
+    # flush="interval": the core itself counts the appended records as durable (the node no
+    # longer disguises its log as flushed)
+    h = Harness(voters=(1, 2, 3, 4, 5), acknowledge_unflushed=True)
+    h.become_leader()
+    h.core.append([(b"k", b"v")], h.now)
+    h.fetch(2, 2, h.epoch)
+    h.fetch(3, 2, h.epoch)
+    assert h.log.flushed_offset < 2
+    assert h.core.high_watermark == 2
+
+
 def test_the_high_watermark_never_moves_backwards():
     h = Harness()
     h.become_leader()

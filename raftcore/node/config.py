@@ -176,6 +176,7 @@ class NodeConfig:
                 voters=frozenset(self.voters),
                 cluster_id=self.cluster_id,
                 bootstrap_servers=len(self.bootstrap),
+                acknowledge_unflushed=self.flush == "interval",
             ),
         )
 

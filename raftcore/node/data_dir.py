@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from raftcore.checkpoint import write_atomically
 from raftcore.errors import RaftcoreError
-from raftcore.log import SegmentedLog
 from raftcore.node.config import NodeConfig
 from raftcore.raft.voters import directory_id_text, parse_directory_id
 
@@ -25,7 +23,6 @@ __all__ = [
     "LOG_DIR",
     "META_PROPERTIES",
     "STATE_DIR",
-    "UnsyncedView",
     "check_meta_properties",
     "new_directory_id",
     "read_directory_id",
@@ -137,19 +134,3 @@ def read_directory_id(data_dir: Path) -> bytes | None:
         if sep and key.strip() == "directory.id":
             return parse_directory_id(value.strip())
     return None
-
-
-class UnsyncedView:
-    """The log as the core sees it with ``flush="interval"``: everything appended counts as
-    durable at once, so acknowledgements and votes do not wait for the periodic fsync (which is
-    what that mode trades away: a crash of a majority can lose acknowledged records)."""
-
-    def __init__(self, log: SegmentedLog) -> None:
-        self._log = log
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._log, name)
-
-    @property
-    def flushed_offset(self) -> int:
-        return self._log.end_offset

@@ -60,7 +60,6 @@ from raftcore.node.config import NodeConfig
 from raftcore.node.core_listener import CoreListener
 from raftcore.node.data_dir import (
     LOG_DIR,
-    UnsyncedView,
     check_meta_properties,
     replace_directory_id,
 )
@@ -129,7 +128,6 @@ class RaftNode(Messaging):
         self.snapshotter: Snapshotter | None = None
         self.rng = rng or random.Random()
         self.log: SegmentedLog | None = None
-        self._durable: Any = None  # the log, or an UnsyncedView of it (flush="interval")
         self.core: RaftCore | None = None
         self.producers = ProducerStateManager()  # current on every replica (producer_tracker)
         self.producer_tracker = ProducerStateTracker(self.producers, prefix=self.prefix)
@@ -198,8 +196,6 @@ class RaftNode(Messaging):
         except Exception:
             self.log.close()
             raise
-        # What counts as durable, for the core and for messages held until an fsync.
-        self._durable = self.log if cfg.flush == "always" else UnsyncedView(self.log)
         self._flusher = Flusher(  # its thread starts with the node: requests wait until then
             self._fsync,
             self._loop,
@@ -232,7 +228,7 @@ class RaftNode(Messaging):
             self.core = RaftCore(
                 cfg.node_id,
                 cfg.quorum,
-                self._durable,
+                self.log,
                 store,
                 rng=self.rng,
                 listener=CoreListener(self),
@@ -581,7 +577,7 @@ class RaftNode(Messaging):
             self._reads.deliver(out.reads)
         if out.voter_changes:
             self.voter_changes.deliver(out.voter_changes)
-        flushed = self._durable.flushed_offset
+        flushed = self.log.flushed_offset  # type: ignore[union-attr]
         for message in out.messages:
             if message.after_flush >= 0 and message.after_flush > flushed:
                 self._held.append(message)
@@ -724,7 +720,7 @@ class RaftNode(Messaging):
             self._flusher.request()  # type: ignore[union-attr]
 
     def _release_held(self) -> None:
-        flushed = self._durable.flushed_offset
+        flushed = self.log.flushed_offset  # type: ignore[union-attr]
         held, self._held = self._held, []
         for message in held:
             if message.after_flush > flushed:

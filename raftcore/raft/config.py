@@ -69,6 +69,11 @@ class QuorumConfig:
       write load they do, and the answer-and-fetch-again round that each commit would
       otherwise cost every follower is saved; when writes stop, followers learn the high
       watermark this much later. 0 answers at once, as KIP-1166 does.
+    - ``acknowledge_unflushed`` (False, raftcore's; the node's ``flush="interval"``): count
+      what is appended as durable at once, before the fsync: the leader's own end offset in
+      the high watermark, a follower's fetch offset and a candidate's last offset are sent
+      without waiting for the fsync. Faster, at a price KRaft does not pay: a crash of a
+      majority can lose acknowledged records.
     """
 
     voters: frozenset[int] = field(default_factory=frozenset)
@@ -89,6 +94,7 @@ class QuorumConfig:
     max_replication_lag_ms: int = 30_000
     high_watermark_linger_ms: int = 5
     snapshots_on_request: bool = False
+    acknowledge_unflushed: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "voters", frozenset(int(v) for v in self.voters))

@@ -204,6 +204,13 @@ class RaftCore(LeaderRequests):
     def is_leader(self) -> bool:
         return self.quorum.is_leader()
 
+    def durable_end(self) -> int:
+        """The end of what this replica counts as its own in the high watermark: the log's
+        flushed offset, or its end offset when the quorum acknowledges unflushed records."""
+        if self.config.acknowledge_unflushed:
+            return self.log.end_offset
+        return self.log.flushed_offset
+
     @property
     def high_watermark(self) -> int | None:
         """The offset below which everything is committed, as far as this replica knows."""
@@ -370,6 +377,11 @@ class RaftCore(LeaderRequests):
     def send_request(
         self, destination: int, message: RaftRequest, now: int, after_flush: int = -1
     ) -> None:
+        """``after_flush``: the message tells another replica that this one holds offsets below
+        it (a Fetch's offset, a Vote's last offset): it leaves once the log is durable that far,
+        unless the quorum acknowledges unflushed records."""
+        if self.config.acknowledge_unflushed:
+            after_flush = -1
         cid = self.next_correlation_id()
         self.requests.on_sent(destination, cid, now)
         self._outbox.append(Outbound(destination, cid, message, after_flush, True))

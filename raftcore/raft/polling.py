@@ -72,7 +72,7 @@ def _poll_leader(core: RaftCore, state: LeaderState, now: int) -> float:
             f"not heard from: {state.voters_not_fetched(now)}",
         )
         return now
-    if state.update_local_state(core.log.flushed_offset, now):
+    if state.update_local_state(core.durable_end(), now):
         core.on_high_watermark_changed(now)
     change_deadline = reconfig.poll_leader(core, state, now)  # KIP-853 changes, transfers
     if core.quorum.state is not state:
