@@ -222,6 +222,30 @@ def test_graceful_resignation_sends_end_quorum_epoch_with_successors_by_progress
     assert {o.destination for o in h.take(EndQuorumEpochRequest)} == {3, 4}
 
 
+def test_a_stopping_leader_is_ready_to_close_once_every_voter_heard_it_resign():
+    # the driver closes when the core says so (Output.shutdown_ready), instead of polling
+    h = Harness(voters=(1, 2, 3))
+    h.become_leader()
+    out = h.core.begin_shutdown(h.now)
+    h._take(out)
+    assert not out.shutdown_ready  # voters 2 and 3 have not been told yet
+    sent = {o.destination: o for o in h.take(EndQuorumEpochRequest)}
+    out = h.core.handle(
+        2, sent[2].correlation_id, EndQuorumEpochResponse(Errors.NONE, 1, h.epoch), h.now
+    )
+    assert not out.shutdown_ready
+    out = h.core.handle(
+        3, sent[3].correlation_id, EndQuorumEpochResponse(Errors.NONE, 1, h.epoch), h.now
+    )
+    assert out.shutdown_ready
+
+
+def test_a_stopping_follower_is_ready_to_close_at_once():
+    h = Harness()
+    h.begin_quorum_epoch(2, 5)
+    assert h.core.begin_shutdown(h.now).shutdown_ready
+
+
 def test_a_resigned_leader_takes_no_appends_and_answers_fetches_not_leader():
     h = Harness()
     h.become_leader()

@@ -44,6 +44,7 @@ fails (docs/cluster.md, "When a disk fails").
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import socket
@@ -162,6 +163,8 @@ class RaftNode(Messaging):
         self._started = False
         self._stopping = False
         self._closing: asyncio.Future[None] | None = None
+        # set when the core says a stopping leader has told the voters it resigned
+        self._shutdown_ready: asyncio.Future[None] | None = None
         self.failure: NodeFailedError | None = None  # why it stopped itself (wait_closed)
         self._ended: asyncio.Future[None] | None = None  # done when it stops running
         self._reads = reads.ReadWaiters()
@@ -310,14 +313,12 @@ class RaftNode(Messaging):
         core = self.core
         assert core is not None
         was_leader = core.is_leader()
+        assert self._loop is not None
+        self._shutdown_ready = ready = self._loop.create_future()
         self._run(core.begin_shutdown)
-        if was_leader:
-            deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline and self._closing is None:
-                state = core.state
-                if not getattr(state, "unacknowledged", None):
-                    break
-                await asyncio.sleep(0.02)
+        if was_leader:  # the core says when the voters have heard (a failure ends it, too)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(ready), timeout_s)
         if self._closing is None:
             # awaited unshielded: a caller that gives up (cancelled) cancels the close, too
             self._closing = asyncio.ensure_future(self._close())
@@ -573,6 +574,8 @@ class RaftNode(Messaging):
             fut = self._verdicts.get(outcome.appended.token)  # type: ignore[arg-type]
             if fut is not None and not fut.done():
                 fut.set_result(outcome)
+        if out.shutdown_ready:
+            self._shutdown_is_ready()
         if out.reads:
             self._reads.deliver(out.reads)
         if out.voter_changes:
@@ -675,8 +678,13 @@ class RaftNode(Messaging):
         if self._ended is not None and not self._ended.done():
             self._ended.set_exception(error)
             self._ended.exception()  # retrieved: nobody need be waiting
+        self._shutdown_is_ready()  # a stop waiting for the resignation waits no more
         if self._closing is None:
             self._closing = asyncio.ensure_future(self._close())
+
+    def _shutdown_is_ready(self) -> None:
+        if self._shutdown_ready is not None and not self._shutdown_ready.done():
+            self._shutdown_ready.set_result(None)
 
     def _after_progress(self) -> None:
         core = self.core

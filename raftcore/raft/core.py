@@ -105,7 +105,10 @@ class Output:
     verdicts on tracked appends (committed in their epoch, or failed: see
     :mod:`raftcore.raft.pending`). ``snapshot_due``: time to take a snapshot
     (``create_snapshot``, see :mod:`raftcore.raft.snapshots`). ``reads``: the verdicts on
-    linearizable reads (:mod:`raftcore.raft.read_index`)."""
+    linearizable reads (:mod:`raftcore.raft.read_index`). ``shutdown_ready``: after
+    :meth:`RaftCore.begin_shutdown`, this replica owes the quorum nothing more (it does not
+    lead, and a leader that resigned has heard every voter acknowledge its EndQuorumEpoch):
+    the driver may close it now."""
 
     messages: list[Outbound] = field(default_factory=list)
     next_deadline: float = INF
@@ -114,6 +117,7 @@ class Output:
     reads: list[ReadIndexOutcome] = field(default_factory=list)
     # the verdicts on voter changes and leadership transfers (raftcore.raft.reconfig)
     voter_changes: list[reconfig.ChangeOutcome] = field(default_factory=list)
+    shutdown_ready: bool = False
 
 
 class RaftCore(LeaderRequests):
@@ -593,6 +597,9 @@ class RaftCore(LeaderRequests):
             self.snapshots.due(now),
             self._read_outcomes,
             self._change_outcomes,
+            self.shutting_down
+            and not self.quorum.is_leader()
+            and not getattr(self.quorum.state, "unacknowledged", None),
         )
         self._outbox = []
         self._completions = []
