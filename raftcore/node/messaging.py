@@ -372,8 +372,9 @@ class Messaging:
         api_key = header.request_api_key
         version = header.request_api_version
         cluster_id = getattr(body, "cluster_id", None)
-        if cluster_id is not None and cluster_id != self.config.cluster_id:
-            # Checked before anything else, as Kafka does (KafkaRaftClient.hasValidClusterId).
+        if not core.has_valid_cluster_id(cluster_id):
+            # The core's rule, asked before the request is decoded: another cluster's request
+            # is refused as such even when it names another topic (Kafka checks it first).
             logger.info("%s refusing a raft request of cluster %r", self.prefix, cluster_id)
             return encode_response(
                 api_key,
