@@ -96,6 +96,16 @@ def test_retain_below_makes_a_covering_snapshot_due_and_the_log_start_follows():
     assert h.log.log_start_offset == sid.offset >= 3
 
 
+def test_a_stateless_snapshot_ends_at_the_log_start_asked_for_else_at_what_was_read():
+    # a node that only replicates the log takes a snapshot with no state: the core says
+    # where it ends (the node computed it from the core's fields before)
+    h = committed_leader(batches=4, snapshot_min_records=0, snapshots_on_request=True)
+    read = h.core.listener_next_offset
+    assert h.core.snapshots.wanted_end() == read  # nothing asked: all that was read
+    assert h.core.retain_below(3, "retention.bytes")
+    assert h.core.snapshots.wanted_end() == 3 < read
+
+
 def test_retain_below_is_refused_past_the_high_watermark_off_the_leader_or_without_snapshots():
     h = committed_leader(batches=4, snapshot_min_records=0, snapshots_on_request=True)
     assert not h.core.retain_below(h.core.high_watermark + 1, "retention.ms")

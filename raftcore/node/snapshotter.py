@@ -152,9 +152,7 @@ class Snapshotter:
         if self._task is not None or self.closing or self._now() < self._retry_at:
             return
         read_to = self.core.listener_next_offset
-        requested = self.core.snapshots.requested_log_start
-        latest = self.core.snapshots.latest_offset()
-        wanted = requested if latest < requested <= read_to else read_to
+        wanted = self.core.snapshots.wanted_end()
         self._task = asyncio.ensure_future(self._take(read_to, wanted))
 
     async def _take(self, read_to: int, wanted_end: int) -> None:

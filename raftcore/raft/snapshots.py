@@ -120,6 +120,14 @@ class SnapshotManager:
         """The end offset of the latest snapshot (0 without one)."""
         return self._base_offset()
 
+    def wanted_end(self) -> int:
+        """Where a snapshot with no state of its own (a node that only replicates the log)
+        ends: at the log start asked for (DeleteRecords, retention, the leader's log start)
+        once the listener has read that far, else at everything the listener has read."""
+        read_to = self.core.listener_next_offset
+        requested = self.requested_log_start
+        return requested if self.latest_offset() < requested <= read_to else read_to
+
     def due(self, now: int) -> bool:
         """Raise ``Output.snapshot_due``? Only with snapshots on and none being written."""
         cfg = self.config
