@@ -1,7 +1,7 @@
 """The Kafka client API a raftcore node serves: ApiVersions, Metadata, Produce, Fetch (for
 consumers), ListOffsets, DescribeQuorum (:mod:`raftcore.node.describe_quorum`), DeleteRecords
 (:mod:`raftcore.node.delete_records`), InitProducerId and DescribeProducers
-(:mod:`raftcore.node.producer_ids`).
+(:mod:`raftcore.kafka.producer_ids`).
 
 One topic with one partition (``NodeConfig.topic``, partition 0) is the raft log. The leader
 takes produce requests and serves consumers -- committed records only, up to the high
@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 from raftcore.error_codes import Errors
 from raftcore.errors import CorruptRecordError, InvalidAppendError, RaftcoreError
+from raftcore.kafka.produce_validation import validate_produced
+from raftcore.kafka.producer_ids import describe_producers, init_producer_id
+from raftcore.kafka.producer_state import Duplicate
 from raftcore.node import raft_wire
 from raftcore.node.delete_records import delete_records
 from raftcore.node.describe_quorum import describe_quorum
-from raftcore.node.producer_ids import describe_producers, init_producer_id
-from raftcore.node.producer_state import Duplicate
-from raftcore.produce_validation import validate_produced
 from raftcore.protocol.api import (
     SUPPORTED_VERSIONS,
     UNADVERTISED,
@@ -336,7 +336,7 @@ def _produce_partition(
     except (CorruptRecordError, InvalidAppendError) as exc:
         logger.info("%s refusing produced records: %s", node.prefix, exc)
         return Errors.CORRUPT_MESSAGE, None
-    # The log told node.producers of the appended batches (raftcore.node.producer_tracker).
+    # The log told node.producers of the appended batches (raftcore.kafka.producer_tracker).
     return Errors.NONE, appended
 
 

@@ -52,6 +52,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from raftcore.errors import LostQuorumStateError, NodeFailedError, RaftcoreError
+from raftcore.kafka.producer_ids import ProducerIdSource
+from raftcore.kafka.producer_state import ProducerStateManager
+from raftcore.kafka.producer_tracker import ProducerStateTracker
 from raftcore.log import SegmentedLog
 from raftcore.node import fatal, reads
 from raftcore.node.admin import AutoJoiner, ChangeWaiters
@@ -70,9 +73,6 @@ from raftcore.node.metrics import NodeMetrics
 from raftcore.node.metrics_http import MetricsServer, serve_metrics
 from raftcore.node.peer_apis import PeerApis
 from raftcore.node.peers import SWEEP_EVERY_S, AddressBook, Peers
-from raftcore.node.producer_ids import ProducerIdSource
-from raftcore.node.producer_state import ProducerStateManager
-from raftcore.node.producer_tracker import ProducerStateTracker
 from raftcore.node.retention import Retention
 from raftcore.node.scrubber import Scrubber
 from raftcore.node.snapshotter import Snapshotter, snapshot_source
