@@ -71,6 +71,7 @@ from raftcore.node.flusher import Flusher
 from raftcore.node.messaging import Messaging
 from raftcore.node.metrics import NodeMetrics
 from raftcore.node.metrics_http import MetricsServer, serve_metrics
+from raftcore.node.partition import kafka_broker
 from raftcore.node.peer_apis import PeerApis
 from raftcore.node.peers import SWEEP_EVERY_S, AddressBook, Peers
 from raftcore.node.retention import Retention
@@ -170,6 +171,7 @@ class RaftNode(Messaging):
         self.producer_ids = ProducerIdSource(config.node_id)
         self._foreign_peers: set[int] = set()
         self.metrics = NodeMetrics(self)  # docs/metrics.md
+        self.kafka = kafka_broker(self)  # what the Kafka API sees of the node (raftcore.kafka)
         self._metrics_server: MetricsServer | None = None
         self.metrics_address: tuple[str, int] | None = None  # where they are served
         # bound by the runner before anything is written (metrics_http.bind_metrics), or None
@@ -733,9 +735,3 @@ class RaftNode(Messaging):
                 self._send(message)
         if self.core is not None and self._started:
             self._run(self.core.poll)  # type: ignore[union-attr]
-
-    # ---- used by the Kafka API ---------------------------------------------------------------
-
-    def next_producer_id(self) -> int:
-        """A producer id unique in the cluster (:class:`~.producer_ids.ProducerIdSource`)."""
-        return self.producer_ids.next()
