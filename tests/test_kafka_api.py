@@ -24,6 +24,7 @@ from raftcore.kafka.produce import produce
 from raftcore.kafka.producer_ids import ProducerIdSource
 from raftcore.kafka.producer_state import ProducerStateManager
 from raftcore.raft import Appended, InMemoryLog, LeaderAndEpoch, NotLeaderError
+from raftcore.raft.serving import CommittedRead, read_committed
 from raftcore.records import encode_batch, scan_batches
 
 TOPIC = "events"
@@ -87,8 +88,16 @@ class FakePartition:
     def batches(self) -> Iterable[Any]:
         return []
 
-    def read_intact(self, offset: int, max_bytes: int, end_offset: int) -> tuple[Any, bool]:
-        return self.log.read(offset, max_bytes), False
+    def read_committed(self, offset: int, max_bytes: int, leader_epoch: int) -> CommittedRead:
+        return read_committed(
+            self.log,
+            leader=self.is_leader(),
+            epoch=self.epoch,
+            high_watermark=self.hw,
+            offset=offset,
+            max_bytes=max_bytes,
+            leader_epoch=leader_epoch,
+        )
 
     async def wait_high_watermark_change(self, timeout_s: float) -> None:
         await asyncio.sleep(0)

@@ -3,12 +3,11 @@ leader; every other replica answers NOT_LEADER_OR_FOLLOWER with the leader it kn
 (CurrentLeader, and NodeEndpoints from v16: KIP-951). A replica's own fetches are the core's
 (:mod:`raftcore.raft.fetch`); the node tells them apart before this module is asked.
 
-Per partition, in this order: an unknown topic or partition; a replica that does not lead
-(NOT_LEADER_OR_FOLLOWER); a CurrentLeaderEpoch (v9+) older than the leader's
-(FENCED_LEADER_EPOCH) or newer (UNKNOWN_LEADER_EPOCH); a new leader that does not know its
-high watermark yet (NOT_LEADER_OR_FOLLOWER: the fetch waits, then the client asks again); an
-offset below the log start or past the log end (OFFSET_OUT_OF_RANGE); otherwise the batches
-wholly below the high watermark, within the answer's budget.
+What each partition serves is the partition's to decide (``Partition.read_committed``: the
+rules of :mod:`raftcore.raft.serving` -- not the leader, a fenced or unknown leader epoch, a
+new leader not ready, an offset out of range). This module adds what belongs to the answer
+as a whole: unknown topics and partitions, the answer's byte budget across partitions
+(KIP-74), the leader hints, and whether to answer now or wait for the high watermark.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from raftcore.error_codes import Errors
 from raftcore.kafka.leader_hints import current_leader, node_endpoints
 from raftcore.protocol.api import ApiKey, response_spec
+from raftcore.raft.serving import ServingRule
 from raftcore.records import scan_batches
 
 if TYPE_CHECKING:
@@ -41,16 +41,13 @@ async def consumer_fetch(broker: Broker, body: Any, version: int) -> Any:
         await leading[0].wait_high_watermark_change(remaining)
 
 
-def _committed_end(data: Any, hw: int, limit: int | None = None) -> int:
-    """Byte length of the batches in ``data`` that lie wholly below the high watermark (and,
-    with ``limit``, within that many bytes)."""
+def _within(data: Any, limit: int) -> int:
+    """Byte length of the whole batches at the start of ``data`` that fit in ``limit``."""
     scan = scan_batches(data, check_crc=False)
     end = 0
     for i in range(scan.count):
-        if int(scan.last_offsets[i]) >= hw:
-            break
         batch_end = int(scan.positions[i] + scan.sizes[i])
-        if limit is not None and batch_end > limit:
+        if batch_end > limit:
             break
         end = batch_end
     return end
@@ -58,10 +55,9 @@ def _committed_end(data: Any, hw: int, limit: int | None = None) -> int:
 
 def fetch_once(broker: Broker, body: Any, version: int, cls: Any) -> tuple[Any, bool]:
     """The answer as of now, and whether to send it now (data, or an error to report)."""
-    # Each partition as it stands when the request is read (a read below may report damage
-    # to the core, which must not change what the rest of this answer says).
-    leads = {id(p): p.is_leader() for p in broker.partitions}
-    hws = {id(p): p.high_watermark() for p in broker.partitions}
+    # A new leader that does not know its high watermark yet makes the fetch wait, whatever
+    # else the answer says (as the partitions stand when the request is read).
+    ready = all(p.high_watermark() is not None for p in broker.partitions)
     has_data = False
     not_leader: Partition | None = None
     budget = min(body.max_bytes, broker.fetch_max_bytes)
@@ -88,23 +84,30 @@ def fetch_once(broker: Broker, body: Any, version: int, cls: Any) -> tuple[Any, 
                 resp.error_code = (
                     Errors.UNKNOWN_TOPIC_OR_PARTITION if version <= 12 else Errors.UNKNOWN_TOPIC_ID
                 )
-            elif not leads[id(partition)]:
-                resp.error_code = Errors.NOT_LEADER_OR_FOLLOWER
-                resp.current_leader = current_leader(partition, cls.LeaderIdAndEpoch)
-                if not_leader is None:
-                    not_leader = partition
             else:
-                budget, served = _serve(
-                    partition,
-                    p,
-                    resp,
-                    hw=hws[id(partition)],
-                    cls=cls,
-                    version=version,
-                    budget=budget,
-                    has_data=has_data,
+                # At most the answer's budget (the client's MaxBytes, capped by the node's
+                # fetch.max.bytes, across every partition it lists, however often), and the
+                # partition's; the first batch of the answer comes whole even when it is
+                # larger (KIP-74). Nothing is read once the budget is spent.
+                max_bytes = (
+                    max(1, min(p.partition_max_bytes, budget)) if budget > 0 or not has_data else 0
                 )
-                has_data = has_data or served
+                read = partition.read_committed(
+                    p.fetch_offset, max_bytes, p.current_leader_epoch if version >= 9 else -1
+                )
+                resp.error_code = read.error_code
+                resp.high_watermark = resp.last_stable_offset = read.high_watermark
+                resp.log_start_offset = read.log_start_offset
+                if read.names_the_leader:
+                    resp.current_leader = current_leader(partition, cls.LeaderIdAndEpoch)
+                if read.rule is ServingRule.NOT_LEADER and not_leader is None:
+                    not_leader = partition
+                # the log reads a first batch whole: only the answer's first may overrun
+                records = read.records
+                end = _within(records, budget) if has_data else len(records)
+                resp.records = records[:end]  # a view of the log, sent uncopied
+                budget -= end
+                has_data = has_data or end > 0
             parts.append(resp)
         entry = cls.FetchableTopicResponse(partitions=parts)
         if version <= 12:
@@ -117,54 +120,5 @@ def fetch_once(broker: Broker, body: Any, version: int, cls: Any) -> tuple[Any, 
         response.node_endpoints = node_endpoints(not_leader, cls.NodeEndpoint)
     # A partition with an error answers the fetch at once, as in Kafka: nothing to wait for
     # (but a new leader that does not know its high watermark yet makes the fetch wait).
-    ready = all(hw is not None for hw in hws.values())
     failed = ready and any(p.error_code for t in responses for p in t.partitions)
     return response, has_data or not_leader is not None or failed
-
-
-def _serve(
-    partition: Partition,
-    p: Any,
-    resp: Any,
-    *,
-    hw: int | None,
-    cls: Any,
-    version: int,
-    budget: int,
-    has_data: bool,
-) -> tuple[int, bool]:
-    """Fill ``resp`` for one partition this replica leads; the answer's budget left, and
-    whether records were served."""
-    if version >= 9 and p.current_leader_epoch >= 0 and p.current_leader_epoch != partition.epoch:
-        resp.error_code = (
-            Errors.FENCED_LEADER_EPOCH
-            if p.current_leader_epoch < partition.epoch
-            else Errors.UNKNOWN_LEADER_EPOCH
-        )
-        resp.current_leader = current_leader(partition, cls.LeaderIdAndEpoch)
-        return budget, False
-    if hw is None:
-        resp.error_code = Errors.NOT_LEADER_OR_FOLLOWER  # a new leader, not ready yet
-        resp.current_leader = current_leader(partition, cls.LeaderIdAndEpoch)
-        return budget, False
-    start = partition.log_start_offset()
-    if p.fetch_offset < start or p.fetch_offset > partition.log_end_offset():
-        resp.error_code = Errors.OFFSET_OUT_OF_RANGE
-        return budget, False
-    resp.high_watermark = resp.last_stable_offset = hw
-    resp.log_start_offset = start
-    if not (p.fetch_offset < hw and (budget > 0 or not has_data)):
-        return budget, False
-    # At most the answer's budget (the client's MaxBytes, capped by the node's fetch.max.bytes,
-    # across every partition it lists, however often), and the partition's; the first batch of
-    # the answer comes whole even when it is larger (KIP-74). Only sound batches leave: the
-    # partition keeps the first damaged one and what follows, and reports it.
-    data, damaged = partition.read_intact(
-        p.fetch_offset, max(1, min(p.partition_max_bytes, budget)), hw
-    )
-    if damaged and len(data) == 0:
-        resp.error_code = Errors.KAFKA_STORAGE_ERROR
-    # the log reads a first batch whole: only the answer's first may overrun
-    end = _committed_end(data, hw, budget if has_data else None)
-    resp.records = data[:end]  # a view of the log, sent uncopied
-    return budget - end, end > 0

@@ -1,11 +1,12 @@
 """What the Kafka client API sees of one replicated topic-partition: :class:`Partition`.
 
 The API modules of :mod:`raftcore.kafka` decide what a Kafka client is answered; a partition
-tells them who leads it and in which epoch, how far its log is committed, reads committed
-batches, takes appends and gives the core's verdict on each (committed in the epoch that
-appended it, or not). They never see the node that drives it: a node holds one partition
-today (its Raft group), and may hold many, each its own Raft group, behind the same
-protocol. :class:`raftcore.node.partition.NodePartition` is the node's.
+tells them who leads it and in which epoch, how far its log is committed, what a consumer is
+served (by the core's rules: :mod:`raftcore.raft.serving`), takes appends and gives the
+core's verdict on each (committed in the epoch that appended it, or not). They never see the
+node that drives it: a node holds one partition today (its Raft group), and may hold many,
+each its own Raft group, behind the same protocol.
+:class:`raftcore.node.partition.NodePartition` is the node's.
 
 :class:`Broker` is what the API knows of the node that serves it: its id and cluster, its
 bounds, its producer ids, its metrics, and its partitions by topic.
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from raftcore.kafka.producer_ids import ProducerIdSource
     from raftcore.kafka.producer_state import ProducerStateManager
     from raftcore.raft import Appended, LeaderAndEpoch, RaftCore
+    from raftcore.raft.serving import CommittedRead
     from raftcore.raft.snapshots import DeleteRecordsResult
 
 __all__ = ["Broker", "KafkaMetrics", "Partition"]
@@ -93,10 +95,12 @@ class Partition(Protocol):
         """The log's batches from its start (ListOffsets by timestamp)."""
         ...
 
-    def read_intact(self, offset: int, max_bytes: int, end_offset: int) -> tuple[Any, bool]:
-        """The sound batches from ``offset`` that start below ``end_offset``, at most
-        ``max_bytes`` (the first whole), and whether a damaged batch cut them short (the
-        partition reports the damage itself: it is never served)."""
+    def read_committed(self, offset: int, max_bytes: int, leader_epoch: int) -> CommittedRead:
+        """What a consumer at ``offset`` is served: at most ``max_bytes`` of committed
+        batches (the first whole; 0 reads nothing) if this replica leads ``leader_epoch``
+        (-1: any) and knows its high watermark, else the rule that refused it
+        (:mod:`raftcore.raft.serving`). A damaged batch is never served: the partition
+        reports it itself."""
         ...
 
     async def wait_high_watermark_change(self, timeout_s: float) -> None:

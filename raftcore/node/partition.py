@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from raftcore.kafka.partition import Broker
 from raftcore.raft import NotLeaderError
-from raftcore.raft.damage import read_intact
+from raftcore.raft.serving import CommittedRead, read_committed
 
 if TYPE_CHECKING:
     from raftcore.endpoints import Endpoint
@@ -100,13 +100,23 @@ class NodePartition:
     def batches(self) -> Iterable[Any]:
         return self._log.batches()  # type: ignore[no-any-return]
 
-    def read_intact(self, offset: int, max_bytes: int, end_offset: int) -> tuple[Any, bool]:
+    def read_committed(self, offset: int, max_bytes: int, leader_epoch: int) -> CommittedRead:
+        node = self._node
+        core = node.core
+        read = read_committed(
+            node.log,  # type: ignore[arg-type]  # not read unless the core leads
+            leader=core is not None and core.is_leader(),
+            epoch=-1 if core is None else core.epoch,
+            high_watermark=node.high_watermark,
+            offset=offset,
+            max_bytes=max_bytes,
+            leader_epoch=leader_epoch,
+        )
         # Only sound batches leave (raftcore.raft.damage): the first damaged one and what
         # follows stay here, and the core hears of it.
-        data, damage = read_intact(self._node.log, offset, max_bytes, end_offset)
-        if damage is not None:
-            self._node.report_damage(damage, "serving a consumer")
-        return data, damage is not None
+        if read.damage is not None:
+            node.report_damage(read.damage, "serving a consumer")
+        return read
 
     async def wait_high_watermark_change(self, timeout_s: float) -> None:
         await self._node.wait_high_watermark_change(timeout_s)
