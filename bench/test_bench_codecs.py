@@ -9,7 +9,7 @@ producers send; the zstd path is the one they are measured against (docs/benchma
 import aiokafka.record.default_records as aiokafka_records
 import pytest
 
-from raftcore.produce_validation import validate_produced
+from raftcore.kafka.produce_validation import validate_produced
 from raftcore.records import encode_batch
 
 N = 1000

@@ -14,7 +14,7 @@ validating 1,000 records must stay well under 170 us.
 import aiokafka.record.default_records as aiokafka_records
 import pytest
 
-from raftcore.produce_validation import validate_produced
+from raftcore.kafka.produce_validation import validate_produced
 from raftcore.records import encode_batch, iter_batches
 
 N = 1000

@@ -304,20 +304,20 @@ def test_list_offsets_retries_a_leader_that_is_not_ready_yet(
     epoch (KIP-595: no high watermark before that). The consumer's list_offset must retry it
     as it retries a leader change, not raise: the Kafka-clients benchmark, asking for the high
     watermark of a cluster just started, failed CI with "ListOffsets: NOT_LEADER_OR_FOLLOWER"."""
-    from raftcore.node import kafka_api
+    from raftcore.kafka import server
     from raftcore.protocol.api import ApiKey
 
-    real = kafka_api._HANDLERS[ApiKey.LIST_OFFSETS]
+    real = server.HANDLERS[ApiKey.LIST_OFFSETS]
     answered: list[int] = []
 
-    def not_ready_twice(node, body, version):  # type: ignore[no-untyped-def]
-        resp = real(node, body, version)
+    def not_ready_twice(broker, body, version):  # type: ignore[no-untyped-def]
+        resp = real(broker, body, version)
         if len(answered) < 2:
             resp.topics[0].partitions[0].error_code = Errors.NOT_LEADER_OR_FOLLOWER
         answered.append(resp.topics[0].partitions[0].error_code)
         return resp
 
-    monkeypatch.setitem(kafka_api._HANDLERS, ApiKey.LIST_OFFSETS, not_ready_twice)
+    monkeypatch.setitem(server.HANDLERS, ApiKey.LIST_OFFSETS, not_ready_twice)
 
     async def scenario() -> int:
         async with (

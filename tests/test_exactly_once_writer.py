@@ -18,8 +18,8 @@ from cluster_helpers import FAST, quorum, run
 
 import raftcore
 from raftcore.client.resumable import ExactlyOnceError, last_sequence, write_exactly_once
+from raftcore.kafka.producer_ids import DERIVED_ID_BIT, derived_producer_id
 from raftcore.node.local_cluster import LocalCluster
-from raftcore.node.producer_ids import DERIVED_ID_BIT, derived_producer_id
 from raftcore.records import iter_batches
 from raftcore.spark.options import ReadOptions
 from raftcore.spark.remote import fetch_range

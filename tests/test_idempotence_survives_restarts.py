@@ -11,8 +11,8 @@ import pytest
 from test_node import Collector, _produce_body, configs, leader_of, raw_request, run
 
 from raftcore.error_codes import Errors
+from raftcore.kafka.producer_state import REMEMBERED_BATCHES
 from raftcore.node.node import RaftNode
-from raftcore.node.producer_state import REMEMBERED_BATCHES
 from raftcore.protocol.api import ApiKey
 from raftcore.records import encode_batch
 

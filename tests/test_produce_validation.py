@@ -17,10 +17,11 @@ from record_strategies import example_count
 from test_node import cluster, leader_of, raw_request, run
 from test_node_acknowledgements import produce_body
 
+from raftcore.batch_validation import check_well_formed
 from raftcore.compression import compress_lz4, compress_snappy
 from raftcore.error_codes import Errors
 from raftcore.errors import CorruptRecordError, UnsupportedCompressionError
-from raftcore.produce_validation import Refusal, check_well_formed, validate_produced
+from raftcore.kafka.produce_validation import Refusal, validate_produced
 from raftcore.protocol.api import ApiKey
 from raftcore.records import encode_batch, encode_control_batch, iter_batches
 

@@ -11,6 +11,7 @@ import pytest
 
 from raftcore._native.crc32c import crc32c
 from raftcore.errors import CorruptProducerStateError
+from raftcore.kafka.producer_state import REMEMBERED_BATCHES, Duplicate, ProducerStateManager
 from raftcore.log.producer_snapshots import (
     PRODUCER_SNAPSHOT_VERSION,
     decode_producer_snapshot,
@@ -20,7 +21,6 @@ from raftcore.log.producer_snapshots import (
     read_producer_snapshot,
     write_producer_snapshot,
 )
-from raftcore.node.producer_state import REMEMBERED_BATCHES, Duplicate, ProducerStateManager
 
 
 def seven_batches_each(pids=(3, 1 << 40, 77), rounds: int = 7) -> ProducerStateManager:

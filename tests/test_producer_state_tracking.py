@@ -1,4 +1,4 @@
-"""Producer state follows the log (raftcore.node.producer_tracker): recorded as batches are
+"""Producer state follows the log (raftcore.kafka.producer_tracker): recorded as batches are
 written, persisted at segment rolls and at a clean close, loaded from the newest sound file with
 only the log tail replayed, reset correctly by truncation, and never lost to a damaged file."""
 
@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import logging
 
+from raftcore.kafka.producer_state import Duplicate, ProducerStateManager
+from raftcore.kafka.producer_tracker import RETAINED_FILES, ProducerStateTracker
 from raftcore.log import SegmentedLog
 from raftcore.log.producer_snapshots import (
     producer_snapshot_offsets,
     producer_snapshot_path,
     read_producer_snapshot,
 )
-from raftcore.node.producer_state import Duplicate, ProducerStateManager
-from raftcore.node.producer_tracker import RETAINED_FILES, ProducerStateTracker
 from raftcore.records import encode_batch
 
 SEGMENT_BYTES = 1024  # about a dozen of these batches a segment
@@ -120,7 +120,7 @@ def test_a_damaged_newest_file_is_deleted_and_the_next_older_one_used(tmp_path, 
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x10
     path.write_bytes(bytes(data))
-    with caplog.at_level(logging.WARNING, logger="raftcore.node.producer_tracker"):
+    with caplog.at_level(logging.WARNING, logger="raftcore.kafka.producer_tracker"):
         log, tracker = open_tracked(tmp_path)
     assert tracker.loaded_from == older
     assert tracker.replayed_batches == batch_count(log, older)

@@ -11,12 +11,12 @@ from types import SimpleNamespace
 import pytest
 from test_node import bootstrap, cluster, leader_of, run
 
-import raftcore.node.producer_state as producer_state
+import raftcore.kafka.producer_state as producer_state
 from raftcore.client import Producer
 from raftcore.client.connection import ConnectionClosed
 from raftcore.client.producer import MAX_IN_FLIGHT, ProduceError
 from raftcore.error_codes import Errors
-from raftcore.node.producer_ids import derived_producer_id
+from raftcore.kafka.producer_ids import derived_producer_id
 from raftcore.protocol.api import encode_request
 from raftcore.records import iter_batches
 

@@ -26,8 +26,8 @@ if not hasattr(datasource, "DataSourceStreamArrowWriter"):
 from cluster_helpers import FAST, quorum, run  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
+from raftcore.kafka.producer_ids import derived_producer_id  # noqa: E402
 from raftcore.node.local_cluster import LocalCluster  # noqa: E402
-from raftcore.node.producer_ids import derived_producer_id  # noqa: E402
 from raftcore.spark import SparkSourceError, WriteOptions  # noqa: E402
 
 pytestmark = pytest.mark.spark

@@ -13,7 +13,7 @@ again, oldest first, once the cause is dealt with -- never reordered, and never 
 since the leader recognises each resent batch it already has. That needs the leader to remember
 as many batches per producer as may be unanswered: Kafka brokers remember five (hence Kafka's
 limit of five in flight); raftcore nodes remember sixteen
-(:data:`raftcore.node.producer_state.REMEMBERED_BATCHES`). So ``max_in_flight`` is 5 by
+(:data:`raftcore.kafka.producer_state.REMEMBERED_BATCHES`). So ``max_in_flight`` is 5 by
 default and may be raised to 16 by whoever knows it talks to raftcore nodes (a client cannot
 tell from the protocol, and a window wider than the leader's would turn a lost answer into
 OUT_OF_ORDER_SEQUENCE_NUMBER for the oldest batch: not a duplicate, but a failed delivery).
@@ -65,7 +65,7 @@ from raftcore.client.cluster import ClusterClient, NoLeaderError
 from raftcore.client.connection import ConnectionClosed
 from raftcore.error_codes import Errors, error_name
 from raftcore.errors import RaftcoreError
-from raftcore.node.producer_state import REMEMBERED_BATCHES
+from raftcore.kafka.producer_state import REMEMBERED_BATCHES
 from raftcore.protocol.api import ApiKey, request_spec
 from raftcore.records import encode_batch
 from raftcore.security.config import ClientSecurity

@@ -3,7 +3,7 @@ writes it again (a retried or speculative Spark task, :mod:`raftcore.spark.sink`
 
 **The identity survives the writer.** The writer is given a ``name`` (unique to the data it
 writes: the write job and the partition). Its producer id is derived from the name
-(:func:`raftcore.node.producer_ids.derived_producer_id`), epoch 0, and batch *i* starts at the
+(:func:`raftcore.kafka.producer_ids.derived_producer_id`), epoch 0, and batch *i* starts at the
 sequence number equal to the rows before it. Every attempt that writes the same rows in the
 same batches therefore sends byte-for-byte the same idempotent batches, and the leader's
 producer table says how far its log has them: DescribeProducers gives the last sequence.
@@ -43,7 +43,7 @@ from raftcore.client.connection import ConnectionClosed
 from raftcore.client.producer import ProduceError, Producer
 from raftcore.error_codes import Errors, error_name
 from raftcore.errors import RaftcoreError
-from raftcore.node.producer_ids import derived_producer_id
+from raftcore.kafka.producer_ids import derived_producer_id
 from raftcore.protocol.api import ApiKey, request_spec
 from raftcore.security.config import ClientSecurity
 

@@ -22,7 +22,7 @@ instead, which is slower and just as safe. Both versions are read.
 Files are written whole (temporary file, fsync, rename, fsync of the directory) and read with
 every length checked: a damaged file raises :class:`CorruptProducerStateError` naming it, and
 the caller falls back to an older one. This module does bytes and files; what to keep, and
-when to write, is :mod:`raftcore.node.producer_tracker`'s business.
+when to write, is :mod:`raftcore.kafka.producer_tracker`'s business.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 core sends goes to a peer's connection (requests) or back to the waiting inbound connection
 (responses); responses from peers and requests from inbound connections come back into the
 core through ``_run``; the voter RPCs of an operator go to :mod:`raftcore.node.admin`, Kafka
-client requests to :mod:`raftcore.node.kafka_api`. The node's own requests to a peer (an
-auto-join's AddRaftVoter) share the peer's connection, answered by future. Nothing here
-decides anything: it moves bytes, within the bounds on accepted connections
+client requests to :mod:`raftcore.kafka` (with the node's ``kafka`` Broker). The node's own
+requests to a peer (an auto-join's AddRaftVoter) share the peer's connection, answered by
+future. Nothing here decides anything: it moves bytes, within the bounds on accepted connections
 (:mod:`raftcore.node.connection_limits`, :mod:`raftcore.node.connection_timeouts`)."""
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from typing import Any
 
 from raftcore.error_codes import Errors, error_name
 from raftcore.errors import RaftcoreError
-from raftcore.node import admin, kafka_api, raft_wire
+from raftcore.kafka import server as kafka_server
+from raftcore.kafka.invalid_request import InvalidRequest
+from raftcore.node import admin, raft_wire
 from raftcore.node.connection_limits import (
     ConnectionLimits,
     RequestBudget,
@@ -73,6 +75,7 @@ class Messaging:
     _connections: set[Any]
     _token: int
     metrics: Any  # raftcore.node.metrics.NodeMetrics
+    kafka: Any  # raftcore.kafka.partition.Broker: the node as the Kafka API sees it
     limits: ConnectionLimits
     request_budget: RequestBudget
     timeouts: ConnectionTimeouts
@@ -335,7 +338,10 @@ class Messaging:
         try:
             header, body = decode_request(frame)
         except UnsupportedVersionError as exc:
-            return kafka_api.unsupported_version(self, exc.header)
+            try:
+                return kafka_server.unsupported_version(self.kafka, exc.header)
+            except InvalidRequest as invalid:
+                raise CloseConnection(str(invalid)) from None
         except UnknownApiKeyError as exc:
             raise CloseConnection(f"unknown API key {exc.header.request_api_key}") from None
         except RaftcoreError as exc:
@@ -361,7 +367,10 @@ class Messaging:
             return encode_response(
                 api_key, header.request_api_version, header.correlation_id, answer
             )
-        return await kafka_api.handle(self, header, body)
+        try:
+            return await kafka_server.handle(self.kafka, header, body)
+        except InvalidRequest as exc:
+            raise CloseConnection(str(exc)) from None
 
     async def _handle_raft_request(
         self, header: Any, body: Any, conn: ServerConnection | None = None

@@ -53,6 +53,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from raftcore.errors import LostQuorumStateError, NodeFailedError, RaftcoreError
+from raftcore.kafka.producer_ids import ProducerIdSource
+from raftcore.kafka.producer_state import ProducerStateManager
+from raftcore.kafka.producer_tracker import ProducerStateTracker
 from raftcore.log import SegmentedLog
 from raftcore.node import fatal, reads
 from raftcore.node.admin import AutoJoiner, ChangeWaiters
@@ -68,11 +71,9 @@ from raftcore.node.flusher import Flusher
 from raftcore.node.messaging import Messaging
 from raftcore.node.metrics import NodeMetrics
 from raftcore.node.metrics_http import MetricsServer, serve_metrics
+from raftcore.node.partition import kafka_broker
 from raftcore.node.peer_apis import PeerApis
 from raftcore.node.peers import SWEEP_EVERY_S, AddressBook, Peers
-from raftcore.node.producer_ids import ProducerIdSource
-from raftcore.node.producer_state import ProducerStateManager
-from raftcore.node.producer_tracker import ProducerStateTracker
 from raftcore.node.retention import Retention
 from raftcore.node.scrubber import Scrubber
 from raftcore.node.snapshotter import Snapshotter, snapshot_source
@@ -171,6 +172,7 @@ class RaftNode(Messaging):
         self.producer_ids = ProducerIdSource(config.node_id)
         self._foreign_peers: set[int] = set()
         self.metrics = NodeMetrics(self)  # docs/metrics.md
+        self.kafka = kafka_broker(self)  # what the Kafka API sees of the node (raftcore.kafka)
         self._metrics_server: MetricsServer | None = None
         self.metrics_address: tuple[str, int] | None = None  # where they are served
         # bound by the runner before anything is written (metrics_http.bind_metrics), or None
@@ -737,9 +739,3 @@ class RaftNode(Messaging):
                 self._send(message)
         if self.core is not None and self._started:
             self._run(self.core.poll)  # type: ignore[union-attr]
-
-    # ---- used by the Kafka API ---------------------------------------------------------------
-
-    def next_producer_id(self) -> int:
-        """A producer id unique in the cluster (:class:`~.producer_ids.ProducerIdSource`)."""
-        return self.producer_ids.next()

@@ -32,9 +32,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from raftcore.batch_validation import check_well_formed
 from raftcore.error_codes import Errors
 from raftcore.errors import CorruptRecordError, InvalidAppendError, RaftInvariantError
-from raftcore.produce_validation import check_well_formed
 from raftcore.raft import fetch_snapshot
 from raftcore.raft.damage import read_intact, repair_from, repair_request_offset_and_epoch
 from raftcore.raft.leader_news import handle_common_response

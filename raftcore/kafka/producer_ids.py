@@ -22,7 +22,7 @@ from raftcore.error_codes import Errors
 from raftcore.protocol.api import ApiKey, response_spec
 
 if TYPE_CHECKING:
-    from raftcore.node.node import RaftNode
+    from raftcore.kafka.partition import Broker
 
 __all__ = [
     "DERIVED_ID_BIT",
@@ -71,17 +71,17 @@ def derived_producer_id(name: str) -> int:
     return DERIVED_ID_BIT | (int.from_bytes(digest, "big") & (DERIVED_ID_BIT - 1))
 
 
-def init_producer_id(node: RaftNode, body: Any, version: int) -> Any:
+def init_producer_id(broker: Broker, body: Any, version: int) -> Any:
     cls = response_spec(ApiKey.INIT_PRODUCER_ID).cls
     if body.transactional_id is not None:
         return cls(
             throttle_time_ms=0, error_code=Errors.INVALID_REQUEST, producer_id=-1, producer_epoch=-1
         )
-    pid = node.next_producer_id()
+    pid = broker.producer_ids.next()
     return cls(throttle_time_ms=0, error_code=Errors.NONE, producer_id=pid, producer_epoch=0)
 
 
-def describe_producers(node: RaftNode, body: Any, version: int) -> Any:
+def describe_producers(broker: Broker, body: Any, version: int) -> Any:
     """The leader's producer table (what its log holds, committed or not) for our partition;
     NOT_LEADER_OR_FOLLOWER elsewhere, as Kafka answers: a follower's table may lag."""
     cls = response_spec(ApiKey.DESCRIBE_PRODUCERS).cls
@@ -90,10 +90,10 @@ def describe_producers(node: RaftNode, body: Any, version: int) -> Any:
         parts = []
         for index in topic.partition_indexes:
             part = cls.PartitionResponse(partition_index=index, error_code=Errors.NONE)
-            core = node.core
-            if topic.name != node.config.topic or index != 0:
+            partition = broker.partition(topic.name, index)
+            if partition is None:
                 part.error_code = Errors.UNKNOWN_TOPIC_OR_PARTITION
-            elif core is None or not core.is_leader():
+            elif not partition.is_leader():
                 part.error_code = Errors.NOT_LEADER_OR_FOLLOWER
             else:
                 part.active_producers = [
@@ -105,7 +105,7 @@ def describe_producers(node: RaftNode, body: Any, version: int) -> Any:
                         coordinator_epoch=-1,
                         current_txn_start_offset=-1,
                     )
-                    for e in node.producers.entries()
+                    for e in partition.producers.entries()
                 ]
             parts.append(part)
         topics.append(cls.TopicResponse(name=topic.name, partitions=parts))

@@ -2,9 +2,9 @@
 
 A batch whose CRC is right can still hold malformed records: a buggy client computes the CRC
 over whatever it wrote. Appended, such a batch would be committed and poison the log, every
-reader stopping at it. So the leader checks every record of every produced batch first, and a
-follower every record of what its leader sends. The walk is native
-(``raftcore._native.validation``): it reads each length and varint against the end of its
+reader stopping at it. So the leader checks every record of every produced batch first (and a
+follower every record of what its leader sends: :mod:`raftcore.batch_validation`). The walk is
+native (``raftcore._native.validation``): it reads each length and varint against the end of its
 batch or record and creates no Python object per record.
 
 What is checked, for every batch: the framing (lengths within the request, magic 2, the
@@ -41,9 +41,8 @@ from raftcore._native.validation import (
     validate_batches,
 )
 from raftcore.error_codes import Errors
-from raftcore.errors import CorruptRecordError
 
-__all__ = ["Refusal", "check_well_formed", "validate_produced"]
+__all__ = ["Refusal", "validate_produced"]
 
 _ERROR_CODES = {
     FAULT_CORRUPT: Errors.CORRUPT_MESSAGE,
@@ -74,13 +73,3 @@ def validate_produced(data: bytes | memoryview, *, max_batch_bytes: int = 0) -> 
         return None
     kind, batch_index, record_index, reason = fault
     return Refusal(_ERROR_CODES[kind], batch_index, record_index, reason)
-
-
-def check_well_formed(data: bytes | memoryview) -> None:
-    """Raise CorruptRecordError unless every record of every batch in ``data`` is well formed
-    (control batches included: a leader writes them). Followers check what a leader sends
-    with it, so a malformed batch never enters a replica's log by replication either."""
-    fault = validate_batches(data, client=False)
-    if fault is not None:
-        _, _, _, reason = fault
-        raise CorruptRecordError(reason)

@@ -19,7 +19,7 @@ from raftcore.raft.states import LeaderState
 from raftcore.raft.voters import ReplicaKey, VoterSet
 
 if TYPE_CHECKING:
-    from raftcore.node.node import RaftNode
+    from raftcore.kafka.partition import Broker
     from raftcore.raft.core import RaftCore
 
 __all__ = ["OBSERVER_SESSION_MS", "describe_quorum", "pending_change"]
@@ -28,10 +28,8 @@ __all__ = ["OBSERVER_SESSION_MS", "describe_quorum", "pending_change"]
 OBSERVER_SESSION_MS = 300_000
 
 
-def describe_quorum(node: RaftNode, body: Any, version: int) -> Any:
+def describe_quorum(broker: Broker, body: Any, version: int) -> Any:
     cls = response_spec(ApiKey.DESCRIBE_QUORUM).cls
-    core = node.core
-    cfg = node.config
     topics = []
     for topic in body.topics:
         parts = []
@@ -39,19 +37,23 @@ def describe_quorum(node: RaftNode, body: Any, version: int) -> Any:
             resp = cls.PartitionData(
                 partition_index=p.partition_index, leader_id=-1, leader_epoch=-1, high_watermark=-1
             )
-            if topic.topic_name != cfg.topic or p.partition_index != 0:
+            partition = broker.partition(topic.topic_name, p.partition_index)
+            core = None if partition is None else partition.quorum()
+            if partition is None:
                 resp.error_code = Errors.UNKNOWN_TOPIC_OR_PARTITION
             elif core is None or not isinstance(core.state, LeaderState):
                 resp.error_code = Errors.NOT_LEADER_OR_FOLLOWER
             else:
-                _describe(node, core, core.state, resp, cls)
+                _describe(partition.now_ms(), core, core.state, resp, cls)
             parts.append(resp)
         topics.append(cls.TopicData(topic_name=topic.topic_name, partitions=parts))
     response = cls(error_code=Errors.NONE, topics=topics)
-    if version >= 2:
-        name = cfg.listener_name
+    if version >= 2 and broker.partitions:  # the voters of the node's (first) Raft group
+        group = broker.partitions[0]
+        core = group.quorum()
+        name = broker.listener_name
         response.nodes = []
-        for voter_id, ep in node.address_book.voter_endpoints():
+        for voter_id, ep in group.replica_endpoints():
             voter = None if core is None else core.voter_set.get(voter_id)
             if voter is not None and voter.endpoints:
                 name = voter.endpoints[0].name
@@ -64,8 +66,7 @@ def describe_quorum(node: RaftNode, body: Any, version: int) -> Any:
     return response
 
 
-def _describe(node: RaftNode, core: RaftCore, state: LeaderState, resp: Any, cls: Any) -> None:
-    now_mono = node._now()
+def _describe(now_mono: int, core: RaftCore, state: LeaderState, resp: Any, cls: Any) -> None:
     now_wall = int(time.time() * 1000)
 
     def wall(t: int) -> int:

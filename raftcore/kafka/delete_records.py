@@ -1,4 +1,4 @@
-"""DeleteRecords (Kafka API 21) on a node: a client asks that the log start at an offset.
+"""DeleteRecords (Kafka API 21): a client asks that the log start at an offset.
 
 The core decides (:meth:`raftcore.raft.RaftCore.delete_records`, seed 003's rules): the
 leader checks the offset, makes a snapshot covering it due, and moves its log start offset
@@ -23,17 +23,16 @@ from typing import TYPE_CHECKING, Any
 
 from raftcore.error_codes import Errors
 from raftcore.protocol.api import ApiKey, response_spec
-from raftcore.raft import NotLeaderError
 
 if TYPE_CHECKING:
-    from raftcore.node.node import RaftNode
+    from raftcore.kafka.partition import Broker, Partition
 
 __all__ = ["delete_records"]
 
 MAX_TIMEOUT_S = 300.0
 
 
-async def delete_records(node: RaftNode, body: Any, version: int) -> Any:
+async def delete_records(broker: Broker, body: Any, version: int) -> Any:
     cls = response_spec(ApiKey.DELETE_RECORDS).cls
     timeout_s = min(max(body.timeout_ms, 0) / 1000, MAX_TIMEOUT_S)
     topics = []
@@ -43,35 +42,32 @@ async def delete_records(node: RaftNode, body: Any, version: int) -> Any:
             result = cls.DeleteRecordsPartitionResult(
                 partition_index=p.partition_index, low_watermark=-1
             )
-            if topic.name != node.config.topic or p.partition_index != 0:
+            partition = broker.partition(topic.name, p.partition_index)
+            if partition is None:
                 result.error_code = Errors.UNKNOWN_TOPIC_OR_PARTITION
             else:
-                result.error_code, result.low_watermark = await _delete(node, p.offset, timeout_s)
+                result.error_code, result.low_watermark = await _delete(
+                    partition, p.offset, timeout_s
+                )
             parts.append(result)
         topics.append(cls.DeleteRecordsTopicResult(name=topic.name, partitions=parts))
     return cls(throttle_time_ms=0, topics=topics)
 
 
-async def _delete(node: RaftNode, offset: int, timeout_s: float) -> tuple[int, int]:
-    core = node.core
-    log = node.log
-    if core is None or log is None or not node._started:
+async def _delete(partition: Partition, offset: int, timeout_s: float) -> tuple[int, int]:
+    result = partition.delete_records(offset)  # the leader's decision (its core's)
+    if result is None:
         return Errors.NOT_LEADER_OR_FOLLOWER, -1
-    try:
-        result = core.delete_records(offset, node._now())
-    except NotLeaderError:
-        return Errors.NOT_LEADER_OR_FOLLOWER, -1
-    node._run(core.poll)  # a snapshot may be due now
     if result.done:
-        return result.error, log.log_start_offset
-    epoch = core.epoch
+        return result.error, partition.log_start_offset()
+    epoch = partition.epoch
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
-    while log.log_start_offset < result.offset:
-        if not node._started or not core.is_leader() or core.epoch != epoch:
+    while partition.log_start_offset() < result.offset:
+        if not partition.leads(epoch):
             return Errors.NOT_LEADER_OR_FOLLOWER, -1
         left = deadline - loop.time()
         if left <= 0:
-            return Errors.REQUEST_TIMED_OUT, log.log_start_offset
-        await node.wait_high_watermark_change(min(left, 0.2))
-    return Errors.NONE, log.log_start_offset
+            return Errors.REQUEST_TIMED_OUT, partition.log_start_offset()
+        await partition.wait_high_watermark_change(min(left, 0.2))
+    return Errors.NONE, partition.log_start_offset()

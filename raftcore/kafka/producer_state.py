@@ -13,7 +13,7 @@ still be recognised (else it is refused as out of order, and a producer that res
 identity fails). Kafka clients never have more than five in flight, so they see no change;
 raftcore's own producer (:mod:`raftcore.client.producer`) may ask for up to sixteen.
 
-Every replica keeps the table current as its log grows (:mod:`raftcore.node.producer_tracker`
+Every replica keeps the table current as its log grows (:mod:`raftcore.kafka.producer_tracker`
 records each appended batch and persists the table in ``<offset>.snapshot`` files), so a new
 leader has it already. ``rebuild`` scans a whole log, for a table without such files.
 """

@@ -20,6 +20,7 @@ import logging
 from typing import Any
 
 from raftcore.errors import CorruptProducerStateError
+from raftcore.kafka.producer_state import ProducerStateManager
 from raftcore.log.producer_snapshots import (
     delete_producer_snapshot,
     delete_producer_snapshots_above,
@@ -27,7 +28,6 @@ from raftcore.log.producer_snapshots import (
     read_producer_snapshot,
     write_producer_snapshot,
 )
-from raftcore.node.producer_state import ProducerStateManager
 
 __all__ = ["RETAINED_FILES", "ProducerStateTracker"]
 

@@ -1,0 +1,70 @@
+"""The Kafka client API's entry: a decoded request to the module of its API, the answer
+encoded, the time it took counted. The node hands over every client request it does not
+serve itself (the Raft RPCs, the admin APIs, SASL) with its :class:`~.partition.Broker`."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from raftcore.error_codes import Errors
+from raftcore.kafka.api_versions import api_versions, api_versions_body
+from raftcore.kafka.delete_records import delete_records
+from raftcore.kafka.describe_quorum import describe_quorum
+from raftcore.kafka.fetch import consumer_fetch
+from raftcore.kafka.invalid_request import InvalidRequest
+from raftcore.kafka.list_offsets import list_offsets
+from raftcore.kafka.metadata import metadata
+from raftcore.kafka.produce import produce
+from raftcore.kafka.producer_ids import describe_producers, init_producer_id
+from raftcore.protocol.api import ApiKey, encode_response
+
+if TYPE_CHECKING:
+    from raftcore.kafka.partition import Broker
+
+__all__ = ["HANDLERS", "handle", "unsupported_version"]
+
+
+def unsupported_version(broker: Broker, header: Any) -> list[bytes | memoryview]:
+    """An ApiVersions request at a version we do not speak is answered at v0 with
+    UNSUPPORTED_VERSION and our list, so the client retries lower (KIP-511); other APIs at an
+    unsupported version are an InvalidRequest (the connection closes)."""
+    if header.request_api_key != ApiKey.API_VERSIONS:
+        raise InvalidRequest(
+            f"API {header.request_api_key} version {header.request_api_version} is not supported"
+        )
+    body = api_versions_body(0, broker.uses_sasl)
+    body.error_code = Errors.UNSUPPORTED_VERSION
+    return encode_response(ApiKey.API_VERSIONS, 0, header.correlation_id, body)
+
+
+async def handle(broker: Broker, header: Any, body: Any) -> list[bytes | memoryview] | None:
+    """The encoded answer to a client request (None: Produce with acks=0 is not answered);
+    InvalidRequest for an API not served here."""
+    key = header.request_api_key
+    version = header.request_api_version
+    handler = HANDLERS.get(key)
+    if handler is None:
+        raise InvalidRequest(f"API {key} is not served here")
+    started = time.perf_counter()
+    response = handler(broker, body, version)
+    if asyncio.iscoroutine(response):
+        response = await response
+    broker.metrics.kafka_request(key)(time.perf_counter() - started)
+    if response is None:
+        return None  # acks=0
+    return encode_response(key, version, header.correlation_id, response)
+
+
+HANDLERS: dict[int, Any] = {
+    ApiKey.API_VERSIONS: api_versions,
+    ApiKey.DELETE_RECORDS: delete_records,
+    ApiKey.METADATA: metadata,
+    ApiKey.PRODUCE: produce,
+    ApiKey.FETCH: consumer_fetch,
+    ApiKey.LIST_OFFSETS: list_offsets,
+    ApiKey.INIT_PRODUCER_ID: init_producer_id,
+    ApiKey.DESCRIBE_QUORUM: describe_quorum,
+    ApiKey.DESCRIBE_PRODUCERS: describe_producers,
+}

@@ -1,0 +1,169 @@
+"""The node's topic-partition as the Kafka API sees it
+(:class:`raftcore.kafka.partition.Partition`): the node's Raft group, its log and its producer
+state, behind the questions the API asks. The node owns one :class:`NodePartition` and one
+:class:`~raftcore.kafka.partition.Broker` listing it (:func:`kafka_broker`); the API modules
+get nothing else of the node."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from raftcore.kafka.partition import Broker
+from raftcore.raft import NotLeaderError
+from raftcore.raft.serving import CommittedRead, read_committed
+
+if TYPE_CHECKING:
+    from raftcore.endpoints import Endpoint
+    from raftcore.kafka.producer_state import ProducerStateManager
+    from raftcore.node.node import RaftNode
+    from raftcore.raft import Appended, LeaderAndEpoch, RaftCore
+    from raftcore.raft.snapshots import DeleteRecordsResult
+
+__all__ = ["NodePartition", "kafka_broker"]
+
+
+def kafka_broker(node: RaftNode) -> Broker:
+    """What the Kafka API knows of ``node``: its settings, metrics, producer ids and its one
+    partition (``NodeConfig.topic``, partition 0)."""
+    cfg = node.config
+    return Broker(
+        node_id=cfg.node_id,
+        cluster_id=cfg.cluster_id,
+        listener_name=cfg.listener_name,
+        uses_sasl=cfg.security.uses_sasl,
+        fetch_max_bytes=cfg.fetch_max_bytes,
+        max_message_bytes=cfg.log.max_message_bytes,
+        prefix=node.prefix,
+        metrics=node.metrics,
+        producer_ids=node.producer_ids,
+        partitions=[NodePartition(node)],
+    )
+
+
+class NodePartition:
+    """``node``'s Raft group as a :class:`~raftcore.kafka.partition.Partition`."""
+
+    __slots__ = ("_node", "index", "topic", "topic_id")
+
+    def __init__(self, node: RaftNode) -> None:
+        self._node = node
+        self.topic: str = node.config.topic
+        self.topic_id: bytes = node.config.topic_id
+        self.index = 0
+
+    # ---- leadership --------------------------------------------------------------------------
+
+    def leader_and_epoch(self) -> LeaderAndEpoch:
+        return self._node.leader_and_epoch
+
+    def leader_hint(self) -> LeaderAndEpoch:
+        return self._node.leader_hint
+
+    @property
+    def epoch(self) -> int:
+        core = self._node.core
+        assert core is not None
+        return core.epoch
+
+    def is_leader(self) -> bool:
+        return self._node.is_leader()
+
+    def leads(self, epoch: int) -> bool:
+        core = self._node.core
+        return self._node._started and core is not None and core.is_leader() and core.epoch == epoch
+
+    def takes_appends(self) -> bool:
+        core = self._node.core
+        return core is not None and core.takes_appends()
+
+    # ---- the log -------------------------------------------------------------------------------
+
+    @property
+    def _log(self) -> Any:
+        log = self._node.log
+        assert log is not None, "the node has not started"
+        return log
+
+    def high_watermark(self) -> int | None:
+        return self._node.high_watermark
+
+    def log_start_offset(self) -> int:
+        return self._log.log_start_offset  # type: ignore[no-any-return]
+
+    def log_end_offset(self) -> int:
+        return self._log.end_offset  # type: ignore[no-any-return]
+
+    def epoch_for_offset(self, offset: int) -> int:
+        return self._log.epoch_for_offset(offset)  # type: ignore[no-any-return]
+
+    def batches(self) -> Iterable[Any]:
+        return self._log.batches()  # type: ignore[no-any-return]
+
+    def read_committed(self, offset: int, max_bytes: int, leader_epoch: int) -> CommittedRead:
+        node = self._node
+        core = node.core
+        read = read_committed(
+            node.log,  # type: ignore[arg-type]  # not read unless the core leads
+            leader=core is not None and core.is_leader(),
+            epoch=-1 if core is None else core.epoch,
+            high_watermark=node.high_watermark,
+            offset=offset,
+            max_bytes=max_bytes,
+            leader_epoch=leader_epoch,
+        )
+        # Only sound batches leave (raftcore.raft.damage): the first damaged one and what
+        # follows stay here, and the core hears of it.
+        if read.damage is not None:
+            node.report_damage(read.damage, "serving a consumer")
+        return read
+
+    async def wait_high_watermark_change(self, timeout_s: float) -> None:
+        await self._node.wait_high_watermark_change(timeout_s)
+
+    # ---- appends and their verdicts ------------------------------------------------------------
+
+    def append(self, records: Any, *, track: bool) -> Appended:
+        return self._node.append_batches(records, track=track)
+
+    def watch(self, first_offset: int, last_offset: int) -> Appended:
+        return self._node.watch(first_offset, last_offset)
+
+    async def wait_verdict(self, appended: Appended, timeout_s: float | None) -> None:
+        await self._node.wait_committed(appended, timeout_s)
+
+    def forget(self, appended: Appended) -> None:
+        self._node.forget(appended)
+
+    @property
+    def producers(self) -> ProducerStateManager:
+        return self._node.producers
+
+    def delete_records(self, offset: int) -> DeleteRecordsResult | None:
+        node = self._node
+        core = node.core
+        if core is None or node.log is None or not node._started:
+            return None
+        try:
+            result = core.delete_records(offset, node._now())
+        except NotLeaderError:
+            return None
+        node.poke()  # a snapshot may be due now
+        return result
+
+    # ---- replicas ------------------------------------------------------------------------------
+
+    def replicas(self) -> list[int]:
+        return sorted(self._node.address_book.voter_set())
+
+    def replica_endpoints(self) -> list[tuple[int, Endpoint]]:
+        return self._node.address_book.voter_endpoints()
+
+    def endpoint_of(self, node_id: int) -> Endpoint | None:
+        return self._node.address_book.endpoint_of(node_id)
+
+    def quorum(self) -> RaftCore | None:
+        return self._node.core
+
+    def now_ms(self) -> int:
+        return self._node._now()
