@@ -43,7 +43,9 @@ class FieldSpec:
 class StructSpec:
     name: str
     fields: list[FieldSpec]
-    cls: type = field(default=object)
+    # made at run time from the JSON spec: its fields and nested struct classes exist only
+    # then, so the type checker sees Any
+    cls: Any = field(default=object)
 
 
 _FIXED = {

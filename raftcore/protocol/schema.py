@@ -121,7 +121,7 @@ class MessageSpec:
         return list(seen.values())
 
     @property
-    def cls(self) -> type:
+    def cls(self) -> Any:  # a class made from the spec at run time (see StructSpec.cls)
         return self.root.cls
 
     def codec(self, version: int) -> tuple[Callable, Callable]:
