@@ -63,6 +63,7 @@ class Harness:
     ) -> None:
         self.node_id = node_id
         self.now = 1_000
+        self.log_start_moves_said = 0  # Outputs that said the log start moved
         self.log = log if log is not None else InMemoryLog()
         if store is None:
             store = MemoryQuorumStateStore()
@@ -106,6 +107,7 @@ class Harness:
         self.reads.extend(out.reads)
         self.changes.extend(out.voter_changes)
         self.deadline = out.next_deadline
+        self.log_start_moves_said += out.log_start_moved
 
     def poll(self) -> None:
         self._take(self.core.poll(self.now))

@@ -102,6 +102,9 @@ class FakePartition:
     async def wait_high_watermark_change(self, timeout_s: float) -> None:
         await asyncio.sleep(0)
 
+    async def wait_log_start_change(self, timeout_s: float) -> None:
+        await asyncio.sleep(0)
+
     def append(self, records: Any, *, track: bool) -> Appended:
         if not self.is_leader():
             raise NotLeaderError(self._leader, "not the leader")

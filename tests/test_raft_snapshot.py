@@ -240,6 +240,21 @@ def test_the_leader_keeps_the_log_start_offset_while_a_replica_lags_below_it():
     assert h.log.log_start_offset == sid.offset
 
 
+def test_the_output_says_when_the_log_start_offset_moved_and_only_then():
+    # DeleteRecords waits on it (Output.log_start_moved) instead of polling the log
+    h = committed_leader(max_replication_lag_ms=10_000)
+    h.fetch(3, 1, h.epoch)
+    sid = take_snapshot(h)
+    h.advance(1)
+    assert h.log_start_moves_said == 0  # replica 3 lags below the snapshot
+    h.fetch(3, sid.offset, h.epoch)
+    h.advance(1)
+    assert h.log.log_start_offset == sid.offset
+    assert h.log_start_moves_said == 1
+    h.advance(1)
+    assert h.log_start_moves_said == 1  # said once
+
+
 def test_the_leader_moves_the_log_start_offset_once_the_snapshot_is_max_replication_lag_old():
     h = committed_leader(max_replication_lag_ms=5_000)
     h.fetch(3, 1, h.epoch)

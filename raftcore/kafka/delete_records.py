@@ -69,5 +69,5 @@ async def _delete(partition: Partition, offset: int, timeout_s: float) -> tuple[
         left = deadline - loop.time()
         if left <= 0:
             return Errors.REQUEST_TIMED_OUT, partition.log_start_offset()
-        await partition.wait_high_watermark_change(min(left, 0.2))
+        await partition.wait_log_start_change(left)  # the core says when it moves
     return Errors.NONE, partition.log_start_offset()

@@ -107,6 +107,11 @@ class Partition(Protocol):
         """Return when the high watermark moves, or after ``timeout_s``."""
         ...
 
+    async def wait_log_start_change(self, timeout_s: float) -> None:
+        """Return when the log start offset moves or this replica's role changes, or after
+        ``timeout_s`` (DeleteRecords waits on it)."""
+        ...
+
     # ---- appends and their verdicts ------------------------------------------------------------
 
     def append(self, records: Any, *, track: bool) -> Appended:

@@ -78,6 +78,7 @@ from raftcore.node.retention import Retention
 from raftcore.node.scrubber import Scrubber
 from raftcore.node.snapshotter import Snapshotter, snapshot_source
 from raftcore.node.transport import ServerConnection
+from raftcore.node.waiters import Waiters
 from raftcore.raft import (
     Appended,
     AppendOutcome,
@@ -160,7 +161,8 @@ class RaftNode(Messaging):
         self._poll_at = float("inf")
         # the core's verdicts on tracked appends, by token
         self._verdicts: dict[int, asyncio.Future[AppendOutcome]] = {}
-        self._hw_events: list[asyncio.Event] = []
+        self._hw_moved = Waiters()  # woken on every step once the high watermark is known
+        self._log_start_moved = Waiters()  # woken when the log start moves or the role changes
         self._started = False
         self._stopping = False
         self._closing: asyncio.Future[None] | None = None
@@ -545,15 +547,12 @@ class RaftNode(Messaging):
 
     async def wait_high_watermark_change(self, timeout_s: float) -> None:
         """Wait for the high watermark to move (or ``timeout_s``)."""
-        event = asyncio.Event()
-        self._hw_events.append(event)
-        try:
-            await asyncio.wait_for(event.wait(), timeout_s)
-        except asyncio.TimeoutError:
-            pass
-        finally:
-            if event in self._hw_events:
-                self._hw_events.remove(event)
+        await self._hw_moved.wait(timeout_s)
+
+    async def wait_log_start_change(self, timeout_s: float) -> None:
+        """Wait for the core to say the log start offset moved, or for this replica's role to
+        change (or ``timeout_s``)."""
+        await self._log_start_moved.wait(timeout_s)
 
     def _require_core(self) -> RaftCore:
         if self.core is None or not self._started:
@@ -578,6 +577,8 @@ class RaftNode(Messaging):
                 fut.set_result(outcome)
         if out.shutdown_ready:
             self._shutdown_is_ready()
+        if out.log_start_moved:
+            self._log_start_moved.wake()
         if out.reads:
             self._reads.deliver(out.reads)
         if out.voter_changes:
@@ -693,13 +694,12 @@ class RaftNode(Messaging):
         assert core is not None
         if core.state is not self.metrics.seen_state:  # elections, for the metrics
             self.metrics.state_seen(core.state)
+            self._log_start_moved.wake()  # a wait for the leader's log start ends
         if self.applier is not None:
             self.applier.progress(core.listener_next_offset)
         if core.high_watermark is None:
             return
-        if self._hw_events:
-            for event in self._hw_events:
-                event.set()
+        self._hw_moved.wake()
 
     # ---- fsync off the loop, group commit ------------------------------------------------------
 

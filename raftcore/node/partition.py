@@ -121,6 +121,9 @@ class NodePartition:
     async def wait_high_watermark_change(self, timeout_s: float) -> None:
         await self._node.wait_high_watermark_change(timeout_s)
 
+    async def wait_log_start_change(self, timeout_s: float) -> None:
+        await self._node.wait_log_start_change(timeout_s)
+
     # ---- appends and their verdicts ------------------------------------------------------------
 
     def append(self, records: Any, *, track: bool) -> Appended:

@@ -108,7 +108,8 @@ class Output:
     linearizable reads (:mod:`raftcore.raft.read_index`). ``shutdown_ready``: after
     :meth:`RaftCore.begin_shutdown`, this replica owes the quorum nothing more (it does not
     lead, and a leader that resigned has heard every voter acknowledge its EndQuorumEpoch):
-    the driver may close it now."""
+    the driver may close it now. ``log_start_moved``: the log start offset moved forward
+    (KIP-630: to a snapshot every replica has fetched past, or the leader's)."""
 
     messages: list[Outbound] = field(default_factory=list)
     next_deadline: float = INF
@@ -118,6 +119,7 @@ class Output:
     # the verdicts on voter changes and leadership transfers (raftcore.raft.reconfig)
     voter_changes: list[reconfig.ChangeOutcome] = field(default_factory=list)
     shutdown_ready: bool = False
+    log_start_moved: bool = False
 
 
 class RaftCore(LeaderRequests):
@@ -600,6 +602,7 @@ class RaftCore(LeaderRequests):
             self.shutting_down
             and not self.quorum.is_leader()
             and not getattr(self.quorum.state, "unacknowledged", None),
+            self.snapshots.take_log_start_moved(),
         )
         self._outbox = []
         self._completions = []

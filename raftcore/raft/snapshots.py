@@ -97,6 +97,7 @@ class SnapshotManager:
         self.taken = self.installed = self.log_start_moves = self.refused = 0
         # DeleteRecords: the log start offset a client asked for (the leader's).
         self.requested_log_start = 0
+        self._log_start_moved = False  # since the last Output
 
     def start(self, now: int) -> None:
         self.last_snapshot_ms = now
@@ -115,6 +116,11 @@ class SnapshotManager:
     def _base_offset(self) -> int:
         latest = self.log.latest_snapshot_id() if self.log is not None else None
         return latest.offset if latest is not None else 0
+
+    def take_log_start_moved(self) -> bool:
+        """Whether the log start moved since the last call (``Output.log_start_moved``)."""
+        moved, self._log_start_moved = self._log_start_moved, False
+        return moved
 
     def latest_offset(self) -> int:
         """The end offset of the latest snapshot (0 without one)."""
@@ -310,5 +316,6 @@ class SnapshotManager:
         assert self.log is not None
         if self.log.delete_before_snapshot(sid):
             self.log_start_moves += 1
+            self._log_start_moved = True
             self._known = [s for s in self._known if s.offset >= sid.offset]
             logger.info("%s log start offset -> %d (%s)", self.core.prefix, sid.offset, reason)
