@@ -18,7 +18,8 @@ then per header KeyLength varint, Key (UTF-8), ValueLength varint (-1 = null), V
 varints are zig-zag encoded.
 
 Every length read from a buffer is checked against the end of the readable range before it is
-used; a violation raises CorruptRecordError naming the byte position.
+used; a violation raises CorruptRecordError naming the byte position. Batch headers are parsed
+by ``batch_header.pxd``, shared with the other native modules that read batches.
 
 One extension module, its source split by idea into included files:
 
@@ -52,13 +53,37 @@ from libc.stdint cimport (
 from libc.string cimport memcpy
 from libc.time cimport time_t
 
-from crc32c_impl cimport rc_crc32c, rc_crc32c_init
+from batch_header cimport (
+    ATTRIBUTES_OFF,
+    BASE_OFFSET_OFF,
+    BASE_SEQUENCE_OFF,
+    BASE_TIMESTAMP_OFF,
+    BH_OK,
+    CODEC_MASK,
+    CONTROL_FLAG,
+    CRC_OFF,
+    EPOCH_OFF,
+    HEADER_SIZE,
+    LAST_OFFSET_DELTA_OFF,
+    LENGTH_OFF,
+    LOG_OVERHEAD,
+    MAGIC_OFF,
+    MAX_TIMESTAMP_OFF,
+    MIN_RECORD_SIZE,
+    PRODUCER_EPOCH_OFF,
+    PRODUCER_ID_OFF,
+    RECORDS_COUNT_OFF,
+    TIMESTAMP_TYPE_FLAG,
+    TRANSACTIONAL_FLAG,
+    BatchHeader,
+    batch_crc,
+    batch_header_problem,
+    batch_header_rules,
+    parse_batch_header,
+)
+from crc32c_impl cimport rc_crc32c_init
 from wire cimport (
     load_i16,
-    load_i32,
-    load_i64,
-    load_u16,
-    load_u32,
     read_varint,
     read_varlong,
     store_u16,
@@ -102,29 +127,7 @@ cdef extern from "<time.h>" nogil:
 
 rc_crc32c_init()
 
-# ---- format constants ------------------------------------------------------------------------
-
-cdef enum:
-    BASE_OFFSET_OFF = 0
-    LENGTH_OFF = 8
-    EPOCH_OFF = 12
-    MAGIC_OFF = 16
-    CRC_OFF = 17
-    ATTRIBUTES_OFF = 21
-    LAST_OFFSET_DELTA_OFF = 23
-    BASE_TIMESTAMP_OFF = 27
-    MAX_TIMESTAMP_OFF = 35
-    PRODUCER_ID_OFF = 43
-    PRODUCER_EPOCH_OFF = 51
-    BASE_SEQUENCE_OFF = 53
-    RECORDS_COUNT_OFF = 57
-    HEADER_SIZE = 61           # RECORD_BATCH_OVERHEAD
-    LOG_OVERHEAD = 12          # BaseOffset + Length
-    MIN_RECORD_SIZE = 7        # length, attributes, ts delta, offset delta, key, value, headers
-    CODEC_MASK = 0x07
-    TIMESTAMP_TYPE_FLAG = 0x08
-    TRANSACTIONAL_FLAG = 0x10
-    CONTROL_FLAG = 0x20
+# ---- format constants (the byte layout is in batch_header.pxd) -------------------------------
 
 # Smallest batch worth releasing the GIL for while computing its CRC.
 cdef enum:
@@ -136,6 +139,18 @@ RECORD_BATCH_OVERHEAD = HEADER_SIZE
 
 cdef object _corrupt(str message, Py_ssize_t position):
     return CorruptRecordError(f"{message} (at byte position {position})", position)
+
+
+cdef int _check_header(const uint8_t *p, Py_ssize_t avail, Py_ssize_t position,
+                       BatchHeader *h) except -1:
+    """Check that a whole, structurally sound batch starts at p, with avail readable bytes,
+    and load its header into h; CorruptRecordError naming ``position`` if not."""
+    cdef int problem = parse_batch_header(p, avail, h)
+    if problem == BH_OK:
+        problem = batch_header_rules(h)
+    if problem != BH_OK:
+        raise _corrupt(batch_header_problem(problem, h, avail), position)
+    return 0
 
 
 # ---- buffers ---------------------------------------------------------------------------------

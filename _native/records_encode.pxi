@@ -312,9 +312,9 @@ cdef uint32_t _crc_of(const uint8_t *batch, Py_ssize_t size) noexcept:
     cdef uint32_t crc
     if size - ATTRIBUTES_OFF >= NOGIL_CRC_BYTES:
         with nogil:
-            crc = rc_crc32c(0, batch + ATTRIBUTES_OFF, size - ATTRIBUTES_OFF)
+            crc = batch_crc(batch, size)
         return crc
-    return rc_crc32c(0, batch + ATTRIBUTES_OFF, size - ATTRIBUTES_OFF)
+    return batch_crc(batch, size)
 
 
 def encode_batch(records, *, int64_t base_offset=0, int32_t leader_epoch=0, compression="none",

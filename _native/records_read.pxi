@@ -149,62 +149,25 @@ cdef class RecordBatch:
                 f"control={self.is_control})")
 
 
-cdef int _check_header(const uint8_t *p, Py_ssize_t avail, Py_ssize_t position,
-                       Py_ssize_t *size_out) except -1:
-    """Check that a whole, structurally sound batch starts at p, with avail readable bytes."""
-    cdef int32_t length, last_delta, count
-    cdef Py_ssize_t size
-    cdef int16_t attributes
-    if avail < LOG_OVERHEAD:
-        raise _corrupt(f"truncated record batch: {avail} bytes left, a batch header needs "
-                       f"{HEADER_SIZE}", position)
-    length = load_i32(p + LENGTH_OFF)
-    if length < HEADER_SIZE - LOG_OVERHEAD:
-        raise _corrupt(f"record batch length {length} is below the minimum "
-                       f"{HEADER_SIZE - LOG_OVERHEAD}", position)
-    size = <Py_ssize_t>length + LOG_OVERHEAD
-    if size > avail:
-        raise _corrupt(f"truncated record batch: its length says {size} bytes but only "
-                       f"{avail} remain", position)
-    if p[MAGIC_OFF] != 2:
-        raise _corrupt(f"record batch magic is {p[MAGIC_OFF]}, only magic 2 is supported",
-                       position)
-    last_delta = load_i32(p + LAST_OFFSET_DELTA_OFF)
-    count = load_i32(p + RECORDS_COUNT_OFF)
-    attributes = load_i16(p + ATTRIBUTES_OFF)
-    if count < 0 or last_delta < 0:
-        raise _corrupt(f"record batch has record count {count} and last offset delta "
-                       f"{last_delta}", position)
-    if load_i64(p + BASE_OFFSET_OFF) < 0:
-        raise _corrupt(f"record batch has negative base offset "
-                       f"{load_i64(p + BASE_OFFSET_OFF)}", position)
-    if (attributes & CODEC_MASK) == 0 and <int64_t>count * MIN_RECORD_SIZE > size - HEADER_SIZE:
-        raise _corrupt(f"record batch claims {count} records in {size - HEADER_SIZE} bytes",
-                       position)
-    size_out[0] = size
-    return 0
-
-
-cdef RecordBatch _make_batch(_Buffer owner, Py_ssize_t offset, Py_ssize_t size,
+cdef RecordBatch _make_batch(_Buffer owner, Py_ssize_t offset, const BatchHeader *h,
                              Py_ssize_t base_position):
-    cdef const uint8_t *p = owner.data() + offset
     cdef RecordBatch b = RecordBatch.__new__(RecordBatch)
     b.owner = owner
-    b.p = p
+    b.p = owner.data() + offset
     b.offset = offset
-    b.size_in_bytes = size
+    b.size_in_bytes = h.size
     b.position = base_position + offset
-    b.base_offset = load_i64(p + BASE_OFFSET_OFF)
-    b.partition_leader_epoch = load_i32(p + EPOCH_OFF)
-    b.crc = load_u32(p + CRC_OFF)
-    b.attributes = load_i16(p + ATTRIBUTES_OFF)
-    b.last_offset_delta = load_i32(p + LAST_OFFSET_DELTA_OFF)
-    b.base_timestamp = load_i64(p + BASE_TIMESTAMP_OFF)
-    b.max_timestamp = load_i64(p + MAX_TIMESTAMP_OFF)
-    b.producer_id = load_i64(p + PRODUCER_ID_OFF)
-    b.producer_epoch = load_i16(p + PRODUCER_EPOCH_OFF)
-    b.base_sequence = load_i32(p + BASE_SEQUENCE_OFF)
-    b.record_count = load_i32(p + RECORDS_COUNT_OFF)
+    b.base_offset = h.base_offset
+    b.partition_leader_epoch = h.partition_leader_epoch
+    b.crc = h.crc
+    b.attributes = h.attributes
+    b.last_offset_delta = h.last_offset_delta
+    b.base_timestamp = h.base_timestamp
+    b.max_timestamp = h.max_timestamp
+    b.producer_id = h.producer_id
+    b.producer_epoch = h.producer_epoch
+    b.base_sequence = h.base_sequence
+    b.record_count = h.record_count
     b.crc_state = 0
     return b
 
@@ -220,13 +183,13 @@ cdef class _BatchIterator:
         return self
 
     def __next__(self):
-        cdef Py_ssize_t size
+        cdef BatchHeader h
         if self.pos >= self.end:
             raise StopIteration
         _check_header(self.buf.data() + self.pos, self.end - self.pos,
-                      self.base_position + self.pos, &size)
-        batch = _make_batch(self.buf, self.pos, size, self.base_position)
-        self.pos += size
+                      self.base_position + self.pos, &h)
+        batch = _make_batch(self.buf, self.pos, &h, self.base_position)
+        self.pos += h.size
         return batch
 
 

@@ -65,8 +65,9 @@ def scan_batches(buffer, Py_ssize_t start=0, Py_ssize_t end=-1, *, bint check_cr
     cdef _Buffer buf = _Buffer(buffer)
     cdef const uint8_t *data = buf.data()
     cdef Py_ssize_t n = buf.length()
-    cdef Py_ssize_t pos, size, count = 0, i
-    cdef int32_t length
+    cdef Py_ssize_t pos, count = 0, i
+    cdef BatchHeader h
+    cdef int problem = BH_OK
     cdef str error = None
     cdef Py_ssize_t error_pos = -1
     cdef BatchScan scan = BatchScan.__new__(BatchScan)
@@ -77,13 +78,14 @@ def scan_batches(buffer, Py_ssize_t start=0, Py_ssize_t end=-1, *, bint check_cr
     # First pass: how many batches are structurally whole.
     pos = start
     while pos < end:
-        try:
-            _check_header(data + pos, end - pos, base_position + pos, &size)
-        except CorruptRecordError as exc:
-            error = str(exc)
+        problem = parse_batch_header(data + pos, end - pos, &h)
+        if problem == BH_OK:
+            problem = batch_header_rules(&h)
+        if problem != BH_OK:
             error_pos = base_position + pos
+            error = f"{batch_header_problem(problem, &h, end - pos)} (at byte position {error_pos})"
             break
-        pos += size
+        pos += h.size
         count += 1
     positions = np.empty(count, dtype=np.int64)
     sizes = np.empty(count, dtype=np.int64)
@@ -108,34 +110,40 @@ def scan_batches(buffer, Py_ssize_t start=0, Py_ssize_t end=-1, *, bint check_cr
     cdef Py_ssize_t bad = -1
     cdef Py_ssize_t discontinuity = -1
     cdef const uint8_t *p
-    # Second pass: fill in, checking CRCs.
+    # Second pass: fill in, checking CRCs. The headers are parsed again rather than trusted:
+    # another thread may have changed the bytes since the first pass.
     with nogil:
         pos = start
         for i in range(count):
             p = data + pos
-            size = <Py_ssize_t>load_i32(p + LENGTH_OFF) + LOG_OVERHEAD
-            if check_crc and rc_crc32c(0, p + ATTRIBUTES_OFF, size - ATTRIBUTES_OFF) != load_u32(p + CRC_OFF):
+            problem = parse_batch_header(p, end - pos, &h)
+            if problem == BH_OK:
+                problem = batch_header_rules(&h)
+            if problem != BH_OK or (check_crc and batch_crc(p, h.size) != h.crc):
                 bad = i
                 break
             v_pos[i] = base_position + pos
-            v_size[i] = size
-            v_base[i] = load_i64(p + BASE_OFFSET_OFF)
-            v_last[i] = v_base[i] + load_i32(p + LAST_OFFSET_DELTA_OFF)
-            v_epoch[i] = load_i32(p + EPOCH_OFF)
-            v_ts[i] = load_i64(p + MAX_TIMESTAMP_OFF)
-            v_attr[i] = load_i16(p + ATTRIBUTES_OFF)
-            v_pid[i] = load_i64(p + PRODUCER_ID_OFF)
-            v_pepoch[i] = load_i16(p + PRODUCER_EPOCH_OFF)
-            v_bseq[i] = load_i32(p + BASE_SEQUENCE_OFF)
+            v_size[i] = h.size
+            v_base[i] = h.base_offset
+            v_last[i] = h.base_offset + h.last_offset_delta
+            v_epoch[i] = h.partition_leader_epoch
+            v_ts[i] = h.max_timestamp
+            v_attr[i] = h.attributes
+            v_pid[i] = h.producer_id
+            v_pepoch[i] = h.producer_epoch
+            v_bseq[i] = h.base_sequence
             if discontinuity < 0 and i > 0 and (
                     v_base[i] != v_last[i - 1] + 1 or v_epoch[i] < v_epoch[i - 1]):
                 discontinuity = i
-            pos += size
+            pos += h.size
     if bad >= 0:
-        p = data + pos
         error_pos = base_position + pos
-        error = (f"record batch at offset {load_i64(p + BASE_OFFSET_OFF)} fails its CRC check "
-                 f"(at byte position {error_pos})")
+        if problem != BH_OK:
+            error = (f"{batch_header_problem(problem, &h, end - pos)} "
+                     f"(at byte position {error_pos})")
+        else:
+            error = (f"record batch at offset {h.base_offset} fails its CRC check "
+                     f"(at byte position {error_pos})")
         count = bad
         positions = positions[:count]
         sizes = sizes[:count]
@@ -176,17 +184,18 @@ def find_batch(buffer, int64_t target_offset, Py_ssize_t start=0, Py_ssize_t end
     ``target_offset`` (``end`` when there is none). Walks headers only."""
     cdef _Buffer buf = _Buffer(buffer)
     cdef const uint8_t *data = buf.data()
-    cdef Py_ssize_t pos, size
+    cdef Py_ssize_t pos
+    cdef BatchHeader h
     if end < 0 or end > buf.length():
         end = buf.length()
     if start < 0:
         raise ValueError(f"find_batch start {start} is negative")
     pos = start
     while pos < end:
-        _check_header(data + pos, end - pos, pos, &size)
-        if load_i64(data + pos) + load_i32(data + pos + LAST_OFFSET_DELTA_OFF) >= target_offset:
+        _check_header(data + pos, end - pos, pos, &h)
+        if h.base_offset + h.last_offset_delta >= target_offset:
             return pos
-        pos += size
+        pos += h.size
     return end
 
 
@@ -195,17 +204,18 @@ def span_batches(buffer, Py_ssize_t start, Py_ssize_t end, Py_ssize_t max_bytes)
     ``max_bytes`` -- but at least one batch, so that a reader always makes progress."""
     cdef _Buffer buf = _Buffer(buffer)
     cdef const uint8_t *data = buf.data()
-    cdef Py_ssize_t pos, size
+    cdef Py_ssize_t pos
+    cdef BatchHeader h
     if end < 0 or end > buf.length():
         end = buf.length()
     if start < 0:
         raise ValueError(f"span_batches start {start} is negative")
     pos = start
     while pos < end:
-        _check_header(data + pos, end - pos, pos, &size)
-        if pos > start and pos + size - start > max_bytes:
+        _check_header(data + pos, end - pos, pos, &h)
+        if pos > start and pos + h.size - start > max_bytes:
             break
-        pos += size
+        pos += h.size
     return pos
 
 
@@ -214,8 +224,8 @@ def check_batch_crcs(buffer, Py_ssize_t start=0, Py_ssize_t end=-1):
     check, or -1 when every batch is sound. Runs without the GIL."""
     cdef _Buffer buf = _Buffer(buffer)
     cdef const uint8_t *data = buf.data()
-    cdef Py_ssize_t pos, size, bad = -1
-    cdef int32_t length
+    cdef Py_ssize_t pos, bad = -1
+    cdef BatchHeader h
     if end < 0 or end > buf.length():
         end = buf.length()
     if start < 0 or start > end:
@@ -223,18 +233,13 @@ def check_batch_crcs(buffer, Py_ssize_t start=0, Py_ssize_t end=-1):
     with nogil:
         pos = start
         while pos < end:
-            if end - pos < HEADER_SIZE:
+            # Framing and CRC only: the callers scanned these batches (with the header rules)
+            # before, and ask whether their bytes are still the ones the CRCs vouch for.
+            if (parse_batch_header(data + pos, end - pos, &h) != BH_OK
+                    or batch_crc(data + pos, h.size) != h.crc):
                 bad = pos
                 break
-            length = load_i32(data + pos + LENGTH_OFF)
-            size = <Py_ssize_t>length + LOG_OVERHEAD
-            if length < HEADER_SIZE - LOG_OVERHEAD or size > end - pos or data[pos + MAGIC_OFF] != 2:
-                bad = pos
-                break
-            if rc_crc32c(0, data + pos + ATTRIBUTES_OFF, size - ATTRIBUTES_OFF) != load_u32(data + pos + CRC_OFF):
-                bad = pos
-                break
-            pos += size
+            pos += h.size
     return bad
 
 
@@ -244,14 +249,15 @@ def restamp_batches(buffer, int64_t base_offset, int32_t leader_epoch):
     Both fields lie outside the CRC, which stays valid. Returns (bytes, next offset). Raises
     CorruptRecordError for malformed batches (the CRCs are not checked here)."""
     cdef _Buffer buf = _Buffer(buffer)
-    cdef Py_ssize_t n = buf.length(), pos = 0, size
+    cdef Py_ssize_t n = buf.length(), pos = 0
+    cdef BatchHeader h
     cdef int64_t offset = base_offset
     out = PyBytes_FromStringAndSize(<const char *>buf.data(), n)
     cdef uint8_t *p = <uint8_t *>PyBytes_AS_STRING(out)
     while pos < n:
-        _check_header(p + pos, n - pos, pos, &size)
+        _check_header(p + pos, n - pos, pos, &h)
         store_u64(p + pos + BASE_OFFSET_OFF, <uint64_t>offset)
         store_u32(p + pos + EPOCH_OFF, <uint32_t>leader_epoch)
-        offset += <int64_t>load_i32(p + pos + LAST_OFFSET_DELTA_OFF) + 1
-        pos += size
+        offset += <int64_t>h.last_offset_delta + 1
+        pos += h.size
     return out, offset
