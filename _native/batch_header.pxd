@@ -10,12 +10,15 @@ Byte layout (big-endian integers; Kafka's DefaultRecordBatch):
     35 MaxTimestamp int64       43 ProducerId int64                 51 ProducerEpoch int16
     53 BaseSequence int32       57 RecordsCount int32               61 records (maybe compressed)
 
-``parse_batch_header`` frames a batch: it reads no byte it has not first shown to lie inside
-the readable range, and answers a BH_* code instead of raising, so it runs without the GIL
-and each caller words the problem its own way (``batch_header_problem`` gives the words of
-the record reader). ``batch_header_rules`` adds the rules on the header's fields that hold
-whatever the CRC says. The CRC is the caller's to check (``batch_crc``), before or after the
-rules as its own contract requires.
+``parse_batch_header`` frames a batch and loads the fields that walking and checking need: it
+reads no byte it has not first shown to lie inside the readable range, and answers a BH_*
+code instead of raising, so it runs without the GIL and each caller words the problem its
+own way (``batch_header_problem`` gives the words of the record reader).
+``load_batch_header_details`` loads the other fields (epoch, timestamps, producer), for the
+readers that report them; a walk over headers only (find_batch) skips them.
+``batch_header_rules`` adds the rules on the header's fields that hold whatever the CRC says.
+The CRC is the caller's to check (``batch_crc``), before or after the rules as its own
+contract requires.
 """
 
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t
@@ -60,20 +63,22 @@ cdef enum:
 
 
 cdef struct BatchHeader:
+    # parse_batch_header: the first three once 17 bytes are there, the rest on BH_OK
     Py_ssize_t size            # Length + 12: the bytes of the whole batch
     int32_t length
     uint8_t magic
     int64_t base_offset
-    int32_t partition_leader_epoch
     uint32_t crc
     int16_t attributes
     int32_t last_offset_delta
+    int32_t record_count
+    # load_batch_header_details, after BH_OK
+    int32_t partition_leader_epoch
     int64_t base_timestamp
     int64_t max_timestamp
     int64_t producer_id
     int16_t producer_epoch
     int32_t base_sequence
-    int32_t record_count
 
 
 cdef inline int parse_batch_header(const uint8_t *p, Py_ssize_t avail,
@@ -81,8 +86,9 @@ cdef inline int parse_batch_header(const uint8_t *p, Py_ssize_t avail,
     """Frame the batch at ``p`` (``avail`` readable bytes) and load its header into ``h``.
 
     BH_OK means a whole batch of ``h.size`` (61..avail) bytes with magic 2 starts at ``p``
-    and every field of ``h`` is loaded. Otherwise a BH_* code; ``h.length``, ``h.size`` and
-    ``h.magic`` are loaded once 17 bytes are there, and the other fields are not.
+    and the fields above the details in ``BatchHeader`` are loaded. Otherwise a BH_* code;
+    ``h.length``, ``h.size`` and ``h.magic`` are loaded once 17 bytes are there, and the other
+    fields are not.
     Legacy message sets (magic 0 and 1) also keep their size at byte 8 and their magic at
     byte 16 but may be shorter than 61 bytes: the magic is checked before the minimum
     length, so that one is reported as what it is."""
@@ -102,17 +108,22 @@ cdef inline int parse_batch_header(const uint8_t *p, Py_ssize_t avail,
         return BH_SHORT_LENGTH
     # HEADER_SIZE <= size <= avail: the whole header is readable.
     h.base_offset = load_i64(p + BASE_OFFSET_OFF)
-    h.partition_leader_epoch = load_i32(p + EPOCH_OFF)
     h.crc = load_u32(p + CRC_OFF)
     h.attributes = load_i16(p + ATTRIBUTES_OFF)
     h.last_offset_delta = load_i32(p + LAST_OFFSET_DELTA_OFF)
+    h.record_count = load_i32(p + RECORDS_COUNT_OFF)
+    return BH_OK
+
+
+cdef inline void load_batch_header_details(const uint8_t *p, BatchHeader *h) noexcept nogil:
+    """Load the rest of the header of a batch parse_batch_header answered BH_OK for (so its
+    61 bytes are readable)."""
+    h.partition_leader_epoch = load_i32(p + EPOCH_OFF)
     h.base_timestamp = load_i64(p + BASE_TIMESTAMP_OFF)
     h.max_timestamp = load_i64(p + MAX_TIMESTAMP_OFF)
     h.producer_id = load_i64(p + PRODUCER_ID_OFF)
     h.producer_epoch = load_i16(p + PRODUCER_EPOCH_OFF)
     h.base_sequence = load_i32(p + BASE_SEQUENCE_OFF)
-    h.record_count = load_i32(p + RECORDS_COUNT_OFF)
-    return BH_OK
 
 
 cdef inline int batch_header_rules(const BatchHeader *h) noexcept nogil:

@@ -38,6 +38,7 @@ from batch_header cimport (
     batch_crc,
     batch_header_problem,
     batch_header_rules,
+    load_batch_header_details,
     parse_batch_header,
 )
 from crc32c_impl cimport rc_crc32c_init
@@ -289,8 +290,8 @@ cdef const char *_walk(const Batch *b, Sizes *sizes, Out *o,
 
 # ---- the batch headers -----------------------------------------------------------------------
 
-cdef int _check_header(const uint8_t *p, Py_ssize_t avail, Py_ssize_t position,
-                       BatchHeader *h) except -1:
+cdef inline int _check_header(const uint8_t *p, Py_ssize_t avail, Py_ssize_t position,
+                              BatchHeader *h) except -1:
     """The checks of ``iter_batches`` on a batch header (batch_header.pxd, the same words)."""
     cdef int problem = parse_batch_header(p, avail, h)
     if problem == BH_OK:
@@ -531,6 +532,7 @@ cdef Columns _decode(object owner, const uint8_t *data, Py_ssize_t start, Py_ssi
                     codec, memoryview(owner)[pos + HEADER_SIZE:pos + size], base_position + pos)
                 b.start = <const uint8_t *>PyBytes_AS_STRING(payload)
                 b.end = b.start + PyBytes_GET_SIZE(payload)
+            load_batch_header_details(p, &h)
             b.leader_epoch = h.partition_leader_epoch
             b.count = h.record_count
             b.last_delta = h.last_offset_delta

@@ -79,6 +79,7 @@ from batch_header cimport (
     batch_crc,
     batch_header_problem,
     batch_header_rules,
+    load_batch_header_details,
     parse_batch_header,
 )
 from crc32c_impl cimport rc_crc32c_init
@@ -141,8 +142,8 @@ cdef object _corrupt(str message, Py_ssize_t position):
     return CorruptRecordError(f"{message} (at byte position {position})", position)
 
 
-cdef int _check_header(const uint8_t *p, Py_ssize_t avail, Py_ssize_t position,
-                       BatchHeader *h) except -1:
+cdef inline int _check_header(const uint8_t *p, Py_ssize_t avail, Py_ssize_t position,
+                              BatchHeader *h) except -1:
     """Check that a whole, structurally sound batch starts at p, with avail readable bytes,
     and load its header into h; CorruptRecordError naming ``position`` if not."""
     cdef int problem = parse_batch_header(p, avail, h)

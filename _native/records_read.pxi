@@ -188,6 +188,7 @@ cdef class _BatchIterator:
             raise StopIteration
         _check_header(self.buf.data() + self.pos, self.end - self.pos,
                       self.base_position + self.pos, &h)
+        load_batch_header_details(self.buf.data() + self.pos, &h)
         batch = _make_batch(self.buf, self.pos, &h, self.base_position)
         self.pos += h.size
         return batch

@@ -122,6 +122,7 @@ def scan_batches(buffer, Py_ssize_t start=0, Py_ssize_t end=-1, *, bint check_cr
             if problem != BH_OK or (check_crc and batch_crc(p, h.size) != h.crc):
                 bad = i
                 break
+            load_batch_header_details(p, &h)
             v_pos[i] = base_position + pos
             v_size[i] = h.size
             v_base[i] = h.base_offset

@@ -46,6 +46,7 @@ from batch_header cimport (
     TRANSACTIONAL_FLAG,
     BatchHeader,
     batch_crc,
+    load_batch_header_details,
     parse_batch_header,
 )
 from crc32c_impl cimport rc_crc32c_init
@@ -316,6 +317,7 @@ cdef int _check_header(const uint8_t *p, Py_ssize_t avail, bint client, Py_ssize
     if count < 0 or last_delta < 0 or count > <int64_t>last_delta + 1:
         return _fault(f, K_INVALID, W_BAD_COUNT, count, last_delta)
     if client:
+        load_batch_header_details(p, h)
         if h.attributes & CONTROL_FLAG:
             return _fault(f, K_INVALID, W_CONTROL, 0, 0)
         if h.attributes & TRANSACTIONAL_FLAG:
