@@ -27,8 +27,22 @@ from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from libc.stdint cimport INT32_MAX, int16_t, int32_t, int64_t, uint8_t, uint32_t
 from libc.string cimport memcpy
 
-from crc32c_impl cimport rc_crc32c, rc_crc32c_init
-from wire cimport load_i16, load_i32, load_i64, load_u32, read_varint, read_varlong
+from batch_header cimport (
+    BH_OK,
+    CODEC_MASK,
+    CONTROL_FLAG,
+    HEADER_SIZE,
+    MIN_RECORD_SIZE,
+    TIMESTAMP_TYPE_FLAG,
+    BatchHeader,
+    batch_crc,
+    batch_header_problem,
+    batch_header_rules,
+    load_batch_header_details,
+    parse_batch_header,
+)
+from crc32c_impl cimport rc_crc32c_init
+from wire cimport read_varint, read_varlong
 
 import numpy as np
 
@@ -36,24 +50,6 @@ from raftcore._native.records import decompress_records
 from raftcore.errors import CorruptRecordError
 
 rc_crc32c_init()
-
-cdef enum:
-    BASE_OFFSET_OFF = 0
-    LENGTH_OFF = 8
-    EPOCH_OFF = 12
-    MAGIC_OFF = 16
-    CRC_OFF = 17
-    ATTRIBUTES_OFF = 21
-    LAST_OFFSET_DELTA_OFF = 23
-    BASE_TIMESTAMP_OFF = 27
-    MAX_TIMESTAMP_OFF = 35
-    RECORDS_COUNT_OFF = 57
-    HEADER_SIZE = 61
-    LOG_OVERHEAD = 12
-    MIN_RECORD_SIZE = 7
-    CODEC_MASK = 0x07
-    TIMESTAMP_TYPE_FLAG = 0x08
-    CONTROL_FLAG = 0x20
 
 # The most bytes one Arrow binary (int32 offsets) array can hold.
 MAX_ARRAY_BYTES = INT32_MAX
@@ -294,38 +290,14 @@ cdef const char *_walk(const Batch *b, Sizes *sizes, Out *o,
 
 # ---- the batch headers -----------------------------------------------------------------------
 
-cdef int _check_header(const uint8_t *p, Py_ssize_t avail, Py_ssize_t position,
-                       Py_ssize_t *size_out) except -1:
-    """The checks of ``iter_batches`` on a batch header (the same messages)."""
-    cdef int32_t length, last_delta, count
-    cdef Py_ssize_t size
-    if avail < LOG_OVERHEAD:
-        raise _corrupt(f"truncated record batch: {avail} bytes left, a batch header needs "
-                       f"{HEADER_SIZE}", position)
-    length = load_i32(p + LENGTH_OFF)
-    if length < HEADER_SIZE - LOG_OVERHEAD:
-        raise _corrupt(f"record batch length {length} is below the minimum "
-                       f"{HEADER_SIZE - LOG_OVERHEAD}", position)
-    size = <Py_ssize_t>length + LOG_OVERHEAD
-    if size > avail:
-        raise _corrupt(f"truncated record batch: its length says {size} bytes but only "
-                       f"{avail} remain", position)
-    if p[MAGIC_OFF] != 2:
-        raise _corrupt(f"record batch magic is {p[MAGIC_OFF]}, only magic 2 is supported",
-                       position)
-    last_delta = load_i32(p + LAST_OFFSET_DELTA_OFF)
-    count = load_i32(p + RECORDS_COUNT_OFF)
-    if count < 0 or last_delta < 0:
-        raise _corrupt(f"record batch has record count {count} and last offset delta "
-                       f"{last_delta}", position)
-    if load_i64(p + BASE_OFFSET_OFF) < 0:
-        raise _corrupt(f"record batch has negative base offset "
-                       f"{load_i64(p + BASE_OFFSET_OFF)}", position)
-    if ((load_i16(p + ATTRIBUTES_OFF) & CODEC_MASK) == 0
-            and <int64_t>count * MIN_RECORD_SIZE > size - HEADER_SIZE):
-        raise _corrupt(f"record batch claims {count} records in {size - HEADER_SIZE} bytes",
-                       position)
-    size_out[0] = size
+cdef inline int _check_header(const uint8_t *p, Py_ssize_t avail, Py_ssize_t position,
+                              BatchHeader *h) except -1:
+    """The checks of ``iter_batches`` on a batch header (batch_header.pxd, the same words)."""
+    cdef int problem = parse_batch_header(p, avail, h)
+    if problem == BH_OK:
+        problem = batch_header_rules(h)
+    if problem != BH_OK:
+        raise _corrupt(batch_header_problem(problem, h, avail), position)
     return 0
 
 
@@ -522,10 +494,10 @@ cdef Columns _decode(object owner, const uint8_t *data, Py_ssize_t start, Py_ssi
     cdef Batch *kept = NULL
     cdef Py_ssize_t nkept = 0, capacity = 0, pos = start, size, nbatches = 0, i
     cdef Batch b
+    cdef BatchHeader h
     cdef const uint8_t *p
     cdef const uint8_t *fault_at = NULL
     cdef const char *fault = NULL
-    cdef int16_t attributes
     cdef int codec
     cdef uint32_t crc
     cdef list payloads = []      # decompressed records, alive until the fill is done
@@ -535,23 +507,22 @@ cdef Columns _decode(object owner, const uint8_t *data, Py_ssize_t start, Py_ssi
         # Pass 1: headers, CRCs, decompression, and the full record walk (measuring).
         while pos < end:
             p = data + pos
-            _check_header(p, end - pos, base_position + pos, &size)
-            b.base_offset = load_i64(p + BASE_OFFSET_OFF)
+            _check_header(p, end - pos, base_position + pos, &h)
+            size = h.size
+            b.base_offset = h.base_offset
             if check_crc:
-                crc = rc_crc32c(0, p + ATTRIBUTES_OFF, size - ATTRIBUTES_OFF)
-                if crc != load_u32(p + CRC_OFF):
+                crc = batch_crc(p, size)
+                if crc != h.crc:
                     raise _corrupt(f"record batch at offset {b.base_offset} has CRC "
-                                   f"{load_u32(p + CRC_OFF):#010x} but its bytes give "
-                                   f"{crc:#010x}", base_position + pos)
-            attributes = load_i16(p + ATTRIBUTES_OFF)
-            if (attributes & CONTROL_FLAG) and not include_control:
+                                   f"{h.crc:#010x} but its bytes give {crc:#010x}",
+                                   base_position + pos)
+            if (h.attributes & CONTROL_FLAG) and not include_control:
                 pos += size
                 nbatches += 1
                 continue
-            if max_records >= 0 and nkept > 0 and (
-                    total.records + load_i32(p + RECORDS_COUNT_OFF) > max_records):
+            if max_records >= 0 and nkept > 0 and total.records + h.record_count > max_records:
                 break
-            codec = attributes & CODEC_MASK
+            codec = h.attributes & CODEC_MASK
             payload = None
             if codec == 0:
                 b.start = p + HEADER_SIZE
@@ -561,12 +532,13 @@ cdef Columns _decode(object owner, const uint8_t *data, Py_ssize_t start, Py_ssi
                     codec, memoryview(owner)[pos + HEADER_SIZE:pos + size], base_position + pos)
                 b.start = <const uint8_t *>PyBytes_AS_STRING(payload)
                 b.end = b.start + PyBytes_GET_SIZE(payload)
-            b.leader_epoch = load_i32(p + EPOCH_OFF)
-            b.count = load_i32(p + RECORDS_COUNT_OFF)
-            b.last_delta = load_i32(p + LAST_OFFSET_DELTA_OFF)
-            b.base_timestamp = load_i64(p + BASE_TIMESTAMP_OFF)
-            b.max_timestamp = load_i64(p + MAX_TIMESTAMP_OFF)
-            b.log_append_time = (attributes & TIMESTAMP_TYPE_FLAG) != 0
+            load_batch_header_details(p, &h)
+            b.leader_epoch = h.partition_leader_epoch
+            b.count = h.record_count
+            b.last_delta = h.last_offset_delta
+            b.base_timestamp = h.base_timestamp
+            b.max_timestamp = h.max_timestamp
+            b.log_append_time = (h.attributes & TIMESTAMP_TYPE_FLAG) != 0
             one = Sizes(0, 0, 0, 0, 0, 0)
             fault = _walk(&b, &one, NULL, &fault_at)
             if fault != NULL:

@@ -20,29 +20,34 @@ cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 
-from crc32c_impl cimport rc_crc32c, rc_crc32c_init
-from wire cimport load_i16, load_i32, load_i64, load_u32, read_varint, read_varlong
+from batch_header cimport (
+    BASE_OFFSET_OFF,
+    BH_BAD_MAGIC,
+    BH_OK,
+    BH_TOO_MANY_RECORDS,
+    CODEC_MASK,
+    CONTROL_FLAG,
+    CRC_OFF,
+    HEADER_SIZE,
+    LENGTH_OFF,
+    MAGIC_OFF,
+    MIN_RECORD_SIZE,
+    RECORDS_COUNT_OFF,
+    BatchHeader,
+    batch_crc,
+    batch_header_problem,
+    batch_header_rules,
+    parse_batch_header,
+)
+from crc32c_impl cimport rc_crc32c_init
+from wire cimport read_varint, read_varlong
 
 from raftcore._native.records import decompress_records
 from raftcore.errors import CorruptRecordError
 
 rc_crc32c_init()
-
-cdef enum:
-    BASE_OFFSET_OFF = 0
-    LENGTH_OFF = 8
-    MAGIC_OFF = 16
-    CRC_OFF = 17
-    ATTRIBUTES_OFF = 21
-    LAST_OFFSET_DELTA_OFF = 23
-    RECORDS_COUNT_OFF = 57
-    HEADER_SIZE = 61
-    LOG_OVERHEAD = 12
-    MIN_RECORD_SIZE = 7
-    CODEC_MASK = 0x07
-    CONTROL_FLAG = 0x20
 
 DEFAULT_MAX_KEY_SIZE = 511
 
@@ -96,45 +101,38 @@ def decode_kv_pairs(buffer, int64_t from_offset=0, Py_ssize_t max_key_size=DEFAU
 
 cdef KvPairs _decode(object owner, const uint8_t *b, Py_ssize_t size, int64_t from_offset,
                      Py_ssize_t max_key_size, bint check_crc):
-    cdef int32_t length, last_delta, count
-    cdef int16_t attributes
-    cdef int64_t base_offset
+    cdef BatchHeader h
+    cdef int problem
     cdef uint32_t crc
     cdef int codec
     cdef object payload = None
     cdef const uint8_t *start
     cdef const uint8_t *end
     cdef KvPairs out
+    # The header as every reader of batches parses it (batch_header.pxd); the positions name
+    # the field at fault inside the one batch.
     if size < HEADER_SIZE:
         raise _corrupt(f"a record batch needs {HEADER_SIZE} bytes of header, got {size}", 0)
-    length = load_i32(b + LENGTH_OFF)
-    if length < HEADER_SIZE - LOG_OVERHEAD or <Py_ssize_t>length + LOG_OVERHEAD != size:
-        raise _corrupt(f"record batch length {length} does not match its {size} bytes "
+    problem = parse_batch_header(b, size, &h)
+    if problem == BH_BAD_MAGIC:
+        raise _corrupt(batch_header_problem(problem, &h, size), MAGIC_OFF)
+    if problem != BH_OK or h.size != size:
+        raise _corrupt(f"record batch length {h.length} does not match its {size} bytes "
                        f"(one whole batch expected)", LENGTH_OFF)
-    if b[MAGIC_OFF] != 2:
-        raise _corrupt(f"record batch magic is {b[MAGIC_OFF]}, only magic 2 is supported",
-                       MAGIC_OFF)
-    base_offset = load_i64(b + BASE_OFFSET_OFF)
-    last_delta = load_i32(b + LAST_OFFSET_DELTA_OFF)
-    count = load_i32(b + RECORDS_COUNT_OFF)
-    attributes = load_i16(b + ATTRIBUTES_OFF)
-    if base_offset < 0 or last_delta < 0 or count < 0:
-        raise _corrupt(f"record batch has base offset {base_offset}, last offset delta "
-                       f"{last_delta} and {count} records", BASE_OFFSET_OFF)
+    problem = batch_header_rules(&h)
+    if problem != BH_OK:
+        raise _corrupt(batch_header_problem(problem, &h, size),
+                       RECORDS_COUNT_OFF if problem == BH_TOO_MANY_RECORDS else BASE_OFFSET_OFF)
     if check_crc:
-        crc = rc_crc32c(0, b + ATTRIBUTES_OFF, size - ATTRIBUTES_OFF)
-        if crc != load_u32(b + CRC_OFF):
-            raise _corrupt(f"record batch at offset {base_offset} has CRC "
-                           f"{load_u32(b + CRC_OFF):#010x} but its bytes give {crc:#010x}",
-                           CRC_OFF)
-    if attributes & CONTROL_FLAG:
-        raise ValueError(f"record batch at offset {base_offset} is a control batch: it holds "
+        crc = batch_crc(b, size)
+        if crc != h.crc:
+            raise _corrupt(f"record batch at offset {h.base_offset} has CRC {h.crc:#010x} but "
+                           f"its bytes give {crc:#010x}", CRC_OFF)
+    if h.attributes & CONTROL_FLAG:
+        raise ValueError(f"record batch at offset {h.base_offset} is a control batch: it holds "
                          "no key/value records")
-    codec = attributes & CODEC_MASK
+    codec = h.attributes & CODEC_MASK
     if codec == 0:
-        if <int64_t>count * MIN_RECORD_SIZE > size - HEADER_SIZE:
-            raise _corrupt(f"record batch claims {count} records in {size - HEADER_SIZE} bytes",
-                           RECORDS_COUNT_OFF)
         start = b + HEADER_SIZE
         end = b + size
     else:
@@ -146,10 +144,10 @@ cdef KvPairs _decode(object owner, const uint8_t *b, Py_ssize_t size, int64_t fr
     out.skipped = []
     out.deletes = 0
     out.records = 0
-    out.base_offset = base_offset
-    out.last_offset = base_offset + last_delta
-    _walk(out, b, start, end, payload is not None, base_offset, last_delta, count, from_offset,
-          max_key_size)
+    out.base_offset = h.base_offset
+    out.last_offset = h.base_offset + h.last_offset_delta
+    _walk(out, b, start, end, payload is not None, h.base_offset, h.last_offset_delta,
+          h.record_count, from_offset, max_key_size)
     return out
 
 

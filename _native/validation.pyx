@@ -30,10 +30,27 @@ it is used: a corrupt byte is a fault, never a read out of bounds.
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t
+from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t
 
-from crc32c_impl cimport rc_crc32c, rc_crc32c_init
-from wire cimport load_i16, load_i32, load_i64, load_u32, read_varint, read_varlong
+from batch_header cimport (
+    BH_BAD_MAGIC,
+    BH_NEGATIVE_LENGTH,
+    BH_OK,
+    BH_SHORT_LENGTH,
+    BH_TRUNCATED_BATCH,
+    BH_TRUNCATED_HEADER,
+    CODEC_MASK,
+    CONTROL_FLAG,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    TRANSACTIONAL_FLAG,
+    BatchHeader,
+    batch_crc,
+    load_batch_header_details,
+    parse_batch_header,
+)
+from crc32c_impl cimport rc_crc32c_init
+from wire cimport read_varint, read_varlong
 
 from raftcore._native.records import decompress_records
 
@@ -42,19 +59,6 @@ from raftcore.errors import CorruptRecordError
 rc_crc32c_init()
 
 cdef enum:
-    LENGTH_OFF = 8
-    MAGIC_OFF = 16
-    CRC_OFF = 17
-    ATTRIBUTES_OFF = 21
-    LAST_OFFSET_DELTA_OFF = 23
-    PRODUCER_ID_OFF = 43
-    BASE_SEQUENCE_OFF = 53
-    RECORDS_COUNT_OFF = 57
-    HEADER_SIZE = 61
-    LOG_OVERHEAD = 12
-    CODEC_MASK = 0x07
-    TRANSACTIONAL_FLAG = 0x10
-    CONTROL_FLAG = 0x20
     # Batches at least this large are checked without the GIL.
     NOGIL_BYTES = 65536
 
@@ -277,55 +281,52 @@ cdef int _walk_records(const uint8_t *start, const uint8_t *end, int32_t count,
     return 0
 
 
-cdef Py_ssize_t _check_header(const uint8_t *p, Py_ssize_t avail, bint client,
-                              Py_ssize_t max_bytes, Fault *f) noexcept nogil:
-    """The size of the batch at p, after checking its header and CRC; -1 with ``f`` filled."""
-    cdef int32_t length, count, last_delta
-    cdef int16_t attributes
-    cdef Py_ssize_t size
-    cdef int codec, magic
+cdef int _check_header(const uint8_t *p, Py_ssize_t avail, bint client, Py_ssize_t max_bytes,
+                       BatchHeader *h, Fault *f) noexcept nogil:
+    """Parse the header of the batch at p (batch_header.pxd) and check it and its CRC: 0, or
+    -1 with ``f`` filled. The kind of each fault follows Kafka: framing and CRC faults are
+    CORRUPT (the bytes are not what the client wrote), the rest INVALID."""
+    cdef int count, last_delta, codec, magic
     cdef uint32_t crc
+    cdef int problem = parse_batch_header(p, avail, h)
     f.record = -1
-    if avail < MAGIC_OFF + 1:
+    if problem == BH_TRUNCATED_HEADER:
         return _fault(f, K_CORRUPT, W_TRUNCATED_HEADER, avail, 0)
-    length = load_i32(p + LENGTH_OFF)
-    size = <Py_ssize_t>length + LOG_OVERHEAD
-    if length < 0 or size > avail:
-        return _fault(f, K_CORRUPT, W_TRUNCATED_BATCH, size, avail)
-    magic = <int8_t>p[MAGIC_OFF]
-    if magic == 0 or magic == 1:
-        return _fault(f, K_INVALID, W_OLD_MAGIC, magic, 0)
-    if magic != 2:
+    if problem == BH_NEGATIVE_LENGTH or problem == BH_TRUNCATED_BATCH:
+        return _fault(f, K_CORRUPT, W_TRUNCATED_BATCH, h.size, avail)
+    if problem == BH_BAD_MAGIC:
+        magic = <int8_t>h.magic
+        if magic == 0 or magic == 1:
+            return _fault(f, K_INVALID, W_OLD_MAGIC, magic, 0)
         return _fault(f, K_CORRUPT, W_BAD_MAGIC, magic, 0)
-    if size < HEADER_SIZE:
-        return _fault(f, K_CORRUPT, W_SHORT_LENGTH, length, 0)
-    if 0 < max_bytes < size:
-        return _fault(f, K_TOO_LARGE, W_TOO_LARGE, size, max_bytes)
-    crc = rc_crc32c(0, p + ATTRIBUTES_OFF, size - ATTRIBUTES_OFF)
-    if crc != load_u32(p + CRC_OFF):
-        return _fault(f, K_CORRUPT, W_CRC, load_u32(p + CRC_OFF), crc)
-    if load_i64(p) < 0:  # outside the CRC, like the length
-        return _fault(f, K_CORRUPT, W_NEGATIVE_BASE_OFFSET, load_i64(p), 0)
+    if problem == BH_SHORT_LENGTH:
+        return _fault(f, K_CORRUPT, W_SHORT_LENGTH, h.length, 0)
+    if 0 < max_bytes < h.size:
+        return _fault(f, K_TOO_LARGE, W_TOO_LARGE, h.size, max_bytes)
+    crc = batch_crc(p, h.size)
+    if crc != h.crc:
+        return _fault(f, K_CORRUPT, W_CRC, h.crc, crc)
+    if h.base_offset < 0:  # outside the CRC, like the length
+        return _fault(f, K_CORRUPT, W_NEGATIVE_BASE_OFFSET, h.base_offset, 0)
     # From here on the CRC vouches for the bytes: the client wrote them so.
-    attributes = load_i16(p + ATTRIBUTES_OFF)
-    codec = attributes & CODEC_MASK
+    codec = h.attributes & CODEC_MASK
     if codec > 4:
         return _fault(f, K_INVALID, W_UNKNOWN_CODEC, codec, 0)
-    count = load_i32(p + RECORDS_COUNT_OFF)
-    last_delta = load_i32(p + LAST_OFFSET_DELTA_OFF)
+    count = h.record_count
+    last_delta = h.last_offset_delta
     if count < 0 or last_delta < 0 or count > <int64_t>last_delta + 1:
         return _fault(f, K_INVALID, W_BAD_COUNT, count, last_delta)
     if client:
-        if attributes & CONTROL_FLAG:
+        load_batch_header_details(p, h)
+        if h.attributes & CONTROL_FLAG:
             return _fault(f, K_INVALID, W_CONTROL, 0, 0)
-        if attributes & TRANSACTIONAL_FLAG:
+        if h.attributes & TRANSACTIONAL_FLAG:
             return _fault(f, K_INVALID, W_TRANSACTIONAL, 0, 0)
         if count == 0 or last_delta != count - 1:
             return _fault(f, K_INVALID, W_COUNT_VS_DELTA, count, last_delta)
-        if load_i64(p + PRODUCER_ID_OFF) >= 0 and load_i32(p + BASE_SEQUENCE_OFF) < 0:
-            return _fault(f, K_INVALID, W_NO_SEQUENCE, load_i32(p + BASE_SEQUENCE_OFF),
-                          load_i64(p + PRODUCER_ID_OFF))
-    return size
+        if h.producer_id >= 0 and h.base_sequence < 0:
+            return _fault(f, K_INVALID, W_NO_SEQUENCE, h.base_sequence, h.producer_id)
+    return 0
 
 
 cdef str _describe(Fault *f, str detail):
@@ -431,6 +432,7 @@ def validate_batches(buffer, *, bint client=True, Py_ssize_t max_batch_bytes=0):
     cdef const uint8_t *data
     cdef const uint8_t *p
     cdef Py_ssize_t n, pos = 0, size, batch = 0
+    cdef BatchHeader h
     cdef int codec, rc
     cdef int32_t count, last_delta
     PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
@@ -447,14 +449,15 @@ def validate_batches(buffer, *, bint client=True, Py_ssize_t max_batch_bytes=0):
             p = data + pos
             if n - pos >= NOGIL_BYTES:
                 with nogil:
-                    size = _check_header(p, n - pos, client, max_batch_bytes, &f)
+                    rc = _check_header(p, n - pos, client, max_batch_bytes, &h, &f)
             else:
-                size = _check_header(p, n - pos, client, max_batch_bytes, &f)
-            if size < 0:
+                rc = _check_header(p, n - pos, client, max_batch_bytes, &h, &f)
+            if rc < 0:
                 return _result(&f, batch, pos, False)
-            codec = load_i16(p + ATTRIBUTES_OFF) & CODEC_MASK
-            count = load_i32(p + RECORDS_COUNT_OFF)
-            last_delta = load_i32(p + LAST_OFFSET_DELTA_OFF)
+            size = h.size
+            codec = h.attributes & CODEC_MASK
+            count = h.record_count
+            last_delta = h.last_offset_delta
             if codec == 0:
                 if size >= NOGIL_BYTES:
                     with nogil:

@@ -61,16 +61,28 @@ def _checkout_package_under_test() -> bool:
 
 
 def _sources_of(name: str) -> list[Path]:
-    """The .pyx of a native module and the shared files it cimports or includes."""
+    """The .pyx of a native module and the shared files it cimports or includes, followed
+    through the .pxd and .pxi files themselves (batch_header.pxd cimports wire.pxd)."""
     native = SOURCE_ROOT / "_native"
     pyx = native / f"{name}.pyx"
     if not pyx.exists():
         return []
-    text = pyx.read_text(encoding="utf-8")
-    stems = set(re.findall(r"^\s*from\s+(\w+)\s+cimport", text, re.MULTILINE))
-    files = {f"{stem}.pxd" for stem in stems} | {f"{stem}.c" for stem in stems}
-    files |= set(re.findall(r'extern from "([\w.]+)"', text))
-    return [pyx, *(native / f for f in sorted(files) if (native / f).exists())]
+    found: dict[str, Path] = {}
+    todo = [pyx]
+    while todo:
+        source = todo.pop()
+        text = source.read_text(encoding="utf-8")
+        stems = set(re.findall(r"^\s*from\s+(\w+)\s+cimport", text, re.MULTILINE))
+        names = {f"{stem}.pxd" for stem in stems} | {f"{stem}.c" for stem in stems}
+        names |= set(re.findall(r'extern from "([\w.]+)"', text))
+        names |= set(re.findall(r'^include\s+"([\w.]+)"', text, re.MULTILINE))
+        for file_name in sorted(names - found.keys()):
+            path = native / file_name
+            if path.exists():
+                found[file_name] = path
+                if path.suffix in (".pxd", ".pxi"):
+                    todo.append(path)
+    return [pyx, *(found[f] for f in sorted(found))]
 
 
 def pytest_configure(config: pytest.Config) -> None:
