@@ -216,6 +216,14 @@ def test_the_raft_core_imports_only_storage_and_shared_modules():
     _none(_imports_outside(("raftcore.raft",), allowed))
 
 
+def test_security_imports_only_the_protocol_and_shared_modules():
+    """TLS, SASL and the authorization checks sit between the protocol and its users (the node
+    and the clients): neither the command line nor the node (its error answers come from
+    raftcore.protocol.error_answers, CommandLineError from raftcore.errors)."""
+    allowed = ("raftcore.security", "raftcore.protocol", "raftcore.log_limit", *SHARED)
+    _none(_imports_outside(("raftcore.security",), allowed))
+
+
 def test_the_kafka_api_never_imports_the_node():
     """raftcore.kafka sees the node as a Partition; the rule holds from the package's start."""
     _none(
