@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from raftcore.endpoints import parse_endpoint, parse_voters
-from raftcore.errors import RaftcoreError
+from raftcore.errors import CommandLineError  # defined below the CLI: security raises it too
 
 __all__ = [
     "ArgumentParser",
@@ -30,10 +30,6 @@ __all__ = [
     "start_position",
     "voter_list",
 ]
-
-
-class CommandLineError(RaftcoreError):
-    """A command's arguments do not fit together (found after parsing): one line, exit 2."""
 
 
 def _int(text: str) -> int:

@@ -6,6 +6,13 @@ class RaftcoreError(Exception):
     """Base class of raftcore's errors."""
 
 
+class CommandLineError(RaftcoreError):
+    """A command's arguments do not fit together (found after parsing): one line, exit 2.
+
+    Also raised by the client configuration (:mod:`raftcore.security.client_config`) for a
+    bad setting, which the commands report the same way."""
+
+
 class CorruptRecordError(RaftcoreError, ValueError):
     """Bytes that are not a valid Kafka record batch v2: truncated, a bad length, a bad CRC.
 

@@ -78,10 +78,25 @@ def test_snapshot_ids_order_as_kafkas_offset_and_epoch_epoch_first():
     assert SnapshotId(7, 1).last_contained_offset == 6
 
 
-def test_a_snapshot_id_is_made_from_the_cores_offset_and_epoch_without_importing_it():
-    from raftcore.raft.values import OffsetAndEpoch
+def test_a_snapshot_id_is_the_shared_offset_and_epoch_with_its_end_offset_as_offset():
+    from raftcore.offsets import OffsetAndEpoch
+    from raftcore.raft.values import OffsetAndEpoch as CoreOffsetAndEpoch
 
-    assert SnapshotId.of(OffsetAndEpoch(100, 4)) == SnapshotId(100, 4)
+    assert CoreOffsetAndEpoch is OffsetAndEpoch  # one type for the core, the log, snapshots
+    sid = SnapshotId(100, 4)
+    assert isinstance(sid, OffsetAndEpoch)
+    assert (sid.offset, sid.end_offset, sid.epoch) == (100, 100, 4)
+    assert sid == OffsetAndEpoch(100, 4) and OffsetAndEpoch(100, 4) == sid
+    assert hash(sid) == hash(OffsetAndEpoch(100, 4))
+    assert sid != OffsetAndEpoch(100, 5) and sid != (100, 4)
+    assert {OffsetAndEpoch(100, 4): "core"}[sid] == "core"
+    assert SnapshotId.of(OffsetAndEpoch(100, 4)) == sid
+    assert type(SnapshotId.of(OffsetAndEpoch(100, 4))) is SnapshotId
+    assert SnapshotId.of(sid) is sid
+    assert repr(sid) == "SnapshotId(end_offset=100, epoch=4)"
+    assert OffsetAndEpoch(99, 5) > sid  # epoch first, across the two
+    with pytest.raises(ValueError):
+        SnapshotId.of(OffsetAndEpoch(-1, -1))  # the core's "none" is no snapshot id
 
 
 @pytest.mark.parametrize("offset,epoch", [(-1, 0), (0, -1), (2**63, 0), (0, 2**31)])

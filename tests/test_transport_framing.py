@@ -1,4 +1,4 @@
-"""How frames are received (raftcore.node.framing, raftcore.node.transport): a BufferedProtocol
+"""How frames are received (raftcore.protocol.framing, raftcore.node.transport): a BufferedProtocol
 cuts the byte stream into frames wherever the reads split it; a large frame is received into a
 buffer of its own and handed out without a copy; a size over the limit ends the connection
 before anything is allocated; a server connection stops reading while it holds
@@ -26,8 +26,8 @@ import numpy as np
 import pytest
 
 from raftcore.node.answer_writer import PIECE_BYTES, frame_pieces
-from raftcore.node.framing import FrameReceiver, FrameTooLarge
 from raftcore.node.transport import ServerConnection, read_frame
+from raftcore.protocol.framing import FrameReceiver, FrameTooLarge
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -332,7 +332,7 @@ def test_a_follower_appends_the_records_of_a_large_fetch_response_from_its_recei
     view of the buffer the response was received into: no copy on the way."""
     from test_node import cluster, leader_of, run
 
-    from raftcore.node.framing import LARGE_FRAME
+    from raftcore.protocol.framing import LARGE_FRAME
     from raftcore.records import encode_batch
 
     async def main() -> None:

@@ -10,8 +10,8 @@ import struct
 from typing import Any
 
 from raftcore.errors import RaftcoreError
-from raftcore.node.framing import FrameReceiver, take_over
 from raftcore.protocol.api import decode_response, encode_request
+from raftcore.protocol.framing import FrameReceiver, take_over
 from raftcore.security.config import ClientSecurity
 
 __all__ = ["Connection", "ConnectionClosed"]

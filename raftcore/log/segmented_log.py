@@ -50,7 +50,7 @@ from raftcore.log.snapshots import (
     LogSnapshotWriter,
 )
 from raftcore.log.truncation import TruncationAndRetention
-from raftcore.raft.values import OffsetAndEpoch
+from raftcore.offsets import OffsetAndEpoch
 
 logger = logging.getLogger(__name__)
 

@@ -6,9 +6,9 @@ raft core's log protocol (:class:`raftcore.raft.replicated_log.SnapshotLog`) ove
 :class:`LogSnapshots` answers for the log, which owns one and delegates to it; it checks ids
 against the log exactly as the in-memory log of the simulation does (one contract test suite
 runs over both), and adapts the store's writer, receiver and reader to the protocol's
-``SnapshotWriter``, ``RawSnapshotWriter`` and ``RawSnapshotReader``. It speaks the core's id
-type, :class:`~raftcore.raft.values.OffsetAndEpoch`, since the core compares the ids it gets
-back with its own.
+``SnapshotWriter``, ``RawSnapshotWriter`` and ``RawSnapshotReader``. A
+:class:`~raftcore.snapshot.SnapshotId` is an :class:`~raftcore.offsets.OffsetAndEpoch`; the
+ids handed to the core are plain ones, as the in-memory log's are.
 
 Crash safety: every step leaves a directory that the next open recovers, in Kafka's order
 (``KafkaMetadataLog.recoverSnapshots``, then ``truncateToLatestSnapshot``):
@@ -33,7 +33,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from raftcore.errors import SnapshotError
-from raftcore.raft.values import OffsetAndEpoch
+from raftcore.offsets import OffsetAndEpoch
 from raftcore.records import Record, iter_batches
 from raftcore.snapshot import (
     SnapshotFileKind,

@@ -10,7 +10,7 @@
 - :class:`RequestBudget`: Kafka's ``queued.max.request.bytes`` with its ``MemoryPool``
   semantics: bytes of requests received (or being received) and not yet answered, across
   every connection. A large frame (one that gets a buffer of its own,
-  :data:`~raftcore.node.framing.LARGE_FRAME` and more) may start while the budget has any
+  :data:`~raftcore.protocol.framing.LARGE_FRAME` and more) may start while the budget has any
   room left, and reserves its whole announced size; past the budget its connection stops
   reading until answers give bytes back, rather than allocate. The bound is the budget plus
   one frame. Small frames are counted, never made to wait: they live in each connection's

@@ -27,11 +27,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from raftcore.error_codes import Errors, error_name
+from raftcore.error_codes import Errors
 from raftcore.errors import RaftcoreError
 from raftcore.protocol.api import ApiKey, request_spec, response_spec
 from raftcore.protocol.api import decode_response as decode_frame
 from raftcore.protocol.api import encode_request as encode_frame
+from raftcore.protocol.error_answers import raft_error_response
 from raftcore.raft.messages import (
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
@@ -489,16 +490,7 @@ def node_endpoints(node: RaftNode, cls: Any, leader: LeaderAndEpoch) -> list[Any
 
 def error_response(node: RaftNode, api_key: int, version: int, error_code: int) -> Any:
     """A top-level error answer (the request named a partition we do not have)."""
-    cls = response_spec(api_key).cls
-    if api_key == ApiKey.FETCH:
-        return cls(throttle_time_ms=0, error_code=error_code, session_id=0, responses=[])
-    if api_key == ApiKey.FETCH_SNAPSHOT:
-        return cls(throttle_time_ms=0, error_code=error_code, topics=[])
-    if api_key == ApiKey.UPDATE_RAFT_VOTER:
-        return cls(throttle_time_ms=0, error_code=error_code)
-    if api_key in (ApiKey.ADD_RAFT_VOTER, ApiKey.REMOVE_RAFT_VOTER, ApiKey.TRANSFER_LEADERSHIP):
-        return cls(throttle_time_ms=0, error_code=error_code, error_message=error_name(error_code))
-    return cls(error_code=error_code, topics=[])
+    return raft_error_response(api_key, error_code)
 
 
 # ---- responses in -----------------------------------------------------------------------------

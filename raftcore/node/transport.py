@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from raftcore.connect_errors import host_port
 from raftcore.node.answer_writer import PIECE_BYTES, frame_pieces, write_frame
-from raftcore.node.framing import FrameReceiver, FrameTooLarge, take_over, too_large
+from raftcore.protocol.framing import FrameReceiver, FrameTooLarge, take_over, too_large
 from raftcore.security.config import ANONYMOUS, Principal
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ class ServerConnection:
     hundreds of MiB of answers in the node.
 
     :meth:`serve` hands the connection (opened with the streams API, TLS and all) over to a
-    :class:`~raftcore.node.framing.FrameReceiver`: frames arrive by callback, a large one in a
+    :class:`~raftcore.protocol.framing.FrameReceiver`: frames arrive by callback, a large one in a
     buffer of its own that nothing copies; not reading is ``pause_reading`` on the transport.
 
     The node's bounds (:mod:`raftcore.node.connection_limits`, ``connection_timeouts``):

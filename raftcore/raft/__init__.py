@@ -2,43 +2,87 @@
 
 Public names: :class:`RaftCore`, :class:`QuorumConfig`, the messages, the value types, the
 log protocol and its in-memory implementation, the quorum-state stores.
+
+Each public name is loaded from its module when it is first asked for (PEP 562), so that
+importing one small module of this package (``raftcore.raft.values``, ``raftcore.raft.voters``)
+does not load the whole core: ``from raftcore.raft import RaftCore`` loads ``raftcore.raft.core``,
+``import raftcore.raft.voters`` does not.
 """
 
-from raftcore.raft.config import QuorumConfig
-from raftcore.raft.core import (
-    CommittedBatch,
-    Listener,
-    LogWriteError,
-    NotLeaderError,
-    Output,
-    RaftCore,
-    RaftInvariantError,
-)
-from raftcore.raft.memory_log import InMemoryLog
-from raftcore.raft.messages import (
-    BeginQuorumEpochRequest,
-    BeginQuorumEpochResponse,
-    EndQuorumEpochRequest,
-    EndQuorumEpochResponse,
-    FetchRequest,
-    FetchResponse,
-    Outbound,
-    VoteRequest,
-    VoteResponse,
-)
-from raftcore.raft.pending import Appended, AppendOutcome
-from raftcore.raft.quorum_store import FileQuorumStateStore, MemoryQuorumStateStore
-from raftcore.raft.replicated_log import (
-    ReplicatedLog,
-    truncate_to_end_offset,
-    validate_offset_and_epoch,
-)
-from raftcore.raft.values import (
-    ElectionState,
-    LeaderAndEpoch,
-    OffsetAndEpoch,
-    ValidOffsetAndEpoch,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from raftcore.raft.config import QuorumConfig
+    from raftcore.raft.core import (
+        CommittedBatch,
+        Listener,
+        LogWriteError,
+        NotLeaderError,
+        Output,
+        RaftCore,
+        RaftInvariantError,
+    )
+    from raftcore.raft.memory_log import InMemoryLog
+    from raftcore.raft.messages import (
+        BeginQuorumEpochRequest,
+        BeginQuorumEpochResponse,
+        EndQuorumEpochRequest,
+        EndQuorumEpochResponse,
+        FetchRequest,
+        FetchResponse,
+        Outbound,
+        VoteRequest,
+        VoteResponse,
+    )
+    from raftcore.raft.pending import Appended, AppendOutcome
+    from raftcore.raft.quorum_store import FileQuorumStateStore, MemoryQuorumStateStore
+    from raftcore.raft.replicated_log import (
+        ReplicatedLog,
+        truncate_to_end_offset,
+        validate_offset_and_epoch,
+    )
+    from raftcore.raft.values import (
+        ElectionState,
+        LeaderAndEpoch,
+        OffsetAndEpoch,
+        ValidOffsetAndEpoch,
+    )
+
+# Public name -> the module that defines it (the imports above, for the type checker).
+_HOMES = {
+    "QuorumConfig": "config",
+    "CommittedBatch": "core",
+    "Listener": "core",
+    "LogWriteError": "core",
+    "NotLeaderError": "core",
+    "Output": "core",
+    "RaftCore": "core",
+    "RaftInvariantError": "core",
+    "InMemoryLog": "memory_log",
+    "BeginQuorumEpochRequest": "messages",
+    "BeginQuorumEpochResponse": "messages",
+    "EndQuorumEpochRequest": "messages",
+    "EndQuorumEpochResponse": "messages",
+    "FetchRequest": "messages",
+    "FetchResponse": "messages",
+    "Outbound": "messages",
+    "VoteRequest": "messages",
+    "VoteResponse": "messages",
+    "Appended": "pending",
+    "AppendOutcome": "pending",
+    "FileQuorumStateStore": "quorum_store",
+    "MemoryQuorumStateStore": "quorum_store",
+    "ReplicatedLog": "replicated_log",
+    "truncate_to_end_offset": "replicated_log",
+    "validate_offset_and_epoch": "replicated_log",
+    "ElectionState": "values",
+    "LeaderAndEpoch": "values",
+    "OffsetAndEpoch": "values",
+    "ValidOffsetAndEpoch": "values",
+}
 
 __all__ = [
     "AppendOutcome",
@@ -71,3 +115,17 @@ __all__ = [
     "truncate_to_end_offset",
     "validate_offset_and_epoch",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        # Not a public name: ``from raftcore.raft import fetch`` then imports the submodule.
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value  # asked once: later lookups find it without this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

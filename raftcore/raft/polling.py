@@ -22,6 +22,7 @@ from raftcore.raft import (
     reconfig,
     vote,
 )
+from raftcore.raft.election_backoff import start_election_backoff
 from raftcore.raft.states import (
     CandidateState,
     EpochState,
@@ -36,13 +37,11 @@ from raftcore.raft.states import (
 if TYPE_CHECKING:
     from raftcore.raft.core import RaftCore
 
-__all__ = ["ELECTION_BACKOFF_BASE_MS", "poll", "start_election_backoff"]
+__all__ = ["poll"]
 
 logger = logging.getLogger(__name__)
 
 INF = float("inf")
-# Kafka's RETRY_BACKOFF_BASE_MS: the unit of the randomized election backoff.
-ELECTION_BACKOFF_BASE_MS = 100
 # How often a voter that keeps losing its leader's fetches says so at INFO.
 LEADER_LOST_LOG_EVERY_MS = 30_000
 
@@ -121,16 +120,6 @@ def _poll_candidate(core: RaftCore, state: CandidateState, now: int) -> float:
             request = vote.build_request(core, voter)
             core.send_request(voter, request, now, after_flush=request.last_offset)
     return state.election_deadline
-
-
-def start_election_backoff(core: RaftCore, state: CandidateState, now: int, reason: str) -> None:
-    """Kafka's binary exponential backoff: min(100 ms * random[0, 2^retries), max)."""
-    span = 2 << min(20, state.retries - 1)
-    backoff = min(
-        ELECTION_BACKOFF_BASE_MS * core.rng.randrange(span), core.config.election_backoff_max_ms
-    )
-    state.start_backoff(now, backoff)
-    logger.info("%s %s in epoch %d; backing off %d ms", core.prefix, reason, state.epoch, backoff)
 
 
 def _poll_follower(core: RaftCore, state: FollowerState, now: int) -> float:

@@ -1,9 +1,15 @@
-"""Small immutable values of the Raft core: result types instead of bare ints and tuples."""
+"""Small immutable values of the Raft core: result types instead of bare ints and tuples.
+
+:class:`OffsetAndEpoch` is defined below the core, in :mod:`raftcore.offsets` (the log and the
+snapshots use it too), and re-exported here.
+"""
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+
+from raftcore.offsets import OffsetAndEpoch  # the shared position type, re-exported here
 
 __all__ = [
     "ElectionState",
@@ -12,30 +18,6 @@ __all__ = [
     "ValidOffsetAndEpoch",
     "ValidationKind",
 ]
-
-
-@dataclass(frozen=True, slots=True, order=False)
-class OffsetAndEpoch:
-    """An offset with the epoch of the record before it (or of a snapshot).
-
-    Log positions compare epoch first, then offset: (epoch 5, offset 10) is ahead of
-    (epoch 4, offset 100). KIP-595 uses this order to decide whose log is more up to date.
-    """
-
-    offset: int
-    epoch: int
-
-    def __lt__(self, other: OffsetAndEpoch) -> bool:
-        return (self.epoch, self.offset) < (other.epoch, other.offset)
-
-    def __le__(self, other: OffsetAndEpoch) -> bool:
-        return (self.epoch, self.offset) <= (other.epoch, other.offset)
-
-    def __gt__(self, other: OffsetAndEpoch) -> bool:
-        return (self.epoch, self.offset) > (other.epoch, other.offset)
-
-    def __ge__(self, other: OffsetAndEpoch) -> bool:
-        return (self.epoch, self.offset) >= (other.epoch, other.offset)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from raftcore.error_codes import Errors
-from raftcore.raft import polling
+from raftcore.raft.election_backoff import start_election_backoff
 from raftcore.raft.leader_news import handle_common_response
 from raftcore.raft.messages import VoteRequest, VoteResponse
 from raftcore.raft.replicated_log import end_offset_and_epoch
@@ -136,7 +136,7 @@ def handle_response(core: RaftCore, source: int, response: VoteResponse, now: in
         else:
             state.record_rejected(source)
             if state.is_vote_rejected() and not state.backing_off:
-                polling.start_election_backoff(core, state, now, "lost the election")
+                start_election_backoff(core, state, now, "lost the election")
     elif isinstance(state, ProspectiveState) and response.leader_epoch == state.epoch:
         # Requests are reset on every transition, so this answers our pre-vote.
         if response.vote_granted:

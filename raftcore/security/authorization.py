@@ -33,6 +33,7 @@ from typing import Any
 from raftcore.connect_errors import host_port
 from raftcore.error_codes import Errors
 from raftcore.protocol.api import ApiKey, encode_response
+from raftcore.protocol.error_answers import raft_error_response
 
 __all__ = ["refuse_unless_admin", "refuse_unless_node", "refuse_unless_that_node"]
 
@@ -61,7 +62,7 @@ def refuse_unless_node(node: Any, conn: Any, header: Any) -> Answer | None:
         return None
     key = header.request_api_key
     _log_once(node, conn, f"{ApiKey(key).name}", "a node")
-    return _refusal(node, header)
+    return _refusal(header)
 
 
 def refuse_unless_that_node(node: Any, conn: Any, header: Any, source: int) -> Answer | None:
@@ -72,7 +73,7 @@ def refuse_unless_that_node(node: Any, conn: Any, header: Any, source: int) -> A
         return None
     key = header.request_api_key
     _log_once(node, conn, f"{_CLAIMS.get(key, f'API {key} for node')} {source}", f"node-{source}")
-    return _refusal(node, header)
+    return _refusal(header)
 
 
 def refuse_unless_admin(node: Any, conn: Any, header: Any) -> Answer | None:
@@ -87,15 +88,13 @@ def refuse_unless_admin(node: Any, conn: Any, header: Any) -> Answer | None:
         return None
     key = header.request_api_key
     _log_once(node, conn, ApiKey(key).name, "a node or an administrator (--admin-principals)")
-    return _refusal(node, header)
+    return _refusal(header)
 
 
-def _refusal(node: Any, header: Any) -> Answer:
-    from raftcore.node import raft_wire  # the node's wire module imports the security package
-
+def _refusal(header: Any) -> Answer:
     key = header.request_api_key
     version = header.request_api_version
-    body = raft_wire.error_response(node, key, version, Errors.CLUSTER_AUTHORIZATION_FAILED)
+    body = raft_error_response(key, Errors.CLUSTER_AUTHORIZATION_FAILED)
     return encode_response(key, version, header.correlation_id, body)
 
 

@@ -10,7 +10,7 @@ import argparse
 import os
 from pathlib import Path
 
-from raftcore.cli_args import CommandLineError
+from raftcore.errors import CommandLineError
 from raftcore.security.config import SECURITY_PROTOCOLS, ClientSecurity
 from raftcore.security.properties import read_properties
 from raftcore.security.tls import client_context

@@ -41,6 +41,7 @@ import numpy as np
 from raftcore._native.segment import MappedFile
 from raftcore._native.validation import validate_batches
 from raftcore.errors import CorruptRecordError, CorruptSnapshotError
+from raftcore.offsets import OffsetAndEpoch
 from raftcore.records import (
     BatchBuilder,
     ControlRecordType,
@@ -48,7 +49,6 @@ from raftcore.records import (
     iter_batches,
     scan_batches,
 )
-from raftcore.snapshot.ids import SnapshotId
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -215,7 +215,7 @@ class SnapshotSummary:
 def verify_snapshot(
     buffer: Buffer,
     *,
-    snapshot_id: SnapshotId | None = None,
+    snapshot_id: OffsetAndEpoch | None = None,
     expected_size: int | None = None,
     check_records: bool = True,
     name: str | None = None,
@@ -429,7 +429,7 @@ def _read_footer_batch(view: memoryview, position: int, size: int, corrupt) -> S
 def verify_snapshot_file(
     path: str | os.PathLike[str],
     *,
-    snapshot_id: SnapshotId | None = None,
+    snapshot_id: OffsetAndEpoch | None = None,
     expected_size: int | None = None,
     check_records: bool = True,
     progress: Callable[[int, int], None] | None = None,

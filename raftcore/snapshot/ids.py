@@ -21,6 +21,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from raftcore.offsets import OffsetAndEpoch
+
 __all__ = [
     "BOOTSTRAP_SNAPSHOT_ID",
     "DELETED_SUFFIX",
@@ -50,63 +52,54 @@ _DELETED_NAME = re.compile(r"(\d{20})-(\d{10})\.checkpoint\.deleted")
 _PART_NAME = re.compile(r"(\d{20})-(\d{10})(?:-[^/]*)?\.checkpoint\.part")
 
 
-@dataclass(frozen=True, slots=True)
-class SnapshotId:
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class SnapshotId(OffsetAndEpoch):
     """The id of a snapshot: its exclusive end offset and the epoch of its last record.
 
-    Ids order as Kafka's ``OffsetAndEpoch``: epoch first, then offset. Snapshots of one log
-    have both growing together, so this is also the order of their end offsets.
+    An :class:`~raftcore.offsets.OffsetAndEpoch` (``offset`` is the end offset): it orders as
+    one, epoch first, then offset (snapshots of one log have both growing together, so this is
+    also the order of their end offsets), and equals the plain value with the same offset and
+    epoch. What it adds: Kafka's integer ranges, checked when it is made, and the file names.
     """
 
-    end_offset: int
-    epoch: int
-
     def __post_init__(self) -> None:
-        if not 0 <= self.end_offset <= _MAX_OFFSET:
-            raise ValueError(f"snapshot end offset {self.end_offset} is outside 0..2**63-1")
+        if not 0 <= self.offset <= _MAX_OFFSET:
+            raise ValueError(f"snapshot end offset {self.offset} is outside 0..2**63-1")
         if not 0 <= self.epoch <= _MAX_EPOCH:
             raise ValueError(f"snapshot epoch {self.epoch} is outside 0..2**31-1")
 
     @classmethod
-    def of(cls, value: SnapshotId | object) -> SnapshotId:
-        """A SnapshotId from itself or from anything with ``offset`` and ``epoch`` attributes
-        (the raft core's ``OffsetAndEpoch``), without this layer importing the core."""
+    def of(cls, value: OffsetAndEpoch) -> SnapshotId:
+        """The snapshot id of an (offset, epoch) position, checked; itself if it is one."""
         if isinstance(value, SnapshotId):
             return value
-        return cls(value.offset, value.epoch)  # type: ignore[attr-defined]
+        return cls(value.offset, value.epoch)
+
+    @property
+    def end_offset(self) -> int:
+        """The offset after the last record the snapshot covers (``offset``, by its name)."""
+        return self.offset
 
     @property
     def last_contained_offset(self) -> int:
         """The offset of the last record the snapshot covers (``end_offset - 1``)."""
-        return self.end_offset - 1
+        return self.offset - 1
 
     @property
     def stem(self) -> str:
         """``<20-digit end offset>-<10-digit epoch>``, the name without a suffix."""
-        return f"{self.end_offset:0{OFFSET_WIDTH}d}-{self.epoch:0{EPOCH_WIDTH}d}"
+        return f"{self.offset:0{OFFSET_WIDTH}d}-{self.epoch:0{EPOCH_WIDTH}d}"
 
     @property
     def file_name(self) -> str:
         """The frozen snapshot's file name."""
         return self.stem + SUFFIX
 
-    def _key(self) -> tuple[int, int]:
-        return (self.epoch, self.end_offset)
-
-    def __lt__(self, other: SnapshotId) -> bool:
-        return self._key() < other._key()
-
-    def __le__(self, other: SnapshotId) -> bool:
-        return self._key() <= other._key()
-
-    def __gt__(self, other: SnapshotId) -> bool:
-        return self._key() > other._key()
-
-    def __ge__(self, other: SnapshotId) -> bool:
-        return self._key() >= other._key()
+    def __repr__(self) -> str:
+        return f"SnapshotId(end_offset={self.offset}, epoch={self.epoch})"
 
     def __str__(self) -> str:
-        return f"(end offset {self.end_offset}, epoch {self.epoch})"
+        return f"(end offset {self.offset}, epoch {self.epoch})"
 
 
 # The snapshot ``kafka-storage format`` writes; never served to followers (kraft.md 1.8).

@@ -37,6 +37,7 @@ from raftcore.errors import (
     SnapshotExistsError,
     SnapshotNotFoundError,
 )
+from raftcore.offsets import OffsetAndEpoch
 from raftcore.snapshot.format import (
     MAX_BATCH_BYTES,
     MAX_BATCH_RECORDS,
@@ -128,10 +129,11 @@ class SnapshotStore:
             return min(self._ids, default=None)
 
     def __contains__(self, snapshot_id: object) -> bool:
-        if not isinstance(snapshot_id, SnapshotId):
+        if not isinstance(snapshot_id, OffsetAndEpoch):
             if not (hasattr(snapshot_id, "offset") and hasattr(snapshot_id, "epoch")):
                 return False
-            snapshot_id = SnapshotId.of(snapshot_id)
+            snapshot_id = OffsetAndEpoch(snapshot_id.offset, snapshot_id.epoch)
+        snapshot_id = SnapshotId.of(snapshot_id)
         with self._lock:
             return snapshot_id in self._ids
 

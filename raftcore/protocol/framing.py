@@ -23,6 +23,10 @@ reading until it is told there is room.
 When the connection ends, the receiver lets go of its frames and of the callbacks into its
 owner at once, and tells the stream protocol it replaced (:func:`take_over`): nothing of a
 closed connection waits for the cyclic garbage collector.
+
+The node's transport and the client's connections both receive through it. It is the one
+module below the node that imports ``asyncio``: it is an ``asyncio.BufferedProtocol``, fed by a
+transport its owner made; it opens no socket and starts no task, thread or timer.
 """
 
 from __future__ import annotations
