@@ -48,14 +48,8 @@ STORAGE_BASE = (
     "raftcore.columnar",
     "raftcore.checkpoint",
     "raftcore.epoch_cache",
+    "raftcore.batch_validation",
 )
-
-# raftcore.client still imports the node's producer state and ids in two places; both move to
-# raftcore.kafka (the Kafka API below the node). Remove each entry with its import.
-NODE_IMPORTS_BEING_MOVED_TO_KAFKA = {
-    ("raftcore.client.producer", "raftcore.node.producer_state"),
-    ("raftcore.client.resumable", "raftcore.node.producer_ids"),
-}
 
 # Cycles through imports inside functions only (no cycle through module-level imports is
 # allowed). A new one is a failure; these are known, each with its reason.
@@ -209,7 +203,6 @@ def test_the_raft_core_imports_only_storage_and_shared_modules():
     allowed = (
         "raftcore.raft",
         "raftcore.snapshot",
-        "raftcore.produce_validation",
         *SHARED,
         *STORAGE_BASE,
     )
@@ -266,20 +259,14 @@ def _chain(via: dict[str, str | None], end: str) -> str:
 def test_clients_spark_and_security_never_load_the_node_nor_the_core(package):
     """They speak the protocol: no module of theirs loads raftcore.node or raftcore.raft.core,
     directly or through what it imports (raftcore.client loaded 23 node modules through
-    raftcore.node.config). The only exceptions are in NODE_IMPORTS_BEING_MOVED_TO_KAFKA."""
+    raftcore.node.config)."""
     problems = []
     for module in members(package):
-        via = _loads(module, skip=NODE_IMPORTS_BEING_MOVED_TO_KAFKA)
+        via = _loads(module, skip=set())
         banned = [m for m in via if _in(m, ("raftcore.node", "raftcore.raft.core"))]
         if banned:  # the first one reached says how
             problems.append(_chain(via, banned[0]))
     _none(problems)
-
-
-def test_the_node_imports_being_moved_to_kafka_are_still_there():
-    """Each allowed exception is an import that still exists: delete the entry with it."""
-    for module, target in NODE_IMPORTS_BEING_MOVED_TO_KAFKA:
-        assert target in {i.target for i in imports_of(module)}, (module, target)
 
 
 # What each layer below the node may use of the standard library's I/O and concurrency, and
@@ -322,20 +309,12 @@ def test_nothing_below_the_node_opens_sockets_or_starts_threads(packages, refuse
 
 
 _RUNTIME_CHECK = """
-import sys, types
-
-class StandIn(types.ModuleType):  # for each import in NODE_IMPORTS_BEING_MOVED_TO_KAFKA
-    def __getattr__(self, name):
-        return 0
-
-for name in sys.argv[1:]:
-    sys.modules[name] = StandIn(name)
+import sys
 import raftcore.log, raftcore.snapshot, raftcore.raft.values, raftcore.raft.voters
 import raftcore.security, raftcore.security.client_config, raftcore.spark, raftcore.client
-loaded = sorted(
-    m for m in sys.modules
-    if m.startswith(("raftcore.node", "raftcore.raft.core")) and m not in sys.argv[1:]
-)
+loaded = [m for m in sys.modules if m.startswith(("raftcore.node", "raftcore.raft.core"))]
+import raftcore.kafka.server  # above the core: it may load the core, never the node
+loaded = sorted({*loaded, *(m for m in sys.modules if m.startswith("raftcore.node"))})
 from raftcore.raft import OffsetAndEpoch, RaftCore
 from raftcore.offsets import OffsetAndEpoch as Shared
 assert OffsetAndEpoch is Shared and RaftCore.__module__ == "raftcore.raft.core"
@@ -345,12 +324,10 @@ print(" ".join(loaded))
 
 def test_python_itself_loads_neither_node_nor_core_for_the_lower_layers_and_the_clients():
     """The same rules seen by a fresh interpreter: importing the log, the snapshots, the core's
-    values, security, spark and the client loads no module of raftcore.node and not
-    raftcore.raft.core (the imports still being moved are stood in for), and ``from
-    raftcore.raft import RaftCore`` still works."""
-    stand_ins = sorted({target for _, target in NODE_IMPORTS_BEING_MOVED_TO_KAFKA})
+    values, security, spark, the client and the Kafka API loads no module of raftcore.node and
+    not raftcore.raft.core, and ``from raftcore.raft import RaftCore`` still works."""
     out = subprocess.run(
-        [sys.executable, "-c", _RUNTIME_CHECK, *stand_ins],
+        [sys.executable, "-c", _RUNTIME_CHECK],
         capture_output=True,
         text=True,
         check=True,

@@ -35,7 +35,7 @@ import asyncio
 import struct
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -231,7 +231,7 @@ class FrameReceiver(asyncio.BufferedProtocol):
                     break
                 have = min(end - start - 4, size)
                 try:
-                    big = memoryview(np.empty(size, dtype=np.uint8))
+                    big = np.empty(size, dtype=np.uint8).data  # memoryview, uncleared
                 except MemoryError as exc:
                     self.fail(exc)
                     return
@@ -305,7 +305,7 @@ def take_over(
     """Move a connection opened with the streams API (plaintext or TLS, after a SASL login
     perhaps) to ``receiver``: the bytes the stream had received but nobody read yet are
     handed to it first, and an end of stream or a loss the stream saw is passed on."""
-    transport = writer.transport
+    transport = cast(asyncio.Transport, writer.transport)  # a stream's is read and write
     leftover = bytes(reader._buffer)  # type: ignore[attr-defined]  # read, but not consumed
     reader._buffer.clear()  # type: ignore[attr-defined]
     lost = transport.is_closing() or reader.exception() is not None
