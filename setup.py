@@ -60,6 +60,8 @@ directives = {
     "embedsignature": True,
 }
 
+JOBS = os.cpu_count() or 1  # seven modules: translate and compile them side by side
+
 setup(
     ext_modules=cythonize(
         extensions,
@@ -67,5 +69,7 @@ setup(
         include_path=["_native"],
         build_dir="build/cython",
         quiet=True,
+        nthreads=JOBS,
     ),
+    options={"build_ext": {"parallel": JOBS}},
 )
