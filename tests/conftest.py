@@ -101,6 +101,15 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 @pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A listening socket nobody accepts from: connections open, requests go unanswered."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        yield silent.getsockname()[1]
+
+
+@pytest.fixture
 def closing_port() -> Iterator[int]:
     """A listener that reads a little of each connection and closes it unanswered."""
     with socket.socket() as closer:

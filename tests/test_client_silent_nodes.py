@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,15 +21,6 @@ from raftcore.error_codes import Errors
 from raftcore.errors import RaftcoreError
 from raftcore.node import Endpoint, NodeConfig, RaftNode
 from raftcore.node.local_cluster import free_ports
-
-
-@pytest.fixture
-def silent_port() -> Iterator[int]:
-    """A listening socket nobody accepts from: connections open, requests go unanswered."""
-    with socket.socket() as silent:
-        silent.bind(("127.0.0.1", 0))
-        silent.listen(8)
-        yield silent.getsockname()[1]
 
 
 @contextlib.asynccontextmanager

@@ -15,7 +15,6 @@ import asyncio
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -75,15 +74,6 @@ class Command:
         found = re.search(r"ELAPSED ([0-9.]+)", err)
         assert found, err
         return self.proc.returncode, float(found.group(1)), err
-
-
-@pytest.fixture
-def silent_port() -> Iterator[int]:
-    """A listening socket nobody accepts from: connections open, requests go unanswered."""
-    with socket.socket() as silent:
-        silent.bind(("127.0.0.1", 0))
-        silent.listen(8)
-        yield silent.getsockname()[1]
 
 
 @pytest.fixture
