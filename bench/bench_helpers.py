@@ -4,7 +4,12 @@ percentiles. (A helper module, not a benchmark: pytest collects only ``test_*.py
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import shutil
+import tempfile
 import time
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -48,3 +53,31 @@ async def send_window(
         for fut in done:
             fut.result()
     return time.perf_counter() - started
+
+
+# Logs the benchmarks write go to memory where there is a tmpfs: the disk is not what they time.
+BENCH_DIR = os.environ.get("RAFTCORE_BENCH_DIR") or (
+    "/dev/shm" if os.path.isdir("/dev/shm") else None
+)
+RECORDS_100B = [(None, bytes([i % 251]) * 100) for i in range(1000)]  # one batch: 1,000 x 100 B
+
+
+@contextlib.contextmanager
+def filled_log(name: str, total_bytes: int, segments: int) -> Iterator[Any]:
+    """A SegmentedLog in a temporary directory holding ``total_bytes`` of 1,000-record batches
+    in about ``segments`` segments (all but the last sealed), flushed; removed afterwards."""
+    from raftcore.log import SegmentedLog
+    from raftcore.records import encode_batch
+
+    directory = tempfile.mkdtemp(prefix=f"raftcore-bench-{name}-", dir=BENCH_DIR)
+    log = SegmentedLog.open(os.path.join(directory, "log"), segment_bytes=total_bytes // segments)
+    try:
+        offset = 0
+        while log.size_in_bytes < total_bytes:
+            log.append_as_follower(encode_batch(RECORDS_100B, base_offset=offset, leader_epoch=1))
+            offset += len(RECORDS_100B)
+        log.flush()
+        yield log
+    finally:
+        log.close()
+        shutil.rmtree(directory, ignore_errors=True)

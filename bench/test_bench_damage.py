@@ -26,11 +26,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import tempfile
 import urllib.request
 
 import pytest
+from bench_helpers import filled_log
 from test_bench_cluster import _raftcore_run, _record_stats
 
 from raftcore.log import SegmentedLog
@@ -38,32 +37,20 @@ from raftcore.log.scrub import scrub_segment, sealed_segments
 from raftcore.node.local_cluster import LocalCluster, free_ports
 from raftcore.raft.damage import read_intact
 from raftcore.raft.listener import LISTENER_READ_BYTES
-from raftcore.records import encode_batch, scan_batches
+from raftcore.records import scan_batches
 
-RECORDS = [(None, bytes([i % 251]) * 100) for i in range(1000)]
 SERVE_GROUP = "serve 64 MiB in fetch answers of {} MiB"
 LISTENER_GROUP = "the listener follows the high watermark over 64 MiB, one batch a step"
 SCRUB_GROUP = "scrub 64 MiB of sealed segments, unpaced"
 CLUSTER_GROUP = "3-node cluster, --flush always, batches of 1,000: damage checks on and off"
-BENCH_DIR = os.environ.get("RAFTCORE_BENCH_DIR") or (
-    "/dev/shm" if os.path.isdir("/dev/shm") else None
-)
 
 
 @pytest.fixture(scope="module")
 def written(request):
     """A log of 64 MiB (1 MiB in smoke mode) in 9 segments, all but the last sealed."""
     total = (1 if request.config.getoption("benchmark_disable") else 64) << 20
-    directory = tempfile.mkdtemp(prefix="raftcore-bench-damage-", dir=BENCH_DIR)
-    log = SegmentedLog.open(os.path.join(directory, "log"), segment_bytes=total // 8)
-    offset = 0
-    while log.size_in_bytes < total:
-        log.append_as_follower(encode_batch(RECORDS, base_offset=offset, leader_epoch=1))
-        offset += len(RECORDS)
-    log.flush()
-    yield log
-    log.close()
-    shutil.rmtree(directory, ignore_errors=True)
+    with filled_log("damage", total, segments=8) as log:
+        yield log
 
 
 def fetch_offsets(log: SegmentedLog, max_bytes: int) -> list[int]:

@@ -8,39 +8,24 @@ after one more 126 KB batch, and the decision alone (``retention_target``). No p
 a time index per segment instead; the ratio that matters is first check against steady ones.
 """
 
-import os
-import shutil
-import tempfile
-
 import pytest
+from bench_helpers import RECORDS_100B as RECORDS
+from bench_helpers import filled_log
 
-from raftcore.log import SegmentedLog
 from raftcore.log.segment_times import SegmentTimes
 from raftcore.raft.retention import RetentionConfig, SegmentInfo, retention_target
 from raftcore.records import encode_batch
 
-RECORDS = [(None, bytes([i % 251]) * 100) for i in range(1000)]
 GROUP = "a retention check over a log of 64 segments"
-BENCH_DIR = os.environ.get("RAFTCORE_BENCH_DIR") or (
-    "/dev/shm" if os.path.isdir("/dev/shm") else None
-)
 
 
 @pytest.fixture(scope="module")
 def written(request):
     """1 GiB (16 MiB in smoke mode) in 64 segments."""
     total = (16 if request.config.getoption("benchmark_disable") else 1024) << 20
-    directory = tempfile.mkdtemp(prefix="raftcore-bench-retention-", dir=BENCH_DIR)
-    log = SegmentedLog.open(os.path.join(directory, "log"), segment_bytes=total // 64)
-    offset = 0
-    while log.size_in_bytes < total:
-        log.append_as_follower(encode_batch(RECORDS, base_offset=offset, leader_epoch=1))
-        offset += len(RECORDS)
-    log.flush()
-    # keep half: the size rule lets the older half go, the time rule nothing
-    yield log, RetentionConfig(retention_ms=7 * 86_400_000, retention_bytes=total // 2)
-    log.close()
-    shutil.rmtree(directory, ignore_errors=True)
+    with filled_log("retention", total, segments=64) as log:
+        # keep half: the size rule lets the older half go, the time rule nothing
+        yield log, RetentionConfig(retention_ms=7 * 86_400_000, retention_bytes=total // 2)
 
 
 def _check(times: SegmentTimes, written) -> tuple[int, str] | None:  # type: ignore[no-untyped-def]
