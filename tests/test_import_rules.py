@@ -229,6 +229,20 @@ def test_the_kafka_api_never_imports_the_node():
     )
 
 
+def test_the_command_line_sits_at_the_top():
+    """raftcore.cli holds the commands and imports what they run; no module of raftcore
+    imports it but ``python -m raftcore`` (raftcore.__main__)."""
+    _none(
+        [
+            _where(m, imp)
+            for m in modules()
+            if not _in(m, ("raftcore.cli", "raftcore.__main__"))
+            for imp in imports_of(m)
+            if _in(imp.target, ("raftcore.cli",))
+        ]
+    )
+
+
 def _loads(name: str, skip: set[tuple[str, str]]) -> dict[str, str | None]:
     """Every raftcore module loaded, at once or by a function call, when ``name`` is: each
     with the module that imported it (None for ``name``). Edges in ``skip`` are not followed."""
