@@ -24,6 +24,7 @@ CLEAN = (
     "raftcore/snapshot",
     "raftcore/protocol",
     "raftcore/kafka",
+    "raftcore/testing",
 )
 ERROR = re.compile(r"^(raftcore/[A-Za-z0-9_]+(?:\.pyi?)?)[/:].*: error: ")
 

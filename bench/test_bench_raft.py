@@ -8,16 +8,9 @@ import random
 import pytest
 
 from raftcore.log import SegmentedLog
-from raftcore.raft import (
-    ElectionState,
-    FetchRequest,
-    InMemoryLog,
-    MemoryQuorumStateStore,
-    QuorumConfig,
-    RaftCore,
-    VoteResponse,
-)
+from raftcore.raft import ElectionState, FetchRequest, QuorumConfig, RaftCore, VoteResponse
 from raftcore.records import encode_batch
+from raftcore.testing import InMemoryLog, MemoryQuorumStateStore
 
 RECORDS = [(b"key-%012d" % i, bytes([i % 251]) * 100) for i in range(10)]
 

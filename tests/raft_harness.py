@@ -16,9 +16,7 @@ from raftcore.raft import (
     ElectionState,
     FetchRequest,
     FetchResponse,
-    InMemoryLog,
     LeaderAndEpoch,
-    MemoryQuorumStateStore,
     Outbound,
     QuorumConfig,
     RaftCore,
@@ -27,6 +25,7 @@ from raftcore.raft import (
 )
 from raftcore.raft.states import CandidateState, LeaderState, ProspectiveState
 from raftcore.records import encode_batch
+from raftcore.testing import InMemoryLog, MemoryQuorumStateStore
 
 CLUSTER = "test-cluster"
 

@@ -295,7 +295,7 @@ def test_confluent_kafka_without_a_client_certificate_is_refused_when_one_is_req
 def test_demo_with_tls_runs_the_whole_demo_over_mutual_tls(tmp_path):
     import io
 
-    from raftcore.demo import run_demo
+    from raftcore.cli.demo import run_demo
 
     out = io.StringIO()
     result = run_demo(str(tmp_path / "demo"), records=2000, batch=100, tls=True, out=out)

@@ -215,7 +215,7 @@ def test_produce_says_when_its_offset_span_holds_other_records():
     """After a failover the span of a run's offsets holds the new leader's LeaderChange
     record: '300000 records at offsets 251005..551005' read as 300,001. The line says how many
     records in the span are not the run's; a run alone in its span says nothing more."""
-    from raftcore.cli import produced_line
+    from raftcore.cli.app import produced_line
 
     line = produced_line(300_000, 251_005, 551_005, 2.0)
     assert line.startswith(

@@ -20,8 +20,8 @@ import pytest
 
 import raftcore
 from raftcore.cli import build_parser, main
-from raftcore.cli_args import every_parser
-from raftcore.cli_logging import JsonFormatter
+from raftcore.cli.args import every_parser
+from raftcore.cli.logging_options import JsonFormatter
 from raftcore.client.cluster import ClusterClient, NoLeaderError, UnreachableError
 from raftcore.log import SegmentedLog
 from raftcore.node.local_cluster import free_ports
@@ -168,13 +168,13 @@ def test_version_prints_raftcore_and_the_package_version(
 def test_an_unexpected_error_is_one_line_and_the_traceback_only_with_verbose(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import raftcore.cli
+    import raftcore.cli.app
 
     def broken(*args: object, **kw: object) -> None:
         raise ZeroDivisionError("a bug")
 
     make_log(tmp_path)
-    monkeypatch.setattr(raftcore.cli, "verify_log", broken)
+    monkeypatch.setattr(raftcore.cli.app, "verify_log", broken)
     assert main(["verify-log", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert err.strip().splitlines() == [
@@ -509,7 +509,7 @@ def test_the_spark_commands_pass_their_timeout_on(
 ) -> None:
     import importlib
 
-    import raftcore.spark_cli
+    import raftcore.cli.spark
 
     export_module = importlib.import_module("raftcore.spark.export")  # raftcore.spark.export
     snapshot_module = importlib.import_module("raftcore.spark.snapshot_job")  # is a function
@@ -524,7 +524,7 @@ def test_the_spark_commands_pass_their_timeout_on(
         seen.update(kw)
         return Done()
 
-    monkeypatch.setattr(raftcore.spark_cli, "local_session", lambda master: (None, False))
+    monkeypatch.setattr(raftcore.cli.spark, "local_session", lambda master: (None, False))
     monkeypatch.setattr(export_module, "export", job)
     monkeypatch.setattr(snapshot_module, "build_snapshot", job)
     where = ["--out", str(tmp_path / "x")] if command == "export" else ["--out-dir", str(tmp_path)]

@@ -424,17 +424,17 @@ def test_a_failed_demo_keeps_its_data_and_node_logs_and_says_where(
     import io
     import tempfile
 
-    import raftcore.demo
+    import raftcore.cli.demo
     from raftcore.errors import RaftcoreError
 
     async def failing_write(cluster, result, **kw):  # type: ignore[no-untyped-def]
         raise RaftcoreError("a write failed: planted")
 
-    monkeypatch.setattr(raftcore.demo, "_write", failing_write)
+    monkeypatch.setattr(raftcore.cli.demo, "_write", failing_write)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     out = io.StringIO()
     with pytest.raises(RaftcoreError, match="planted"):
-        raftcore.demo.run_demo(records=100, batch=10, out=out)
+        raftcore.cli.demo.run_demo(records=100, batch=10, out=out)
     (root,) = tmp_path.glob("raftcore-demo-*")
     assert sorted(p.name for p in root.glob("node-?.log")) == [
         "node-1.log",

@@ -13,12 +13,12 @@ import pytest
 
 import raftcore
 from raftcore.cli import main
+from raftcore.cli.snapshot import show_bytes
 from raftcore.log import SegmentedLog
 from raftcore.raft import CommittedBatch
 from raftcore.raft.values import OffsetAndEpoch
 from raftcore.records import ControlRecordType, control_record_key, iter_batches
 from raftcore.snapshot import SnapshotId, SnapshotStore
-from raftcore.snapshot_cli import show_bytes
 from raftcore.statemachine import LmdbStateMachine, StoreSnapshotReader
 
 pytestmark = pytest.mark.timeout(120)

@@ -209,6 +209,21 @@ def test_the_raft_core_imports_only_storage_and_shared_modules():
     _none(_imports_outside(("raftcore.raft",), allowed))
 
 
+def test_the_in_memory_fakes_import_the_core_values_and_protocols_never_the_node():
+    """raftcore.testing (the in-memory log and quorum-state store of the simulation and the
+    tests) sits on the core's values and protocols, beside the durable pieces it stands in
+    for: it imports the core's modules, the snapshots and the storage base, and loads neither
+    raftcore.raft.core nor the node through them."""
+    allowed = ("raftcore.testing", "raftcore.raft", "raftcore.snapshot", *SHARED, *STORAGE_BASE)
+    problems = _imports_outside(("raftcore.testing",), allowed)
+    for module in members("raftcore.testing"):
+        via = _loads(module, skip=set())
+        banned = [m for m in via if _in(m, ("raftcore.node", "raftcore.raft.core"))]
+        if banned:
+            problems.append(_chain(via, banned[0]))
+    _none(problems)
+
+
 def test_security_imports_only_the_protocol_and_shared_modules():
     """TLS, SASL and the authorization checks sit between the protocol and its users (the node
     and the clients): neither the command line nor the node (its error answers come from
@@ -225,6 +240,20 @@ def test_the_kafka_api_never_imports_the_node():
             for m in members("raftcore.kafka")
             for imp in imports_of(m)
             if _in(imp.target, ("raftcore.node",))
+        ]
+    )
+
+
+def test_the_command_line_sits_at_the_top():
+    """raftcore.cli holds the commands and imports what they run; no module of raftcore
+    imports it but ``python -m raftcore`` (raftcore.__main__)."""
+    _none(
+        [
+            _where(m, imp)
+            for m in modules()
+            if not _in(m, ("raftcore.cli", "raftcore.__main__"))
+            for imp in imports_of(m)
+            if _in(imp.target, ("raftcore.cli",))
         ]
     )
 
@@ -312,20 +341,25 @@ _RUNTIME_CHECK = """
 import sys
 import raftcore.log, raftcore.snapshot, raftcore.raft.values, raftcore.raft.voters
 import raftcore.security, raftcore.security.client_config, raftcore.spark, raftcore.client
+import raftcore.testing
 loaded = [m for m in sys.modules if m.startswith(("raftcore.node", "raftcore.raft.core"))]
 import raftcore.kafka.server  # above the core: it may load the core, never the node
 loaded = sorted({*loaded, *(m for m in sys.modules if m.startswith("raftcore.node"))})
 from raftcore.raft import OffsetAndEpoch, RaftCore
 from raftcore.offsets import OffsetAndEpoch as Shared
 assert OffsetAndEpoch is Shared and RaftCore.__module__ == "raftcore.raft.core"
+from raftcore.raft import InMemoryLog, MemoryQuorumStateStore
+assert (InMemoryLog, MemoryQuorumStateStore) == (
+    raftcore.testing.InMemoryLog, raftcore.testing.MemoryQuorumStateStore)
 print(" ".join(loaded))
 """
 
 
 def test_python_itself_loads_neither_node_nor_core_for_the_lower_layers_and_the_clients():
     """The same rules seen by a fresh interpreter: importing the log, the snapshots, the core's
-    values, security, spark, the client and the Kafka API loads no module of raftcore.node and
-    not raftcore.raft.core, and ``from raftcore.raft import RaftCore`` still works."""
+    values, security, spark, the client, the in-memory fakes and the Kafka API loads no module
+    of raftcore.node and not raftcore.raft.core, and ``from raftcore.raft import RaftCore`` (and
+    ``InMemoryLog``, ``MemoryQuorumStateStore``, from raftcore.testing) still works."""
     out = subprocess.run(
         [sys.executable, "-c", _RUNTIME_CHECK],
         capture_output=True,

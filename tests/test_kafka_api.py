@@ -23,9 +23,10 @@ from raftcore.kafka.partition import Broker, Partition
 from raftcore.kafka.produce import produce
 from raftcore.kafka.producer_ids import ProducerIdSource
 from raftcore.kafka.producer_state import ProducerStateManager
-from raftcore.raft import Appended, InMemoryLog, LeaderAndEpoch, NotLeaderError
+from raftcore.raft import Appended, LeaderAndEpoch, NotLeaderError
 from raftcore.raft.serving import CommittedRead, read_committed
 from raftcore.records import encode_batch, scan_batches
+from raftcore.testing import InMemoryLog
 
 TOPIC = "events"
 TOPIC_ID = bytes(range(16))

@@ -9,12 +9,12 @@ from raftcore.raft import (
     BeginQuorumEpochRequest,
     FetchRequest,
     FetchResponse,
-    InMemoryLog,
     LeaderAndEpoch,
     OffsetAndEpoch,
     RaftInvariantError,
 )
 from raftcore.raft.states import FollowerState
+from raftcore.testing import InMemoryLog
 
 
 def test_kafka_13884_an_observer_also_flushes_before_it_acknowledges():

@@ -15,8 +15,9 @@ from raftcore.errors import CorruptLogError, CorruptSnapshotError
 from raftcore.log import SegmentedLog
 from raftcore.log.checkpoints import write_log_start_offset
 from raftcore.logtools import verify_log
-from raftcore.raft import InMemoryLog, OffsetAndEpoch
+from raftcore.raft import OffsetAndEpoch
 from raftcore.records import iter_batches
+from raftcore.testing import InMemoryLog
 
 SEGMENT_BYTES = 256  # a few batches a segment
 

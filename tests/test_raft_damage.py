@@ -9,7 +9,7 @@ from raft_harness import CLUSTER, Harness, RecordingListener, batch, log_with
 from test_raft_fetch import follower, reply, take_fetch
 
 from raftcore.error_codes import Errors
-from raftcore.raft import EndQuorumEpochRequest, FetchRequest, InMemoryLog, VoteRequest
+from raftcore.raft import EndQuorumEpochRequest, FetchRequest, VoteRequest
 from raftcore.raft.damage import Damage, read_intact
 from raftcore.raft.states import (
     CandidateState,
@@ -18,6 +18,7 @@ from raftcore.raft.states import (
     ResignedState,
 )
 from raftcore.records import scan_batches
+from raftcore.testing import InMemoryLog
 
 
 def sound(data) -> bool:  # type: ignore[no-untyped-def]

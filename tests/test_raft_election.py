@@ -4,14 +4,7 @@ import pytest
 from raft_harness import CLUSTER, Harness, log_with
 
 from raftcore.error_codes import Errors
-from raftcore.raft import (
-    ElectionState,
-    InMemoryLog,
-    MemoryQuorumStateStore,
-    QuorumConfig,
-    VoteRequest,
-    VoteResponse,
-)
+from raftcore.raft import ElectionState, QuorumConfig, VoteRequest, VoteResponse
 from raftcore.raft.states import (
     CandidateState,
     FollowerState,
@@ -21,6 +14,7 @@ from raftcore.raft.states import (
     UnattachedState,
     VotedState,
 )
+from raftcore.testing import InMemoryLog, MemoryQuorumStateStore
 
 
 def vote_request(epoch, candidate, last_epoch=0, last_offset=0, voter=1):

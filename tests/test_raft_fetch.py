@@ -8,7 +8,6 @@ from raftcore.raft import (
     EndQuorumEpochRequest,
     FetchRequest,
     FetchResponse,
-    InMemoryLog,
     LeaderAndEpoch,
     OffsetAndEpoch,
     RaftInvariantError,
@@ -24,6 +23,7 @@ from raftcore.raft.states import (
 from raftcore.raft.values import ValidationKind
 from raftcore.raft.voters import ReplicaKey
 from raftcore.records import iter_batches
+from raftcore.testing import InMemoryLog
 
 # ---- the leader: epochs ------------------------------------------------------------------------
 

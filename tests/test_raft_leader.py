@@ -11,12 +11,12 @@ from raftcore.raft import (
     BeginQuorumEpochResponse,
     EndQuorumEpochRequest,
     EndQuorumEpochResponse,
-    MemoryQuorumStateStore,
     NotLeaderError,
 )
 from raftcore.raft.control_records import LeaderChangeMessage
 from raftcore.raft.states import LeaderState, ResignedState
 from raftcore.records import ControlRecordType, iter_batches
+from raftcore.testing import MemoryQuorumStateStore
 
 
 def test_a_new_leader_writes_a_leader_change_record_of_type_2_first_in_its_epoch():

@@ -13,8 +13,9 @@ from test_raft_reconfig import DIR, dynamic_leader, ep
 
 from raftcore.error_codes import Errors
 from raftcore.errors import CorruptCheckpointError, LostQuorumStateError
-from raftcore.raft import ElectionState, MemoryQuorumStateStore, VoteRequest
+from raftcore.raft import ElectionState, VoteRequest
 from raftcore.raft.voters import ReplicaKey
+from raftcore.testing import MemoryQuorumStateStore
 
 NEW_DIR = b"\x77" * 16
 

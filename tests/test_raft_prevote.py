@@ -18,7 +18,6 @@ from raftcore.raft import (
     FetchRequest,
     FetchResponse,
     LeaderAndEpoch,
-    MemoryQuorumStateStore,
     VoteRequest,
     VoteResponse,
 )
@@ -31,6 +30,7 @@ from raftcore.raft.states import (
     UnattachedState,
     VotedState,
 )
+from raftcore.testing import MemoryQuorumStateStore
 
 VOTERS = frozenset({1, 2, 3})
 

@@ -9,9 +9,10 @@ from raft_harness import Harness
 
 import raftcore.raft.quorum_state as quorum_state_module
 from raftcore.errors import CorruptCheckpointError
-from raftcore.raft import ElectionState, FileQuorumStateStore, InMemoryLog, MemoryQuorumStateStore
+from raftcore.raft import ElectionState, FileQuorumStateStore
 from raftcore.raft.quorum_state import TRANSITIONS, IllegalTransitionError
 from raftcore.raft.voters import ReplicaKey
+from raftcore.testing import InMemoryLog, MemoryQuorumStateStore
 
 
 def test_the_transition_table_in_the_docstring_is_the_one_the_code_enforces():

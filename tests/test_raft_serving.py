@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from raftcore.error_codes import Errors
-from raftcore.raft import InMemoryLog
 from raftcore.raft.serving import ServingRule, read_committed
 from raftcore.records import scan_batches
+from raftcore.testing import InMemoryLog
 
 EPOCH = 4
 

@@ -9,10 +9,11 @@ from raft_harness import CLUSTER, Harness, RecordingListener, batch
 
 from raftcore.error_codes import Errors
 from raftcore.errors import OffsetOutOfRangeError, RaftcoreError, SnapshotError
-from raftcore.raft import FetchRequest, FetchResponse, InMemoryLog, LeaderAndEpoch, OffsetAndEpoch
+from raftcore.raft import FetchRequest, FetchResponse, LeaderAndEpoch, OffsetAndEpoch
 from raftcore.raft.messages import FetchSnapshotRequest, FetchSnapshotResponse
 from raftcore.raft.snapshots import InvalidSnapshotError
 from raftcore.raft.states import FollowerState
+from raftcore.testing import InMemoryLog
 
 
 class LoadingListener(RecordingListener):

@@ -12,10 +12,11 @@ from raftcore.errors import (
     SnapshotError,
 )
 from raftcore.log import SegmentedLog
-from raftcore.raft import InMemoryLog, OffsetAndEpoch, ReplicatedLog, truncate_to_end_offset
+from raftcore.raft import OffsetAndEpoch, ReplicatedLog, truncate_to_end_offset
 from raftcore.raft.replicated_log import SnapshotLog, install_snapshot, validate_offset_and_epoch
 from raftcore.raft.values import ValidationKind
 from raftcore.records import encode_batch, iter_batches
+from raftcore.testing import InMemoryLog
 
 
 @pytest.fixture(params=["segmented", "memory"])

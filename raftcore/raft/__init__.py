@@ -1,7 +1,8 @@
 """The Raft core: KIP-595 / KIP-279 as a pure, deterministic state machine.
 
 Public names: :class:`RaftCore`, :class:`QuorumConfig`, the messages, the value types, the
-log protocol and its in-memory implementation, the quorum-state stores.
+log protocol, the quorum-state stores; and, loaded from :mod:`raftcore.testing`, the in-memory
+log and quorum-state store of the simulation and the tests.
 
 Each public name is loaded from its module when it is first asked for (PEP 562), so that
 importing one small module of this package (``raftcore.raft.values``, ``raftcore.raft.voters``)
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
         RaftCore,
         RaftInvariantError,
     )
-    from raftcore.raft.memory_log import InMemoryLog
     from raftcore.raft.messages import (
         BeginQuorumEpochRequest,
         BeginQuorumEpochResponse,
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
         VoteResponse,
     )
     from raftcore.raft.pending import Appended, AppendOutcome
-    from raftcore.raft.quorum_store import FileQuorumStateStore, MemoryQuorumStateStore
+    from raftcore.raft.quorum_store import FileQuorumStateStore
     from raftcore.raft.replicated_log import (
         ReplicatedLog,
         truncate_to_end_offset,
@@ -50,8 +50,10 @@ if TYPE_CHECKING:
         OffsetAndEpoch,
         ValidOffsetAndEpoch,
     )
+    from raftcore.testing import InMemoryLog, MemoryQuorumStateStore
 
-# Public name -> the module that defines it (the imports above, for the type checker).
+# Public name -> the module of this package that defines it, or the full name of a module
+# elsewhere (the imports above, for the type checker).
 _HOMES = {
     "QuorumConfig": "config",
     "CommittedBatch": "core",
@@ -61,7 +63,7 @@ _HOMES = {
     "Output": "core",
     "RaftCore": "core",
     "RaftInvariantError": "core",
-    "InMemoryLog": "memory_log",
+    "InMemoryLog": "raftcore.testing.memory_log",
     "BeginQuorumEpochRequest": "messages",
     "BeginQuorumEpochResponse": "messages",
     "EndQuorumEpochRequest": "messages",
@@ -74,7 +76,7 @@ _HOMES = {
     "Appended": "pending",
     "AppendOutcome": "pending",
     "FileQuorumStateStore": "quorum_store",
-    "MemoryQuorumStateStore": "quorum_store",
+    "MemoryQuorumStateStore": "raftcore.testing.memory_quorum_store",
     "ReplicatedLog": "replicated_log",
     "truncate_to_end_offset": "replicated_log",
     "validate_offset_and_epoch": "replicated_log",
@@ -122,7 +124,8 @@ def __getattr__(name: str) -> Any:
     if home is None:
         # Not a public name: ``from raftcore.raft import fetch`` then imports the submodule.
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    module = home if "." in home else f"{__name__}.{home}"
+    value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # asked once: later lookups find it without this function
     return value
 

@@ -16,7 +16,6 @@ and reads v0 too, which earlier releases wrote:
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 from pathlib import Path
@@ -27,7 +26,7 @@ from raftcore.errors import CorruptCheckpointError
 from raftcore.raft.values import ElectionState
 from raftcore.raft.voters import directory_id_text, parse_directory_id
 
-__all__ = ["FileQuorumStateStore", "MemoryQuorumStateStore", "QuorumStateStore"]
+__all__ = ["FileQuorumStateStore", "QuorumStateStore"]
 
 FILE_NAME = "quorum-state"
 DATA_VERSION = 1
@@ -111,26 +110,3 @@ class FileQuorumStateStore:
 
     def clear(self) -> None:
         self.path.unlink(missing_ok=True)
-
-
-class MemoryQuorumStateStore:
-    """The simulation's store: what was written survives a crash of the node (the write
-    would have been fsynced before returning). ``disk_full``: every write raises
-    OSError(ENOSPC) and changes nothing, as the file's does on a full disk."""
-
-    def __init__(self) -> None:
-        self._state: ElectionState | None = None
-        self.writes = 0
-        self.disk_full = False
-
-    def read(self) -> ElectionState | None:
-        return self._state
-
-    def write(self, state: ElectionState) -> None:
-        if self.disk_full:
-            raise OSError(errno.ENOSPC, "No space left on device (the in-memory quorum-state)")
-        self._state = state
-        self.writes += 1
-
-    def clear(self) -> None:
-        self._state = None

@@ -1,7 +1,7 @@
 """The log as the Raft core sees it, and the decisions that depend only on its answers.
 
 Two implementations satisfy :class:`ReplicatedLog`: the native
-:class:`raftcore.log.SegmentedLog` and :class:`raftcore.raft.memory_log.InMemoryLog` (for the
+:class:`raftcore.log.SegmentedLog` and :class:`raftcore.testing.memory_log.InMemoryLog` (for the
 simulation). The decisions below are plain functions written once, so the two cannot disagree;
 one contract test suite runs over both.
 """

@@ -116,7 +116,7 @@ def node_listener(args: argparse.Namespace, voters: int) -> tuple[str | None, Li
     if protocol in ("SSL", "SASL_SSL") and "ssl_client_auth" not in fields:
         # The voters always present their certificates; on SASL_SSL clients log in with SASL
         # instead, so a certificate is asked for there, not required. (``--sasl-users`` on an
-        # SSL:// listener makes it SASL_SSL: raftcore.users_cli.sasl_listener_security.)
+        # SSL:// listener makes it SASL_SSL: raftcore.cli.users.sasl_listener_security.)
         sasl = (
             protocol == "SASL_SSL"
             or getattr(args, "sasl_users", None)

@@ -1,7 +1,7 @@
 """The users file: who may log in by SASL, and how each proves it, without a single password
 in it.
 
-A JSON file, written by ``raftcore users`` (:mod:`raftcore.users_cli`)::
+A JSON file, written by ``raftcore users`` (:mod:`raftcore.cli.users`)::
 
     {"version": 1,
      "users": {

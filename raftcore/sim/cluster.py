@@ -25,10 +25,8 @@ from typing import Any, ClassVar
 from raftcore.errors import LostQuorumStateError, RaftcoreError
 from raftcore.raft import (
     CommittedBatch,
-    InMemoryLog,
     LeaderAndEpoch,
     LogWriteError,
-    MemoryQuorumStateStore,
     NotLeaderError,
     Outbound,
     QuorumConfig,
@@ -42,6 +40,7 @@ from raftcore.sim.membership import Membership, directory_id_of, endpoint_of
 from raftcore.sim.scenario import Scenario
 from raftcore.sim.snapshot_driver import SnapshotDriver
 from raftcore.sim.trace import short_message
+from raftcore.testing import InMemoryLog, MemoryQuorumStateStore
 
 __all__ = ["Scenario", "Simulation", "SimResult"]
 

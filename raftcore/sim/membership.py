@@ -35,13 +35,14 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from raftcore.error_codes import Errors
-from raftcore.raft import LogWriteError, MemoryQuorumStateStore
+from raftcore.raft import LogWriteError
 from raftcore.raft.control_records import decode_voters
 from raftcore.raft.reconfig import snapshot_header_records
 from raftcore.raft.states import LeaderState
 from raftcore.raft.voter_history import control_records_in
 from raftcore.raft.voters import ReplicaKey, VoterEndpoint, VoterSet
 from raftcore.records import ControlRecordType
+from raftcore.testing import MemoryQuorumStateStore
 
 if TYPE_CHECKING:
     from raftcore.sim.cluster import SimNode, Simulation

@@ -146,7 +146,7 @@ def _no_pre_vote() -> None:
 def _install_unverified() -> None:
     """A downloaded snapshot is installed without verifying it first (Kafka freezes a
     download without reading it): a torn or corrupted FetchSnapshot chunk goes in."""
-    from raftcore.raft.memory_snapshot import MemoryRawSnapshotWriter
+    from raftcore.testing.memory_snapshot import MemoryRawSnapshotWriter
 
     def freeze(self):  # type: ignore[no-untyped-def]
         install, data = self._install, bytes(self._data)

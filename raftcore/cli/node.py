@@ -7,16 +7,17 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from raftcore import cli_args as types
-from raftcore.cli_args import CommandLineError
+from raftcore.cli import args as types
+from raftcore.cli.args import CommandLineError
+from raftcore.cli.users import add_sasl_node_options
 from raftcore.endpoints import Endpoint
 from raftcore.security.node_options import add_node_security_options
-from raftcore.users_cli import add_sasl_node_options
 
 __all__ = ["add_node_command"]
 
 
 def _cmd_node(args: argparse.Namespace) -> int:
+    from raftcore.cli.users import sasl_listener_security
     from raftcore.endpoints import parse_endpoint, parse_endpoints, parse_voters
     from raftcore.log import LogConfig
     from raftcore.node.config import NodeConfig, parse_principals
@@ -25,7 +26,6 @@ def _cmd_node(args: argparse.Namespace) -> int:
     from raftcore.raft.config import QuorumConfig
     from raftcore.raft.retention import RetentionConfig
     from raftcore.security.node_options import node_listener
-    from raftcore.users_cli import sasl_listener_security
 
     try:
         if bool(args.voters) == bool(args.bootstrap):

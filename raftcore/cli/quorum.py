@@ -17,7 +17,7 @@ import argparse
 import asyncio
 from typing import Any
 
-from raftcore import cli_args as types
+from raftcore.cli import args as types
 from raftcore.security.client_config import add_command_config_option, load_client_security
 
 __all__ = ["add_quorum_commands"]

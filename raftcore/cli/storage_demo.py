@@ -1,5 +1,5 @@
 """``raftcore storage-demo``: build a sample log, tear its tail as a crash would, recover it,
-verify it and show its first batches (moved here whole from :mod:`raftcore.cli`)."""
+verify it and show its first batches."""
 
 from __future__ import annotations
 

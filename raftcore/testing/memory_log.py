@@ -2,7 +2,7 @@
 (native), the same rules as the segmented log, and a ``crash()`` that loses what was not
 flushed -- as a power failure would. It keeps snapshots too (KIP-630, the
 :class:`~raftcore.raft.replicated_log.SnapshotLog` half), as bytes in Kafka's snapshot format
-(:mod:`raftcore.raft.memory_snapshot`); a frozen snapshot survives a crash, as a fsynced file
+(:mod:`raftcore.testing.memory_snapshot`); a frozen snapshot survives a crash, as a fsynced file
 would. ``disk_full`` plays a full disk: every append raises OSError(ENOSPC) and writes
 nothing, as the segmented log's append does (it cuts back what it wrote)."""
 
@@ -15,13 +15,13 @@ from typing import Any
 
 from raftcore._native.epoch_cache import EpochCache, EpochEndOffset
 from raftcore.errors import InvalidAppendError, LogError, OffsetOutOfRangeError, SnapshotError
-from raftcore.raft.memory_snapshot import (
+from raftcore.raft.values import OffsetAndEpoch
+from raftcore.records import encode_batch, restamp_batches, scan_batches, sound_batch
+from raftcore.testing.memory_snapshot import (
     MemoryRawSnapshotWriter,
     MemorySnapshotReader,
     MemorySnapshotWriter,
 )
-from raftcore.raft.values import OffsetAndEpoch
-from raftcore.records import encode_batch, restamp_batches, scan_batches, sound_batch
 
 __all__ = ["InMemoryLog"]
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from raftcore.cli_args import positive_int
+from raftcore.cli.args import positive_int
 from raftcore.errors import CorruptRecordError, CorruptSnapshotError, RaftcoreError
 from raftcore.logtools import (
     NothingToCheck,

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from raftcore.cli_args import bootstrap_list, non_negative_int, positive_int
+from raftcore.cli.args import bootstrap_list, non_negative_int, positive_int
 from raftcore.security.client_config import add_command_config_option
 
 __all__ = ["add_spark_commands", "local_session"]

@@ -1,4 +1,5 @@
-"""The ``raftcore`` command line."""
+"""The ``raftcore`` command line: the top-level parser, :func:`main`, and the log and cluster
+commands; each group of other commands adds its parsers from its own module of this package."""
 
 from __future__ import annotations
 
@@ -11,15 +12,21 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from raftcore import __version__
-from raftcore import cli_args as types
-from raftcore.certs_cli import add_certs_command
-from raftcore.cli_args import (
+from raftcore.cli import args as types
+from raftcore.cli.args import (
     ArgumentParser,
     CommandLineError,
     DefaultsHelpFormatter,
     every_parser,
 )
-from raftcore.cli_logging import add_logging_options, configure_logging, debugging
+from raftcore.cli.certs import add_certs_command
+from raftcore.cli.logging_options import add_logging_options, configure_logging, debugging
+from raftcore.cli.node import add_node_command
+from raftcore.cli.quorum import add_quorum_commands
+from raftcore.cli.snapshot import add_snapshot_commands, verdict_line
+from raftcore.cli.spark import add_spark_commands
+from raftcore.cli.storage_demo import run_storage_demo
+from raftcore.cli.users import add_users_commands
 from raftcore.errors import RaftcoreError
 from raftcore.logtools import (
     NothingToCheck,
@@ -30,16 +37,10 @@ from raftcore.logtools import (
     segment_files,
     verify_log,
 )
-from raftcore.node_cli import add_node_command
-from raftcore.quorum_cli import add_quorum_commands
 from raftcore.security.client_config import add_command_config_option, load_client_security
 from raftcore.snapshot import SnapshotId
-from raftcore.snapshot_cli import add_snapshot_commands, verdict_line
-from raftcore.spark_cli import add_spark_commands
-from raftcore.storage_demo import run_storage_demo
-from raftcore.users_cli import add_users_commands
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
 
 
 def _warn_if_live(command: str, directory: Path) -> None:
@@ -128,7 +129,7 @@ def _cmd_describe_quorum(args: argparse.Namespace) -> int:
 
 
 def _watch_quorum(args: argparse.Namespace) -> int:
-    from raftcore.quorum_watch import run_watch
+    from raftcore.cli.quorum_watch import run_watch
 
     if not args.interval > 0:
         print("raftcore describe-quorum: --interval must be > 0", file=sys.stderr)
@@ -391,7 +392,7 @@ def _cmd_consume(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from raftcore.demo import KEY_WIDTH, run_demo
+    from raftcore.cli.demo import KEY_WIDTH, run_demo
 
     if args.size < KEY_WIDTH:
         raise CommandLineError(f"--size {args.size}: a record value needs >= {KEY_WIDTH} bytes")
