@@ -62,6 +62,7 @@ async def serve_metrics(node: RaftNode) -> MetricsServer:
     """Serve the node's metrics where its config says (``metrics_host`` defaults to the listen
     host). A port in use closes what the node's start opened and raises a one-line error."""
     cfg = node.config
+    assert cfg.listen is not None and cfg.metrics_port is not None  # NodeConfig; the caller
     host = cfg.metrics_host or cfg.listen.host
     server = MetricsServer(node.metrics.text, node.prefix)
     try:

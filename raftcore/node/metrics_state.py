@@ -95,7 +95,7 @@ class StateCollector:
             "Open connections: accepted (inbound) and to the other nodes (peer)",
             labels=["connection"],
         )
-        conns.add_metric([INBOUND], len(node._connections))
+        conns.add_metric([INBOUND], len(node.messaging.connections))
         conns.add_metric([PEER], 0 if node.peers is None else node.peers.open_count())
         yield conns
         yield from self._bounds(node)

@@ -57,10 +57,12 @@ from raftcore.kafka.producer_ids import ProducerIdSource
 from raftcore.kafka.producer_state import ProducerStateManager
 from raftcore.kafka.producer_tracker import ProducerStateTracker
 from raftcore.log import SegmentedLog
-from raftcore.node import fatal, reads
+from raftcore.node import admin, fatal, reads
 from raftcore.node.admin import AutoJoiner, ChangeWaiters
 from raftcore.node.applier import Applier, check_start_offset
 from raftcore.node.config import NodeConfig
+from raftcore.node.connection_limits import ConnectionLimits, RequestBudget
+from raftcore.node.connection_timeouts import ConnectionTimeouts
 from raftcore.node.core_listener import CoreListener
 from raftcore.node.data_dir import (
     LOG_DIR,
@@ -72,12 +74,10 @@ from raftcore.node.messaging import Messaging
 from raftcore.node.metrics import NodeMetrics
 from raftcore.node.metrics_http import MetricsServer, serve_metrics
 from raftcore.node.partition import kafka_broker
-from raftcore.node.peer_apis import PeerApis
 from raftcore.node.peers import SWEEP_EVERY_S, AddressBook, Peers
 from raftcore.node.retention import Retention
 from raftcore.node.scrubber import Scrubber
 from raftcore.node.snapshotter import Snapshotter, snapshot_source
-from raftcore.node.transport import ServerConnection
 from raftcore.node.waiters import Waiters
 from raftcore.raft import (
     Appended,
@@ -106,7 +106,7 @@ def _time_out(fut: asyncio.Future[Any]) -> None:
         fut.set_exception(TimeoutError())
 
 
-class RaftNode(Messaging):
+class RaftNode:
     def __init__(
         self,
         config: NodeConfig,
@@ -137,23 +137,15 @@ class RaftNode(Messaging):
         self.leader_changes = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: Any = None  # asyncio.Server, or a TlsServer
-        self._connections: set[ServerConnection] = set()
         # where the other nodes listen, and the connections to them (raftcore.node.peers)
         self.address_book = AddressBook(config)
         self.peers: Peers | None = None
-        self._own_requests: dict[tuple[int, int], tuple[int, int, asyncio.Future[Any]]] = {}
-        self.peer_apis = PeerApis(self._api_versions_of, self.prefix)  # asked on each connect
         self.directory_id: bytes | None = None  # this replica's (meta.properties), once started
         self.voter_changes = ChangeWaiters()  # admin requests waiting for the core's verdict
         self._auto_join = AutoJoiner(self) if config.auto_join else None
         self._housekeeping: asyncio.Task[None] | None = None
         self.scrubber: Scrubber | None = None  # re-reads sealed segments (node.scrubber)
         self.retention: Retention | None = None  # retention.ms/bytes, segment.ms (node.retention)
-        self._peer_requests: dict[tuple[int, int], tuple[int, int]] = {}
-        # raft requests the core has not answered yet: (Later, api key, version, correlation
-        # id, when it came), by the token the core answers with (raftcore.node.messaging)
-        self._inbound: dict[int, tuple[Any, int, int, int, float]] = {}
-        self._token = 0
         self._held: list[Outbound] = []  # waiting for an fsync
         self._flusher: Flusher | None = None  # the fsync thread (raftcore.node.flusher)
         self._interval_task: asyncio.Task[None] | None = None
@@ -172,7 +164,6 @@ class RaftNode(Messaging):
         self._ended: asyncio.Future[None] | None = None  # done when it stops running
         self._reads = reads.ReadWaiters()
         self.producer_ids = ProducerIdSource(config.node_id)
-        self._foreign_peers: set[int] = set()
         self.metrics = NodeMetrics(self)  # docs/metrics.md
         self.kafka = kafka_broker(self)  # what the Kafka API sees of the node (raftcore.kafka)
         self._metrics_server: MetricsServer | None = None
@@ -181,8 +172,18 @@ class RaftNode(Messaging):
         self.metrics_socket: socket.socket | None = None
         # SASL logins on the listener (None without SASL): reads the users file now
         self.sasl = SaslAuthenticator.for_node(config, self.prefix)
-        self._tls_context: Any = None  # the listener's, on SSL / SASL_SSL (raftcore.security.tls)
-        self._bound_connections()  # limits, timeouts, request budget (raftcore.node.messaging)
+        # the connections and the messages on them, within their bounds (raftcore.node.messaging)
+        self.messaging = Messaging(
+            config,
+            prefix=self.prefix,
+            address_book=self.address_book,
+            metrics=self.metrics,
+            kafka=self.kafka,
+            sasl=self.sasl,
+            running_core=self._running_core,
+            run=self._run,
+            admin_handle=lambda header, body: admin.handle(self, header, body),
+        )
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -190,9 +191,9 @@ class RaftNode(Messaging):
         """Open the data directory and the log, connect to the peers, listen. ``listen_socket``:
         a socket already bound to the listen address (:mod:`raftcore.node.preflight`)."""
         cfg = self.config
-        peer_tls = None
+        server_tls = peer_tls = None
         if cfg.security.uses_tls:  # before anything is opened: a ValueError naming the file
-            self._tls_context = tls.server_context(cfg.security)
+            server_tls = tls.server_context(cfg.security)
             peer_tls = tls.peer_context(cfg.security)
         self._loop = asyncio.get_running_loop()
         cfg.data_dir.mkdir(parents=True, exist_ok=True)
@@ -254,12 +255,13 @@ class RaftNode(Messaging):
                 logger.warning("%s %s", self.prefix, exc)  # never vote twice: a new replica
                 self.directory_id = replace_directory_id(cfg)
         core = self.core
+        assert core is not None  # the loop above made it, or raised
         self.address_book.voters = lambda: core.voter_set
         if self._snapshot_source is not None:
             applier = self.applier
             self.snapshotter = Snapshotter(
                 self._snapshot_source,
-                self.core,
+                core,
                 self._run,
                 wait_applied=None if applier is None else applier.wait_applied,
                 prefix=self.prefix,
@@ -268,11 +270,11 @@ class RaftNode(Messaging):
         self.peers = Peers(
             self.address_book,
             self.prefix,
-            self.peer_callbacks,
+            self.messaging.peer_callbacks,
             tls_context=peer_tls,
             login=None if self.sasl is None else self.sasl.peer_login,
         )
-        self._server = await self._listen(listen_socket)  # within the bounds (messaging)
+        self._server = await self.messaging.listen(self.peers, server_tls, listen_socket)
         if cfg.metrics_port is not None:  # a port in use closes all this and fails the start
             self._metrics_server = await serve_metrics(self)
         self._ended = self._loop.create_future()
@@ -298,8 +300,8 @@ class RaftNode(Messaging):
             cfg.security.protocol,
             cfg.listen,
             directory_id_text(self.directory_id),
-            self.core.voter_set,
-            self.core.kraft_version,
+            core.voter_set,
+            core.kraft_version,
             self.log,
         )
 
@@ -358,10 +360,7 @@ class RaftNode(Messaging):
             await self._auto_join.close()
         if self._server is not None:
             self._server.close()
-        self.timeouts.close()
-        for conn in list(self._connections):
-            conn.close()
-        await self.peer_apis.close()
+        await self.messaging.close()
         if self.peers is not None:
             await self.peers.close()
         if self.core is not None:
@@ -375,7 +374,6 @@ class RaftNode(Messaging):
             if not fut.done():
                 fut.set_exception(RaftcoreError(stopped))
                 fut.exception()  # retrieved: nobody may be waiting
-        self._inbound.clear()  # their connections close with the node
         if self.snapshotter is not None:
             await self.snapshotter.close()  # before the applier, which it may be waiting for
         if self.applier is not None:
@@ -395,6 +393,27 @@ class RaftNode(Messaging):
         self._started = False
         if self._ended is not None and not self._ended.done():
             self._ended.set_result(None)
+
+    # ---- the connections (raftcore.node.messaging) ---------------------------------------------
+
+    @property
+    def limits(self) -> ConnectionLimits:
+        return self.messaging.limits
+
+    @property
+    def timeouts(self) -> ConnectionTimeouts:
+        return self.messaging.timeouts
+
+    @property
+    def request_budget(self) -> RequestBudget:
+        return self.messaging.request_budget
+
+    async def request_peer(
+        self, peer_id: int, api_key: int, version: int, body: Any, timeout_s: float
+    ) -> Any:
+        """Send the node's own request to ``peer_id``; the answer's body (ConnectionError,
+        TimeoutError): :meth:`Messaging.request_peer`."""
+        return await self.messaging.request_peer(peer_id, api_key, version, body, timeout_s)
 
     def metrics_text(self) -> bytes:
         """The node's metrics in Prometheus' text format (docs/metrics.md), for an embedder
@@ -554,6 +573,10 @@ class RaftNode(Messaging):
         change (or ``timeout_s``)."""
         await self._log_start_moved.wait(timeout_s)
 
+    def _running_core(self) -> RaftCore | None:
+        """The core while the node runs (started, not closed yet), else None."""
+        return self.core if self._started else None
+
     def _require_core(self) -> RaftCore:
         if self.core is None or not self._started:
             raise RaftcoreError(f"{self.prefix} not started")
@@ -588,7 +611,7 @@ class RaftNode(Messaging):
             if message.after_flush >= 0 and message.after_flush > flushed:
                 self._held.append(message)
             else:
-                self._send(message)
+                self.messaging.send(message)
         if log.end_offset > log.flushed_offset and self.config.flush == "always":
             self._flusher.request()  # type: ignore[union-attr]
         self._schedule_poll(out.next_deadline)
@@ -736,6 +759,6 @@ class RaftNode(Messaging):
             if message.after_flush > flushed:
                 self._held.append(message)
             else:
-                self._send(message)
+                self.messaging.send(message)
         if self.core is not None and self._started:
             self._run(self.core.poll)  # type: ignore[union-attr]
