@@ -78,10 +78,10 @@ from raftcore.node.peers import SWEEP_EVERY_S, AddressBook, Peers
 from raftcore.node.retention import Retention
 from raftcore.node.scrubber import Scrubber
 from raftcore.node.snapshotter import Snapshotter, snapshot_source
+from raftcore.node.verdicts import AppendVerdicts
 from raftcore.node.waiters import Waiters
 from raftcore.raft import (
     Appended,
-    AppendOutcome,
     FileQuorumStateStore,
     LeaderAndEpoch,
     LogWriteError,
@@ -99,11 +99,6 @@ from raftcore.statemachine.api import StateMachine
 __all__ = ["RaftNode"]
 
 logger = logging.getLogger(__name__)
-
-
-def _time_out(fut: asyncio.Future[Any]) -> None:
-    if not fut.done():
-        fut.set_exception(TimeoutError())
 
 
 class RaftNode:
@@ -151,8 +146,7 @@ class RaftNode:
         self._interval_task: asyncio.Task[None] | None = None
         self._poll_handle: asyncio.TimerHandle | None = None
         self._poll_at = float("inf")
-        # the core's verdicts on tracked appends, by token
-        self._verdicts: dict[int, asyncio.Future[AppendOutcome]] = {}
+        self._verdicts = AppendVerdicts(self.prefix)  # the core's, on tracked appends
         self._hw_moved = Waiters()  # woken on every step once the high watermark is known
         self._log_start_moved = Waiters()  # woken when the log start moves or the role changes
         self._started = False
@@ -369,11 +363,7 @@ class RaftNode:
         if self.failure is not None:
             stopped = str(self.failure)
         self._reads.fail_all(RaftcoreError(stopped))
-        verdicts, self._verdicts = self._verdicts, {}
-        for fut in verdicts.values():
-            if not fut.done():
-                fut.set_exception(RaftcoreError(stopped))
-                fut.exception()  # retrieved: nobody may be waiting
+        self._verdicts.fail_all(stopped)
         if self.snapshotter is not None:
             await self.snapshotter.close()  # before the applier, which it may be waiting for
         if self.applier is not None:
@@ -516,15 +506,12 @@ class RaftNode:
         return appended
 
     def _track(self, appended: Appended) -> Appended:
-        if appended.token is not None:
-            assert self._loop is not None
-            self._verdicts[appended.token] = self._loop.create_future()
-        return appended
+        assert self._loop is not None
+        return self._verdicts.track(appended, self._loop)
 
     def forget(self, appended: Appended) -> None:
         """Stop waiting for the verdict of a tracked append (its waiter went away)."""
-        if appended.token is not None:
-            self._verdicts.pop(appended.token, None)
+        self._verdicts.forget(appended)
 
     async def wait_committed(self, appended: Appended, timeout_s: float | None = None) -> None:
         """Wait for the core's verdict on a tracked append: return once it is committed in
@@ -535,34 +522,7 @@ class RaftNode:
         An offset alone is not enough to wait on: a deposed leader's offsets may come to hold
         another leader's records, and a high watermark passing them says nothing about ours.
         """
-        if not isinstance(appended, Appended) or appended.token is None:
-            raise TypeError(
-                "wait_committed takes a tracked Appended (from append(..., wait=...), "
-                f"append_batches or watch), not {appended!r}"
-            )
-        fut = self._verdicts.get(appended.token)
-        if fut is None:
-            raise RaftcoreError(f"{self.prefix} no verdict pending for {appended} (waited twice?)")
-        # The verdict future itself is awaited (no shield, no wait_for: one loop hop from the
-        # verdict to the waiter instead of four); it is forgotten whatever ends the wait.
-        timer = None
-        if timeout_s is not None:
-            assert self._loop is not None
-            timer = self._loop.call_later(timeout_s, _time_out, fut)
-        try:
-            outcome = await fut
-        finally:
-            self._verdicts.pop(appended.token, None)
-            if timer is not None:
-                timer.cancel()
-        if not outcome.committed:
-            raise NotLeaderError(
-                outcome.leader,
-                f"{self.prefix} offsets {appended.first_offset}..{appended.last_offset} of "
-                f"epoch {appended.epoch} were not committed in that epoch; leader is now "
-                f"{outcome.leader.leader_id if outcome.leader.known else 'unknown'} in epoch "
-                f"{outcome.leader.epoch}",
-            )
+        await self._verdicts.wait(appended, timeout_s)
 
     async def wait_high_watermark_change(self, timeout_s: float) -> None:
         """Wait for the high watermark to move (or ``timeout_s``)."""
@@ -594,10 +554,7 @@ class RaftNode:
         """Do what the core asked: send (now or after the fsync), flush, schedule the poll."""
         log = self.log
         assert log is not None
-        for outcome in out.completions:
-            fut = self._verdicts.get(outcome.appended.token)  # type: ignore[arg-type]
-            if fut is not None and not fut.done():
-                fut.set_result(outcome)
+        self._verdicts.deliver(out.completions)
         if out.shutdown_ready:
             self._shutdown_is_ready()
         if out.log_start_moved:
