@@ -69,7 +69,7 @@ from raftcore.node.data_dir import (
     check_meta_properties,
     replace_directory_id,
 )
-from raftcore.node.flusher import Flusher
+from raftcore.node.group_commit import GroupCommit
 from raftcore.node.messaging import Messaging
 from raftcore.node.metrics import NodeMetrics
 from raftcore.node.metrics_http import MetricsServer, serve_metrics
@@ -86,7 +86,6 @@ from raftcore.raft import (
     LeaderAndEpoch,
     LogWriteError,
     NotLeaderError,
-    Outbound,
     Output,
     RaftCore,
 )
@@ -141,9 +140,7 @@ class RaftNode:
         self._housekeeping: asyncio.Task[None] | None = None
         self.scrubber: Scrubber | None = None  # re-reads sealed segments (node.scrubber)
         self.retention: Retention | None = None  # retention.ms/bytes, segment.ms (node.retention)
-        self._held: list[Outbound] = []  # waiting for an fsync
-        self._flusher: Flusher | None = None  # the fsync thread (raftcore.node.flusher)
-        self._interval_task: asyncio.Task[None] | None = None
+        self._group_commit: GroupCommit | None = None  # fsyncs, and what waits for them
         self._poll_handle: asyncio.TimerHandle | None = None
         self._poll_at = float("inf")
         self._verdicts = AppendVerdicts(self.prefix)  # the core's, on tracked appends
@@ -198,10 +195,15 @@ class RaftNode:
         except Exception:
             self.log.close()
             raise
-        self._flusher = Flusher(  # its thread starts with the node: requests wait until then
-            self._fsync,
+        self._group_commit = commit = GroupCommit(
+            self.log,
             self._loop,
-            self._flushed,
+            flush=cfg.flush,
+            flush_interval_ms=cfg.flush_interval_ms,
+            metrics=self.metrics,
+            send=self.messaging.send,
+            released=self.poke,
+            failed=lambda e: self._fail(f"fsync of the log failed: {fatal.describe(e)}", e),
             name=f"raftcore-fsync-{cfg.node_id}",
         )
         store = FileQuorumStateStore(cfg.data_dir, cluster_id=cfg.cluster_id)
@@ -218,7 +220,7 @@ class RaftNode:
             self.applier = Applier(
                 self.state_machine,
                 durable_end=lambda: log.flushed_offset,
-                request_flush=self._flusher.request,
+                request_flush=commit.flusher.request,
                 set_paused=self._pause_listener,
                 on_failure=self._state_machine_failed,
                 prefix=self.prefix,
@@ -272,9 +274,7 @@ class RaftNode:
         if cfg.metrics_port is not None:  # a port in use closes all this and fails the start
             self._metrics_server = await serve_metrics(self)
         self._ended = self._loop.create_future()
-        self._flusher.start()
-        if cfg.flush == "interval":
-            self._interval_task = asyncio.ensure_future(self._interval_flush_loop())
+        commit.start()
         self._started = True
         self._drive(started)
         self._housekeeping = asyncio.ensure_future(self._housekeeping_loop())
@@ -340,10 +340,8 @@ class RaftNode:
             await self._metrics_server.close()
         if self._poll_handle is not None:
             self._poll_handle.cancel()
-        if self._flusher is not None:
-            self._flusher.close()  # nothing it reports from now on is acted on
-        if self._interval_task is not None:
-            self._interval_task.cancel()
+        if self._group_commit is not None:
+            self._group_commit.close()  # nothing it reports from now on is acted on
         if self._housekeeping is not None:
             self._housekeeping.cancel()
         if self.scrubber is not None:
@@ -370,8 +368,8 @@ class RaftNode:
             await self.applier.close()  # after the apply in progress, if any
         if self.log is not None:
             loop = asyncio.get_running_loop()
-            if self._flusher is not None:  # no fsync may run while the log closes
-                await loop.run_in_executor(None, self._flusher.join)
+            if self._group_commit is not None:  # no fsync may run while the log closes
+                await loop.run_in_executor(None, self._group_commit.flusher.join)
             if self.failure is None:
                 await loop.run_in_executor(None, self.log.close)
             else:
@@ -552,8 +550,8 @@ class RaftNode:
 
     def _drive(self, out: Output) -> None:
         """Do what the core asked: send (now or after the fsync), flush, schedule the poll."""
-        log = self.log
-        assert log is not None
+        commit = self._group_commit
+        assert commit is not None  # opened with the log
         self._verdicts.deliver(out.completions)
         if out.shutdown_ready:
             self._shutdown_is_ready()
@@ -563,14 +561,7 @@ class RaftNode:
             self._reads.deliver(out.reads)
         if out.voter_changes:
             self.voter_changes.deliver(out.voter_changes)
-        flushed = self.log.flushed_offset  # type: ignore[union-attr]
-        for message in out.messages:
-            if message.after_flush >= 0 and message.after_flush > flushed:
-                self._held.append(message)
-            else:
-                self.messaging.send(message)
-        if log.end_offset > log.flushed_offset and self.config.flush == "always":
-            self._flusher.request()  # type: ignore[union-attr]
+        commit.submit(out.messages)  # now, or once the fsync covering them ran
         self._schedule_poll(out.next_deadline)
         if out.snapshot_due and self.snapshotter is not None:
             self.snapshotter.due()
@@ -680,42 +671,3 @@ class RaftNode:
         if core.high_watermark is None:
             return
         self._hw_moved.wake()
-
-    # ---- fsync off the loop, group commit ------------------------------------------------------
-
-    def _fsync(self) -> bool:
-        """On the fsync thread: fsync the log, unless (with ``flush="always"``) an earlier fsync
-        already covered every append (a request made while it ran, for appends it took)."""
-        log = self.log
-        assert log is not None
-        if self.config.flush == "always" and log.end_offset <= log.flushed_offset:
-            return False
-        self.metrics.timed_flush(log.flush)
-        return True
-
-    def _flushed(self, error: BaseException | None) -> None:
-        """The fsync thread's report (on the loop): release what waited for it, or stop."""
-        if self._flusher is None or self._flusher.closed:
-            return
-        if error is not None:
-            # the page cache may now hold what never reached the disk: stop, and recover from
-            # the disk at the next start (PostgreSQL's fsyncgate; Rebello et al., ATC '20)
-            self._fail(f"fsync of the log failed: {fatal.describe(error)}", error)
-            return
-        self._release_held()
-
-    async def _interval_flush_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.flush_interval_ms / 1000)
-            self._flusher.request()  # type: ignore[union-attr]
-
-    def _release_held(self) -> None:
-        flushed = self.log.flushed_offset  # type: ignore[union-attr]
-        held, self._held = self._held, []
-        for message in held:
-            if message.after_flush > flushed:
-                self._held.append(message)
-            else:
-                self.messaging.send(message)
-        if self.core is not None and self._started:
-            self._run(self.core.poll)  # type: ignore[union-attr]
