@@ -64,10 +64,10 @@ from raftcore.node.config import NodeConfig
 from raftcore.node.connection_limits import ConnectionLimits, RequestBudget
 from raftcore.node.connection_timeouts import ConnectionTimeouts
 from raftcore.node.core_listener import CoreListener
+from raftcore.node.core_start import start_core
 from raftcore.node.data_dir import (
     LOG_DIR,
     check_meta_properties,
-    replace_directory_id,
 )
 from raftcore.node.group_commit import GroupCommit
 from raftcore.node.messaging import Messaging
@@ -82,7 +82,6 @@ from raftcore.node.verdicts import AppendVerdicts
 from raftcore.node.waiters import Waiters
 from raftcore.raft import (
     Appended,
-    FileQuorumStateStore,
     LeaderAndEpoch,
     LogWriteError,
     NotLeaderError,
@@ -90,7 +89,7 @@ from raftcore.raft import (
     RaftCore,
 )
 from raftcore.raft.damage import Damage
-from raftcore.raft.voters import VoterEndpoint, directory_id_text
+from raftcore.raft.voters import directory_id_text
 from raftcore.security import tls
 from raftcore.security.sasl import SaslAuthenticator
 from raftcore.statemachine.api import StateMachine
@@ -206,7 +205,6 @@ class RaftNode:
             failed=lambda e: self._fail(f"fsync of the log failed: {fatal.describe(e)}", e),
             name=f"raftcore-fsync-{cfg.node_id}",
         )
-        store = FileQuorumStateStore(cfg.data_dir, cluster_id=cfg.cluster_id)
         start_offset = None
         if self.state_machine is not None:
             try:  # resume where the state machine is: never replay, never skip
@@ -227,31 +225,20 @@ class RaftNode:
             )
             self.applier.on_restored = self.metrics.snapshot_loaded
             self.applier.start()
-        endpoint = VoterEndpoint(cfg.listener_name, cfg.advertised.host, cfg.advertised.port)  # type: ignore[union-attr]
-        for attempt in range(2):
-            self.core = RaftCore(
-                cfg.node_id,
-                cfg.quorum,
+        try:  # the core reads the quorum-state: it decides whether it may be itself
+            core, started, self.directory_id = start_core(
+                cfg,
                 self.log,
-                store,
                 rng=self.rng,
                 listener=CoreListener(self),
                 listener_start_offset=start_offset,
-                log_prefix=self.prefix,
                 directory_id=self.directory_id,
-                endpoint=endpoint,
+                prefix=self.prefix,
             )
-            try:  # the core reads the quorum-state: it decides whether it may be itself
-                started = self.core.start(self._now())
-                break
-            except LostQuorumStateError as exc:
-                if exc.static or attempt:
-                    self.log.close()
-                    raise
-                logger.warning("%s %s", self.prefix, exc)  # never vote twice: a new replica
-                self.directory_id = replace_directory_id(cfg)
-        core = self.core
-        assert core is not None  # the loop above made it, or raised
+        except LostQuorumStateError:
+            self.log.close()
+            raise
+        self.core = core
         self.address_book.voters = lambda: core.voter_set
         if self._snapshot_source is not None:
             applier = self.applier
