@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 from typing import Any
 
 from raftcore.errors import LostQuorumStateError
 from raftcore.log import SegmentedLog
+from raftcore.node.clock import now_ms
 from raftcore.node.config import NodeConfig
 from raftcore.node.data_dir import replace_directory_id
 from raftcore.raft import FileQuorumStateStore, Output, RaftCore
@@ -51,7 +51,7 @@ def start_core(
             endpoint=endpoint,
         )
         try:
-            return core, core.start(int(time.monotonic() * 1000)), directory_id
+            return core, core.start(now_ms()), directory_id
         except LostQuorumStateError as exc:
             if exc.static or attempt:
                 raise

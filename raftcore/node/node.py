@@ -48,7 +48,6 @@ import contextlib
 import logging
 import random
 import socket
-import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -60,6 +59,7 @@ from raftcore.log import SegmentedLog
 from raftcore.node import admin, fatal, reads
 from raftcore.node.admin import AutoJoiner, ChangeWaiters
 from raftcore.node.applier import Applier, check_start_offset
+from raftcore.node.clock import now_ms
 from raftcore.node.config import NodeConfig
 from raftcore.node.connection_limits import ConnectionLimits, RequestBudget
 from raftcore.node.connection_timeouts import ConnectionTimeouts
@@ -170,7 +170,7 @@ class RaftNode:
             metrics=self.metrics,
             kafka=self.kafka,
             sasl=self.sasl,
-            running_core=self._running_core,
+            running_core=self.running_core,
             run=self._run,
             admin_handle=lambda header, body: admin.handle(self, header, body),
         )
@@ -435,7 +435,7 @@ class RaftNode:
 
     async def read_index(self, timeout_s: float = 5.0) -> int:
         """The offset a linearizable read waits for (leader only: see :mod:`.reads`)."""
-        return await reads.read_index(self, timeout_s)
+        return await reads.read_index(self, self._reads, timeout_s)
 
     def _pause_listener(self, paused: bool) -> None:
         if self.core is not None:
@@ -518,7 +518,7 @@ class RaftNode:
         change (or ``timeout_s``)."""
         await self._log_start_moved.wait(timeout_s)
 
-    def _running_core(self) -> RaftCore | None:
+    def running_core(self) -> RaftCore | None:
         """The core while the node runs (started, not closed yet), else None."""
         return self.core if self._started else None
 
@@ -531,9 +531,7 @@ class RaftNode:
 
     # ---- driving the core ----------------------------------------------------------------------
 
-    @staticmethod
-    def _now() -> int:
-        return int(time.monotonic() * 1000)
+    _now = staticmethod(now_ms)  # the core's clock (raftcore.node.clock)
 
     def _drive(self, out: Output) -> None:
         """Do what the core asked: send (now or after the fsync), flush, schedule the poll."""
