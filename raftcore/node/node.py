@@ -75,6 +75,7 @@ from raftcore.node.metrics import NodeMetrics
 from raftcore.node.metrics_http import MetricsServer, serve_metrics
 from raftcore.node.partition import kafka_broker
 from raftcore.node.peers import SWEEP_EVERY_S, AddressBook, Peers
+from raftcore.node.poll_timer import PollTimer
 from raftcore.node.retention import Retention
 from raftcore.node.scrubber import Scrubber
 from raftcore.node.snapshotter import Snapshotter, snapshot_source
@@ -140,8 +141,7 @@ class RaftNode:
         self.scrubber: Scrubber | None = None  # re-reads sealed segments (node.scrubber)
         self.retention: Retention | None = None  # retention.ms/bytes, segment.ms (node.retention)
         self._group_commit: GroupCommit | None = None  # fsyncs, and what waits for them
-        self._poll_handle: asyncio.TimerHandle | None = None
-        self._poll_at = float("inf")
+        self._poll_timer: PollTimer | None = None  # for the core's next deadline
         self._verdicts = AppendVerdicts(self.prefix)  # the core's, on tracked appends
         self._hw_moved = Waiters()  # woken on every step once the high watermark is known
         self._log_start_moved = Waiters()  # woken when the log start moves or the role changes
@@ -205,6 +205,7 @@ class RaftNode:
             failed=lambda e: self._fail(f"fsync of the log failed: {fatal.describe(e)}", e),
             name=f"raftcore-fsync-{cfg.node_id}",
         )
+        self._poll_timer = PollTimer(self._loop, self.poke)
         start_offset = None
         if self.state_machine is not None:
             try:  # resume where the state machine is: never replay, never skip
@@ -259,7 +260,11 @@ class RaftNode:
         )
         self._server = await self.messaging.listen(self.peers, server_tls, listen_socket)
         if cfg.metrics_port is not None:  # a port in use closes all this and fails the start
-            self._metrics_server = await serve_metrics(self)
+            try:
+                self._metrics_server = await serve_metrics(self)
+            except RaftcoreError:
+                await self._close()
+                raise
         self._ended = self._loop.create_future()
         commit.start()
         self._started = True
@@ -325,8 +330,8 @@ class RaftNode:
     async def _close(self) -> None:
         if self._metrics_server is not None:
             await self._metrics_server.close()
-        if self._poll_handle is not None:
-            self._poll_handle.cancel()
+        if self._poll_timer is not None:
+            self._poll_timer.cancel()
         if self._group_commit is not None:
             self._group_commit.close()  # nothing it reports from now on is acted on
         if self._housekeeping is not None:
@@ -547,26 +552,11 @@ class RaftNode:
         if out.voter_changes:
             self.voter_changes.deliver(out.voter_changes)
         commit.submit(out.messages)  # now, or once the fsync covering them ran
-        self._schedule_poll(out.next_deadline)
+        assert self._poll_timer is not None  # made with the group commit
+        self._poll_timer.schedule(out.next_deadline)
         if out.snapshot_due and self.snapshotter is not None:
             self.snapshotter.due()
         self._after_progress()
-
-    def _schedule_poll(self, deadline: float) -> None:
-        if deadline >= self._poll_at or deadline == float("inf"):
-            return
-        assert self._loop is not None
-        if self._poll_handle is not None:
-            self._poll_handle.cancel()
-        self._poll_at = deadline
-        delay = max(0.0, (deadline - self._now()) / 1000)
-        self._poll_handle = self._loop.call_later(delay, self._on_poll_timer)
-
-    def _on_poll_timer(self) -> None:
-        self._poll_handle = None
-        self._poll_at = float("inf")
-        if self._started and self.core is not None:
-            self._run(self.core.poll)  # type: ignore[union-attr]
 
     def _run(self, step: Any) -> None:
         """Run one step of the core. Any exception out of it stops the node: a
@@ -602,14 +592,7 @@ class RaftNode:
         while True:
             core, peers = self.core, self.peers
             if core is not None and peers is not None and self._started:
-                needed = set(core.voter_set)
-                leader = core.leader_and_epoch()
-                if leader.known:
-                    needed.add(leader.leader_id)  # type: ignore[arg-type]
-                needed.discard(self.node_id)
-                peers.sweep(needed)
-                for node_id in needed:
-                    peers.get(node_id)
+                peers.keep_open(core.voter_set, core.leader_and_epoch(), self.node_id)
                 if self._auto_join is not None:
                     self._auto_join.check()
             await asyncio.sleep(SWEEP_EVERY_S)
