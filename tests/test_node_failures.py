@@ -45,7 +45,7 @@ def test_an_exception_out_of_a_core_step_stops_the_node_with_one_critical_line(t
                 raise OSError(errno.EIO, "Input/output error")
 
             follower.core.poll = broken_poll
-            follower._on_poll_timer()
+            follower.poke()  # as the poll timer does
             with pytest.raises(NodeFailedError) as failed:
                 await asyncio.wait_for(follower.wait_closed(), 5)
             assert isinstance(failed.value.__cause__, OSError)

@@ -1367,7 +1367,7 @@ def test_a_closed_connection_stops_the_requests_it_was_waiting_on(tmp_path):
                 await asyncio.sleep(0.01)
             writer.close()
             deadline = time.monotonic() + 2
-            while node._hw_events or node._connections:
+            while node._hw_events or node.messaging.connections:
                 assert time.monotonic() < deadline, (
                     f"{len(node._hw_events)} fetches still waiting for a closed connection"
                 )
@@ -1422,7 +1422,7 @@ def test_a_client_that_asks_and_never_reads_cannot_make_the_node_hold_its_answer
             )
             writer.write(pipelined)
             await asyncio.sleep(1.5)
-            (conn,) = node._connections
+            (conn,) = node.messaging.connections
             held = conn.writer.transport.get_write_buffer_size()
             assert held < 4 << 20, f"the node holds {held} bytes of answers nobody reads"
             assert len(conn._order) <= MAX_IN_FLIGHT

@@ -31,6 +31,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from raftcore.error_codes import Errors, error_name
+from raftcore.node.clock import now_ms
 from raftcore.node.raft_wire import directory_id
 from raftcore.protocol.api import ApiKey, request_spec, response_spec
 from raftcore.raft.auto_join import AutoJoin
@@ -98,7 +99,7 @@ async def handle(node: RaftNode, header: Any, body: Any) -> Any:
     core = node.core
     if core is None:
         return _answer(cls, Errors.BROKER_NOT_AVAILABLE, "the node is not running")
-    now = node._now()
+    now = now_ms()
     try:
         if key == ApiKey.ADD_RAFT_VOTER:
             replica, endpoint = _addition(node, body)
@@ -174,7 +175,7 @@ def _fetching_as(node: RaftNode, state: LeaderState, voter_id: int) -> bytes:
     """The directory id of the one replica fetching from this leader as node ``voter_id``
     now (within the fetch timeout): a directory that fetched earlier (a disk since replaced)
     does not count."""
-    now = node._now()
+    now = now_ms()
     timeout = node.config.quorum.fetch_timeout_ms
     seen = [s for k, s in state.observer_states.items() if k.id == voter_id and k.directory_id]
     live = [s for s in seen if now - s.last_fetch_ms <= timeout]
@@ -215,7 +216,7 @@ class AutoJoiner:
         node = self.node
         if self._in_flight or node.core is None:
             return
-        request = self.decision.due(node.core, node._now())
+        request = self.decision.due(node.core, now_ms())
         if request is None:
             return
         self._in_flight = True

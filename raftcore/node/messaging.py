@@ -1,19 +1,22 @@
-"""The node's messages on the wire, part of :class:`~raftcore.node.node.RaftNode`: what the
-core sends goes to a peer's connection (requests) or back to the waiting inbound connection
-(responses); responses from peers and requests from inbound connections come back into the
-core through ``_run``; the voter RPCs of an operator go to :mod:`raftcore.node.admin`, Kafka
-client requests to :mod:`raftcore.kafka` (with the node's ``kafka`` Broker). The node's own
-requests to a peer (an auto-join's AddRaftVoter) share the peer's connection, answered by
-future. Nothing here decides anything: it moves bytes, within the bounds on accepted connections
-(:mod:`raftcore.node.connection_limits`, :mod:`raftcore.node.connection_timeouts`)."""
+"""The node's messages on the wire, a component :class:`~raftcore.node.node.RaftNode` owns:
+what the core sends goes to a peer's connection (requests) or back to the waiting inbound
+connection (responses); responses from peers and requests from inbound connections come back
+into the core through the node's ``run`` (one step of the core); the voter RPCs of an operator
+go to :mod:`raftcore.node.admin`, Kafka client requests to :mod:`raftcore.kafka` (with the
+node's ``kafka`` Broker). The node's own requests to a peer (an auto-join's AddRaftVoter) share
+the peer's connection, answered by future. Nothing here decides anything: it moves bytes,
+within the bounds on accepted connections (:mod:`raftcore.node.connection_limits`,
+:mod:`raftcore.node.connection_timeouts`)."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from raftcore.error_codes import Errors, error_name
 from raftcore.errors import RaftcoreError
@@ -45,6 +48,14 @@ from raftcore.raft.messages import UpdateVoterRequest
 from raftcore.security import authorization, sasl
 from raftcore.security.config import ANONYMOUS, Principal
 
+if TYPE_CHECKING:
+    from raftcore.kafka.partition import Broker
+    from raftcore.node.config import NodeConfig
+    from raftcore.node.metrics import NodeMetrics
+    from raftcore.node.peers import AddressBook, Peers
+    from raftcore.raft import Output, RaftCore
+    from raftcore.security.sasl import SaslAuthenticator
+
 __all__ = ["RAFT_APIS", "Messaging"]
 
 logger = logging.getLogger("raftcore.node.node")
@@ -59,38 +70,118 @@ RAFT_APIS = frozenset(
     }
 )
 
+Step = Callable[[int], "Output"]  # one step of the core, given the time in ms
+
 
 class Messaging:
-    """Mixed into RaftNode (its config, core, peers, connections and request tables)."""
+    """The node's connections: to its peers (requests out, responses in) and from clients and
+    other nodes (requests in, answers out). It holds the requests in flight each way; the core
+    is reached through ``running_core`` (None unless the node runs) and ``run`` (one step of
+    the core, whose output the node carries out)."""
 
-    config: Any
-    core: Any
-    prefix: str
-    _started: bool
-    _loop: Any
-    peers: Any  # raftcore.node.peers.Peers
-    _peer_requests: dict[tuple[int, int], tuple[int, int]]
-    _inbound: dict[int, tuple[Any, int, int, int, float]]
-    _foreign_peers: set[int]
-    _connections: set[Any]
-    _token: int
-    metrics: Any  # raftcore.node.metrics.NodeMetrics
-    kafka: Any  # raftcore.kafka.partition.Broker: the node as the Kafka API sees it
-    limits: ConnectionLimits
-    request_budget: RequestBudget
-    timeouts: ConnectionTimeouts
-    sasl: Any  # raftcore.security.sasl.SaslAuthenticator, on a SASL listener
-    _tls_context: Any  # the listener's ssl.SSLContext, or None (PLAINTEXT)
-    # the node's own requests to peers: (peer, correlation id) -> (api key, version, future)
-    _own_requests: dict[tuple[int, int], tuple[int, int, asyncio.Future[Any]]]
-    peer_apis: PeerApis  # what each peer serves (raftcore.node.peer_apis)
+    def __init__(
+        self,
+        config: NodeConfig,
+        *,
+        prefix: str,
+        address_book: AddressBook,
+        metrics: NodeMetrics,
+        kafka: Broker,
+        sasl: SaslAuthenticator | None,
+        running_core: Callable[[], RaftCore | None],
+        run: Callable[[Step], None],
+        admin_handle: Callable[[Any, Any], Awaitable[Any]],
+    ) -> None:
+        self.config = config
+        self.prefix = prefix
+        self.address_book = address_book  # the wire format learns and tells endpoints (raft_wire)
+        self.metrics = metrics
+        self.kafka = kafka  # the node as the Kafka API sees it
+        self.sasl = sasl  # SASL logins on the listener, or None
+        self._running_core = running_core
+        self._run = run
+        self._admin_handle = admin_handle  # the voter RPCs of an operator (raftcore.node.admin)
+        self.peers: Peers | None = None  # the connections to the other nodes, from listen()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tls_context: Any = None  # the listener's ssl.SSLContext, or None (PLAINTEXT)
+        self.connections: set[ServerConnection] = set()  # accepted, open
+        # raft requests sent to peers, not answered yet: (peer, correlation id) -> (key, version)
+        self._peer_requests: dict[tuple[int, int], tuple[int, int]] = {}
+        # raft requests the core has not answered yet: (Later, api key, version, correlation
+        # id, when it came), by the token the core answers with
+        self._inbound: dict[int, tuple[Later, int, int, int, float]] = {}
+        self._token = 0
+        self._foreign_peers: set[int] = set()  # answered INCONSISTENT_CLUSTER_ID (said once)
+        # the node's own requests to peers: (peer, correlation id) -> (api key, version, future)
+        self._own_requests: dict[tuple[int, int], tuple[int, int, asyncio.Future[Any]]] = {}
+        self.peer_apis = PeerApis(self._api_versions_of, prefix)  # asked on each connect
+        # The bounds on accepted connections (docs/security.md, "Bounds"): how many, their
+        # timeouts, the bytes of requests they may make the node hold.
+        self.limits = ConnectionLimits(
+            config.max_connections,
+            config.max_connections_per_ip,
+            reserve=len(config.voters),
+            prefix=prefix,
+        )
+        self.request_budget = RequestBudget(config.queued_max_request_bytes)
+        self.timeouts = ConnectionTimeouts(
+            self.connections,
+            idle_ms=config.connections_max_idle_ms,
+            login_ms=config.login_timeout_ms,
+            frame_ms=config.frame_receive_timeout_ms,
+            prefix=prefix,
+        )
 
-    def _run(self, step: Any) -> None:
-        raise NotImplementedError
+    # ---- lifecycle -------------------------------------------------------------------------------
+
+    async def listen(
+        self, peers: Peers, tls_context: Any, listen_socket: socket.socket | None
+    ) -> Any:
+        """Use ``peers`` for the node's requests, and start accepting connections (over TLS
+        with ``tls_context``), on ``listen_socket`` or the listen address; the server
+        (``close()`` stops accepting)."""
+        self.peers = peers
+        self._loop = asyncio.get_running_loop()
+        self._tls_context = tls_context
+        cfg = self.config
+        listen = cfg.listen
+        assert listen is not None  # NodeConfig makes it the voter's address when not given
+        check_fd_limit(cfg.max_connections, self.prefix)
+        voter_hosts = await resolve_hosts(e.host for e in cfg.voters.values())
+        self.limits.protected = frozenset(voter_hosts)
+        server: Any
+        if tls_context is not None:  # TLS before the first byte is read (tls_listener)
+            server = await serve_tls(
+                self._accept,
+                tls_context,
+                self.prefix,
+                sock=listen_socket,
+                host=listen.host,
+                port=listen.port,
+                limits=self.limits,
+                handshake_timeout_s=cfg.login_timeout_ms / 1000,
+            )
+        elif listen_socket is not None:
+            server = await asyncio.start_server(self._accept_plain, sock=listen_socket)
+        else:
+            server = await asyncio.start_server(self._accept_plain, listen.host, listen.port)
+        self.timeouts.start()
+        return server
+
+    async def close(self) -> None:
+        """Close the accepted connections (the server stopped accepting) and forget the raft
+        requests they made; stop asking peers what they serve."""
+        self.timeouts.close()
+        for conn in list(self.connections):
+            conn.close()
+        await self.peer_apis.close()
+        self._inbound.clear()  # their connections close with the node
 
     # ---- raft messages on the wire ---------------------------------------------------------------
 
-    def _send(self, message: Outbound) -> None:
+    def send(self, message: Outbound) -> None:
+        """Send what the core says: a request to its peer, a response to the connection that
+        asked (an fsync it had to wait for is behind it)."""
         if message.is_request:
             if isinstance(message.message, UpdateVoterRequest) and not self.peer_apis.serves(
                 message.destination, ApiKey.UPDATE_RAFT_VOTER
@@ -98,8 +189,10 @@ class Messaging:
                 # A leader of the release before dynamic voters would close the connection
                 # (and the fetches on it): not sent, and lost for the core, which tells the
                 # leader of the next epoch (raftcore.node.peer_apis)
+                assert self._loop is not None
                 self._loop.call_soon(self._not_sent, message.destination, message.correlation_id)
                 return
+            assert self.peers is not None
             peer = self.peers.get(message.destination)  # opened now if need be
             if peer is None:  # no address known (logged once by the address book)
                 return
@@ -124,8 +217,9 @@ class Messaging:
         later.answer(parts)
 
     def _not_sent(self, peer_id: int, correlation_id: int) -> None:
-        if self.core is not None and self._started:
-            self._run(lambda now: self.core.request_lost(peer_id, correlation_id, now))  # type: ignore[union-attr]
+        core = self._running_core()
+        if core is not None:
+            self._run(lambda now: core.request_lost(peer_id, correlation_id, now))
 
     async def _api_versions_of(self, peer_id: int) -> frozenset[int]:
         """The API keys ``peer_id`` serves, as its ApiVersions answer lists them."""
@@ -137,7 +231,7 @@ class Messaging:
             raise RaftcoreError(f"ApiVersions: {error_name(answer.error_code)}")
         return frozenset(k.api_key for k in answer.api_keys)
 
-    def _response_handler(self, peer_id: int) -> Any:
+    def _response_handler(self, peer_id: int) -> Callable[[int, bytes], None]:
         def on_response(correlation_id: int, frame: bytes) -> None:
             self.metrics.peer_received_bytes += len(frame) + 4
             key = (peer_id, correlation_id)
@@ -151,7 +245,8 @@ class Messaging:
                         fut.set_exception(exc)
                 return
             sent = self._peer_requests.pop(key, None)
-            if sent is None or self.core is None or not self._started:
+            core = self._running_core()
+            if sent is None or core is None:
                 return
             api_key, version = sent
             try:
@@ -171,11 +266,11 @@ class Messaging:
                     )
             else:
                 self._foreign_peers.discard(peer_id)
-            self._run(lambda now: self.core.handle(peer_id, correlation_id, message, now))  # type: ignore[union-attr]
+            self._run(lambda now: core.handle(peer_id, correlation_id, message, now))
 
         return on_response
 
-    def _connected_handler(self, peer_id: int) -> Any:
+    def _connected_handler(self, peer_id: int) -> Callable[[], None]:
         def on_connected() -> None:
             """Requests to ``peer_id`` not answered yet went with the old connection (or had
             none): fail them now, so the core sends again at once, not at the timeout (a
@@ -189,8 +284,9 @@ class Messaging:
             lost = [cid for (peer, cid) in self._peer_requests if peer == peer_id]
             for cid in lost:
                 del self._peer_requests[(peer_id, cid)]
-                if self.core is not None and self._started:
-                    self._run(lambda now, c=cid: self.core.request_lost(peer_id, c, now))  # type: ignore[union-attr]
+                core = self._running_core()
+                if core is not None:
+                    self._run(functools.partial(core.request_lost, peer_id, cid))
 
         return on_connected
 
@@ -207,10 +303,13 @@ class Messaging:
     ) -> Any:
         """Send the node's own request to ``peer_id`` on its peer connection; the answer's
         body. ConnectionError when there is no connection or it is lost, TimeoutError."""
+        core = self._running_core()
+        if core is None or self.peers is None or self._loop is None:
+            raise ConnectionError(f"{self.prefix} not running: no request to node {peer_id}")
         peer = self.peers.get(peer_id)
         if peer is None:
             raise ConnectionError(f"no address known for node {peer_id}")
-        correlation_id = self.core.next_correlation_id()
+        correlation_id = core.next_correlation_id()
         frame = encode_request(api_key, version, correlation_id, raft_wire.CLIENT_ID, body)
         fut: asyncio.Future[Any] = self._loop.create_future()
         key = (peer_id, correlation_id)
@@ -223,61 +322,15 @@ class Messaging:
         finally:
             self._own_requests.pop(key, None)
 
-    def _refused_handler(self, peer_id: int) -> Any:
+    def _refused_handler(self, peer_id: int) -> Callable[[], None]:
         def on_refused() -> None:
-            if self.core is not None and self._started:
-                self._run(lambda now: self.core.peer_unreachable(peer_id, now))  # type: ignore[union-attr]
+            core = self._running_core()
+            if core is not None:
+                self._run(lambda now: core.peer_unreachable(peer_id, now))
 
         return on_refused
 
     # ---- inbound connections ---------------------------------------------------------------------
-
-    def _bound_connections(self) -> None:
-        """The bounds on accepted connections (docs/security.md, "Bounds"): how many, their
-        timeouts, the bytes of requests they may make the node hold."""
-        cfg = self.config
-        self.limits = ConnectionLimits(
-            cfg.max_connections,
-            cfg.max_connections_per_ip,
-            reserve=len(cfg.voters),
-            prefix=self.prefix,
-        )
-        self.request_budget = RequestBudget(cfg.queued_max_request_bytes)
-        self.timeouts = ConnectionTimeouts(
-            self._connections,
-            idle_ms=cfg.connections_max_idle_ms,
-            login_ms=cfg.login_timeout_ms,
-            frame_ms=cfg.frame_receive_timeout_ms,
-            prefix=self.prefix,
-        )
-
-    async def _listen(self, listen_socket: socket.socket | None) -> Any:
-        """Start accepting connections, on ``listen_socket`` or the listen address; the
-        server (``close()`` stops accepting)."""
-        cfg = self.config
-        check_fd_limit(cfg.max_connections, self.prefix)
-        voter_hosts = await resolve_hosts(e.host for e in cfg.voters.values())
-        self.limits.protected = frozenset(voter_hosts)
-        server: Any
-        if self._tls_context is not None:  # TLS before the first byte is read (tls_listener)
-            server = await serve_tls(
-                self._accept,
-                self._tls_context,
-                self.prefix,
-                sock=listen_socket,
-                host=cfg.listen.host,
-                port=cfg.listen.port,
-                limits=self.limits,
-                handshake_timeout_s=cfg.login_timeout_ms / 1000,
-            )
-        elif listen_socket is not None:
-            server = await asyncio.start_server(self._accept_plain, sock=listen_socket)
-        else:
-            server = await asyncio.start_server(
-                self._accept_plain, cfg.listen.host, cfg.listen.port
-            )
-        self.timeouts.start()
-        return server
 
     async def _accept_plain(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -313,12 +366,12 @@ class Messaging:
         sasl.on_accept(self, conn)
         if self.sasl is not None and principal.kind != "node":  # a login is due
             conn.expect_login(time.monotonic() + self.config.login_timeout_ms / 1000)
-        self._connections.add(conn)
+        self.connections.add(conn)
         self.metrics.inbound_opened += 1
         try:
             await conn.serve()
         finally:
-            self._connections.discard(conn)
+            self.connections.discard(conn)
 
     async def _counted_frame(
         self, conn: ServerConnection, frame: bytes
@@ -362,7 +415,7 @@ class Messaging:
             if refused is not None:
                 return refused
             started = time.perf_counter()
-            answer = await admin.handle(self, header, body)  # type: ignore[arg-type]
+            answer = await self._admin_handle(header, body)
             self.metrics.kafka_request(api_key)(time.perf_counter() - started)
             return encode_response(
                 api_key, header.request_api_version, header.correlation_id, answer
@@ -375,8 +428,8 @@ class Messaging:
     async def _handle_raft_request(
         self, header: Any, body: Any, conn: ServerConnection | None = None
     ) -> list[bytes | memoryview] | Later:
-        core = self.core
-        if core is None or not self._started:
+        core = self._running_core()
+        if core is None:
             raise CloseConnection("node not running")
         api_key = header.request_api_key
         version = header.request_api_version

@@ -60,14 +60,15 @@ def bind_metrics(config: NodeConfig) -> socket.socket | None:
 
 async def serve_metrics(node: RaftNode) -> MetricsServer:
     """Serve the node's metrics where its config says (``metrics_host`` defaults to the listen
-    host). A port in use closes what the node's start opened and raises a one-line error."""
+    host). A port in use raises a one-line error (the node's start then closes what it
+    opened)."""
     cfg = node.config
+    assert cfg.listen is not None and cfg.metrics_port is not None  # NodeConfig; the caller
     host = cfg.metrics_host or cfg.listen.host
     server = MetricsServer(node.metrics.text, node.prefix)
     try:
         node.metrics_address = await server.start(host, cfg.metrics_port, node.metrics_socket)
     except OSError as exc:
-        await node._close()
         raise RaftcoreError(
             f"{node.prefix} cannot serve metrics on {host}:{cfg.metrics_port}: "
             f"{os.strerror(exc.errno) if exc.errno else exc}"

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from raftcore.node.clock import now_ms
 from raftcore.node.metrics import INBOUND, PEER
 from raftcore.raft.states import LeaderState
 
@@ -95,7 +96,7 @@ class StateCollector:
             "Open connections: accepted (inbound) and to the other nodes (peer)",
             labels=["connection"],
         )
-        conns.add_metric([INBOUND], len(node._connections))
+        conns.add_metric([INBOUND], len(node.messaging.connections))
         conns.add_metric([PEER], 0 if node.peers is None else node.peers.open_count())
         yield conns
         yield from self._bounds(node)
@@ -190,7 +191,7 @@ class StateCollector:
         state = core.state if core is not None else None
         if isinstance(state, LeaderState) and log is not None and not log.closed:
             leader_end = log.end_offset
-            wall = self._to_wall(node._now())
+            wall = self._to_wall(now_ms())
             replicas = [*state.voter_states.values(), *state.observer_states.values()]
             for r in replicas:
                 if r.replica_id == state.local_id:

@@ -48,7 +48,6 @@ import contextlib
 import logging
 import random
 import socket
-import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -57,41 +56,41 @@ from raftcore.kafka.producer_ids import ProducerIdSource
 from raftcore.kafka.producer_state import ProducerStateManager
 from raftcore.kafka.producer_tracker import ProducerStateTracker
 from raftcore.log import SegmentedLog
-from raftcore.node import fatal, reads
+from raftcore.node import admin, fatal, reads
 from raftcore.node.admin import AutoJoiner, ChangeWaiters
 from raftcore.node.applier import Applier, check_start_offset
+from raftcore.node.clock import now_ms
 from raftcore.node.config import NodeConfig
+from raftcore.node.connection_limits import ConnectionLimits, RequestBudget
+from raftcore.node.connection_timeouts import ConnectionTimeouts
 from raftcore.node.core_listener import CoreListener
+from raftcore.node.core_start import start_core
 from raftcore.node.data_dir import (
     LOG_DIR,
     check_meta_properties,
-    replace_directory_id,
 )
-from raftcore.node.flusher import Flusher
+from raftcore.node.group_commit import GroupCommit
 from raftcore.node.messaging import Messaging
 from raftcore.node.metrics import NodeMetrics
 from raftcore.node.metrics_http import MetricsServer, serve_metrics
 from raftcore.node.partition import kafka_broker
-from raftcore.node.peer_apis import PeerApis
 from raftcore.node.peers import SWEEP_EVERY_S, AddressBook, Peers
+from raftcore.node.poll_timer import PollTimer
 from raftcore.node.retention import Retention
 from raftcore.node.scrubber import Scrubber
 from raftcore.node.snapshotter import Snapshotter, snapshot_source
-from raftcore.node.transport import ServerConnection
+from raftcore.node.verdicts import AppendVerdicts
 from raftcore.node.waiters import Waiters
 from raftcore.raft import (
     Appended,
-    AppendOutcome,
-    FileQuorumStateStore,
     LeaderAndEpoch,
     LogWriteError,
     NotLeaderError,
-    Outbound,
     Output,
     RaftCore,
 )
 from raftcore.raft.damage import Damage
-from raftcore.raft.voters import VoterEndpoint, directory_id_text
+from raftcore.raft.voters import directory_id_text
 from raftcore.security import tls
 from raftcore.security.sasl import SaslAuthenticator
 from raftcore.statemachine.api import StateMachine
@@ -101,12 +100,7 @@ __all__ = ["RaftNode"]
 logger = logging.getLogger(__name__)
 
 
-def _time_out(fut: asyncio.Future[Any]) -> None:
-    if not fut.done():
-        fut.set_exception(TimeoutError())
-
-
-class RaftNode(Messaging):
+class RaftNode:
     def __init__(
         self,
         config: NodeConfig,
@@ -137,30 +131,18 @@ class RaftNode(Messaging):
         self.leader_changes = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: Any = None  # asyncio.Server, or a TlsServer
-        self._connections: set[ServerConnection] = set()
         # where the other nodes listen, and the connections to them (raftcore.node.peers)
         self.address_book = AddressBook(config)
         self.peers: Peers | None = None
-        self._own_requests: dict[tuple[int, int], tuple[int, int, asyncio.Future[Any]]] = {}
-        self.peer_apis = PeerApis(self._api_versions_of, self.prefix)  # asked on each connect
         self.directory_id: bytes | None = None  # this replica's (meta.properties), once started
         self.voter_changes = ChangeWaiters()  # admin requests waiting for the core's verdict
         self._auto_join = AutoJoiner(self) if config.auto_join else None
         self._housekeeping: asyncio.Task[None] | None = None
         self.scrubber: Scrubber | None = None  # re-reads sealed segments (node.scrubber)
         self.retention: Retention | None = None  # retention.ms/bytes, segment.ms (node.retention)
-        self._peer_requests: dict[tuple[int, int], tuple[int, int]] = {}
-        # raft requests the core has not answered yet: (Later, api key, version, correlation
-        # id, when it came), by the token the core answers with (raftcore.node.messaging)
-        self._inbound: dict[int, tuple[Any, int, int, int, float]] = {}
-        self._token = 0
-        self._held: list[Outbound] = []  # waiting for an fsync
-        self._flusher: Flusher | None = None  # the fsync thread (raftcore.node.flusher)
-        self._interval_task: asyncio.Task[None] | None = None
-        self._poll_handle: asyncio.TimerHandle | None = None
-        self._poll_at = float("inf")
-        # the core's verdicts on tracked appends, by token
-        self._verdicts: dict[int, asyncio.Future[AppendOutcome]] = {}
+        self._group_commit: GroupCommit | None = None  # fsyncs, and what waits for them
+        self._poll_timer: PollTimer | None = None  # for the core's next deadline
+        self._verdicts = AppendVerdicts(self.prefix)  # the core's, on tracked appends
         self._hw_moved = Waiters()  # woken on every step once the high watermark is known
         self._log_start_moved = Waiters()  # woken when the log start moves or the role changes
         self._started = False
@@ -172,7 +154,6 @@ class RaftNode(Messaging):
         self._ended: asyncio.Future[None] | None = None  # done when it stops running
         self._reads = reads.ReadWaiters()
         self.producer_ids = ProducerIdSource(config.node_id)
-        self._foreign_peers: set[int] = set()
         self.metrics = NodeMetrics(self)  # docs/metrics.md
         self.kafka = kafka_broker(self)  # what the Kafka API sees of the node (raftcore.kafka)
         self._metrics_server: MetricsServer | None = None
@@ -181,8 +162,18 @@ class RaftNode(Messaging):
         self.metrics_socket: socket.socket | None = None
         # SASL logins on the listener (None without SASL): reads the users file now
         self.sasl = SaslAuthenticator.for_node(config, self.prefix)
-        self._tls_context: Any = None  # the listener's, on SSL / SASL_SSL (raftcore.security.tls)
-        self._bound_connections()  # limits, timeouts, request budget (raftcore.node.messaging)
+        # the connections and the messages on them, within their bounds (raftcore.node.messaging)
+        self.messaging = Messaging(
+            config,
+            prefix=self.prefix,
+            address_book=self.address_book,
+            metrics=self.metrics,
+            kafka=self.kafka,
+            sasl=self.sasl,
+            running_core=self.running_core,
+            run=self._run,
+            admin_handle=lambda header, body: admin.handle(self, header, body),
+        )
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -190,9 +181,9 @@ class RaftNode(Messaging):
         """Open the data directory and the log, connect to the peers, listen. ``listen_socket``:
         a socket already bound to the listen address (:mod:`raftcore.node.preflight`)."""
         cfg = self.config
-        peer_tls = None
+        server_tls = peer_tls = None
         if cfg.security.uses_tls:  # before anything is opened: a ValueError naming the file
-            self._tls_context = tls.server_context(cfg.security)
+            server_tls = tls.server_context(cfg.security)
             peer_tls = tls.peer_context(cfg.security)
         self._loop = asyncio.get_running_loop()
         cfg.data_dir.mkdir(parents=True, exist_ok=True)
@@ -203,13 +194,18 @@ class RaftNode(Messaging):
         except Exception:
             self.log.close()
             raise
-        self._flusher = Flusher(  # its thread starts with the node: requests wait until then
-            self._fsync,
+        self._group_commit = commit = GroupCommit(
+            self.log,
             self._loop,
-            self._flushed,
+            flush=cfg.flush,
+            flush_interval_ms=cfg.flush_interval_ms,
+            metrics=self.metrics,
+            send=self.messaging.send,
+            released=self.poke,
+            failed=lambda e: self._fail(f"fsync of the log failed: {fatal.describe(e)}", e),
             name=f"raftcore-fsync-{cfg.node_id}",
         )
-        store = FileQuorumStateStore(cfg.data_dir, cluster_id=cfg.cluster_id)
+        self._poll_timer = PollTimer(self._loop, self.poke)
         start_offset = None
         if self.state_machine is not None:
             try:  # resume where the state machine is: never replay, never skip
@@ -223,43 +219,33 @@ class RaftNode(Messaging):
             self.applier = Applier(
                 self.state_machine,
                 durable_end=lambda: log.flushed_offset,
-                request_flush=self._flusher.request,
+                request_flush=commit.flusher.request,
                 set_paused=self._pause_listener,
                 on_failure=self._state_machine_failed,
                 prefix=self.prefix,
             )
             self.applier.on_restored = self.metrics.snapshot_loaded
             self.applier.start()
-        endpoint = VoterEndpoint(cfg.listener_name, cfg.advertised.host, cfg.advertised.port)  # type: ignore[union-attr]
-        for attempt in range(2):
-            self.core = RaftCore(
-                cfg.node_id,
-                cfg.quorum,
+        try:  # the core reads the quorum-state: it decides whether it may be itself
+            core, started, self.directory_id = start_core(
+                cfg,
                 self.log,
-                store,
                 rng=self.rng,
                 listener=CoreListener(self),
                 listener_start_offset=start_offset,
-                log_prefix=self.prefix,
                 directory_id=self.directory_id,
-                endpoint=endpoint,
+                prefix=self.prefix,
             )
-            try:  # the core reads the quorum-state: it decides whether it may be itself
-                started = self.core.start(self._now())
-                break
-            except LostQuorumStateError as exc:
-                if exc.static or attempt:
-                    self.log.close()
-                    raise
-                logger.warning("%s %s", self.prefix, exc)  # never vote twice: a new replica
-                self.directory_id = replace_directory_id(cfg)
-        core = self.core
+        except LostQuorumStateError:
+            self.log.close()
+            raise
+        self.core = core
         self.address_book.voters = lambda: core.voter_set
         if self._snapshot_source is not None:
             applier = self.applier
             self.snapshotter = Snapshotter(
                 self._snapshot_source,
-                self.core,
+                core,
                 self._run,
                 wait_applied=None if applier is None else applier.wait_applied,
                 prefix=self.prefix,
@@ -268,17 +254,19 @@ class RaftNode(Messaging):
         self.peers = Peers(
             self.address_book,
             self.prefix,
-            self.peer_callbacks,
+            self.messaging.peer_callbacks,
             tls_context=peer_tls,
             login=None if self.sasl is None else self.sasl.peer_login,
         )
-        self._server = await self._listen(listen_socket)  # within the bounds (messaging)
+        self._server = await self.messaging.listen(self.peers, server_tls, listen_socket)
         if cfg.metrics_port is not None:  # a port in use closes all this and fails the start
-            self._metrics_server = await serve_metrics(self)
+            try:
+                self._metrics_server = await serve_metrics(self)
+            except RaftcoreError:
+                await self._close()
+                raise
         self._ended = self._loop.create_future()
-        self._flusher.start()
-        if cfg.flush == "interval":
-            self._interval_task = asyncio.ensure_future(self._interval_flush_loop())
+        commit.start()
         self._started = True
         self._drive(started)
         self._housekeeping = asyncio.ensure_future(self._housekeeping_loop())
@@ -298,8 +286,8 @@ class RaftNode(Messaging):
             cfg.security.protocol,
             cfg.listen,
             directory_id_text(self.directory_id),
-            self.core.voter_set,
-            self.core.kraft_version,
+            core.voter_set,
+            core.kraft_version,
             self.log,
         )
 
@@ -342,12 +330,10 @@ class RaftNode(Messaging):
     async def _close(self) -> None:
         if self._metrics_server is not None:
             await self._metrics_server.close()
-        if self._poll_handle is not None:
-            self._poll_handle.cancel()
-        if self._flusher is not None:
-            self._flusher.close()  # nothing it reports from now on is acted on
-        if self._interval_task is not None:
-            self._interval_task.cancel()
+        if self._poll_timer is not None:
+            self._poll_timer.cancel()
+        if self._group_commit is not None:
+            self._group_commit.close()  # nothing it reports from now on is acted on
         if self._housekeeping is not None:
             self._housekeeping.cancel()
         if self.scrubber is not None:
@@ -358,10 +344,7 @@ class RaftNode(Messaging):
             await self._auto_join.close()
         if self._server is not None:
             self._server.close()
-        self.timeouts.close()
-        for conn in list(self._connections):
-            conn.close()
-        await self.peer_apis.close()
+        await self.messaging.close()
         if self.peers is not None:
             await self.peers.close()
         if self.core is not None:
@@ -370,20 +353,15 @@ class RaftNode(Messaging):
         if self.failure is not None:
             stopped = str(self.failure)
         self._reads.fail_all(RaftcoreError(stopped))
-        verdicts, self._verdicts = self._verdicts, {}
-        for fut in verdicts.values():
-            if not fut.done():
-                fut.set_exception(RaftcoreError(stopped))
-                fut.exception()  # retrieved: nobody may be waiting
-        self._inbound.clear()  # their connections close with the node
+        self._verdicts.fail_all(stopped)
         if self.snapshotter is not None:
             await self.snapshotter.close()  # before the applier, which it may be waiting for
         if self.applier is not None:
             await self.applier.close()  # after the apply in progress, if any
         if self.log is not None:
             loop = asyncio.get_running_loop()
-            if self._flusher is not None:  # no fsync may run while the log closes
-                await loop.run_in_executor(None, self._flusher.join)
+            if self._group_commit is not None:  # no fsync may run while the log closes
+                await loop.run_in_executor(None, self._group_commit.flusher.join)
             if self.failure is None:
                 await loop.run_in_executor(None, self.log.close)
             else:
@@ -395,6 +373,27 @@ class RaftNode(Messaging):
         self._started = False
         if self._ended is not None and not self._ended.done():
             self._ended.set_result(None)
+
+    # ---- the connections (raftcore.node.messaging) ---------------------------------------------
+
+    @property
+    def limits(self) -> ConnectionLimits:
+        return self.messaging.limits
+
+    @property
+    def timeouts(self) -> ConnectionTimeouts:
+        return self.messaging.timeouts
+
+    @property
+    def request_budget(self) -> RequestBudget:
+        return self.messaging.request_budget
+
+    async def request_peer(
+        self, peer_id: int, api_key: int, version: int, body: Any, timeout_s: float
+    ) -> Any:
+        """Send the node's own request to ``peer_id``; the answer's body (ConnectionError,
+        TimeoutError): :meth:`Messaging.request_peer`."""
+        return await self.messaging.request_peer(peer_id, api_key, version, body, timeout_s)
 
     def metrics_text(self) -> bytes:
         """The node's metrics in Prometheus' text format (docs/metrics.md), for an embedder
@@ -441,7 +440,7 @@ class RaftNode(Messaging):
 
     async def read_index(self, timeout_s: float = 5.0) -> int:
         """The offset a linearizable read waits for (leader only: see :mod:`.reads`)."""
-        return await reads.read_index(self, timeout_s)
+        return await reads.read_index(self, self._reads, timeout_s)
 
     def _pause_listener(self, paused: bool) -> None:
         if self.core is not None:
@@ -497,15 +496,12 @@ class RaftNode(Messaging):
         return appended
 
     def _track(self, appended: Appended) -> Appended:
-        if appended.token is not None:
-            assert self._loop is not None
-            self._verdicts[appended.token] = self._loop.create_future()
-        return appended
+        assert self._loop is not None
+        return self._verdicts.track(appended, self._loop)
 
     def forget(self, appended: Appended) -> None:
         """Stop waiting for the verdict of a tracked append (its waiter went away)."""
-        if appended.token is not None:
-            self._verdicts.pop(appended.token, None)
+        self._verdicts.forget(appended)
 
     async def wait_committed(self, appended: Appended, timeout_s: float | None = None) -> None:
         """Wait for the core's verdict on a tracked append: return once it is committed in
@@ -516,34 +512,7 @@ class RaftNode(Messaging):
         An offset alone is not enough to wait on: a deposed leader's offsets may come to hold
         another leader's records, and a high watermark passing them says nothing about ours.
         """
-        if not isinstance(appended, Appended) or appended.token is None:
-            raise TypeError(
-                "wait_committed takes a tracked Appended (from append(..., wait=...), "
-                f"append_batches or watch), not {appended!r}"
-            )
-        fut = self._verdicts.get(appended.token)
-        if fut is None:
-            raise RaftcoreError(f"{self.prefix} no verdict pending for {appended} (waited twice?)")
-        # The verdict future itself is awaited (no shield, no wait_for: one loop hop from the
-        # verdict to the waiter instead of four); it is forgotten whatever ends the wait.
-        timer = None
-        if timeout_s is not None:
-            assert self._loop is not None
-            timer = self._loop.call_later(timeout_s, _time_out, fut)
-        try:
-            outcome = await fut
-        finally:
-            self._verdicts.pop(appended.token, None)
-            if timer is not None:
-                timer.cancel()
-        if not outcome.committed:
-            raise NotLeaderError(
-                outcome.leader,
-                f"{self.prefix} offsets {appended.first_offset}..{appended.last_offset} of "
-                f"epoch {appended.epoch} were not committed in that epoch; leader is now "
-                f"{outcome.leader.leader_id if outcome.leader.known else 'unknown'} in epoch "
-                f"{outcome.leader.epoch}",
-            )
+        await self._verdicts.wait(appended, timeout_s)
 
     async def wait_high_watermark_change(self, timeout_s: float) -> None:
         """Wait for the high watermark to move (or ``timeout_s``)."""
@@ -554,6 +523,10 @@ class RaftNode(Messaging):
         change (or ``timeout_s``)."""
         await self._log_start_moved.wait(timeout_s)
 
+    def running_core(self) -> RaftCore | None:
+        """The core while the node runs (started, not closed yet), else None."""
+        return self.core if self._started else None
+
     def _require_core(self) -> RaftCore:
         if self.core is None or not self._started:
             raise RaftcoreError(f"{self.prefix} not started")
@@ -563,18 +536,13 @@ class RaftNode(Messaging):
 
     # ---- driving the core ----------------------------------------------------------------------
 
-    @staticmethod
-    def _now() -> int:
-        return int(time.monotonic() * 1000)
+    _now = staticmethod(now_ms)  # the core's clock (raftcore.node.clock)
 
     def _drive(self, out: Output) -> None:
         """Do what the core asked: send (now or after the fsync), flush, schedule the poll."""
-        log = self.log
-        assert log is not None
-        for outcome in out.completions:
-            fut = self._verdicts.get(outcome.appended.token)  # type: ignore[arg-type]
-            if fut is not None and not fut.done():
-                fut.set_result(outcome)
+        commit = self._group_commit
+        assert commit is not None  # opened with the log
+        self._verdicts.deliver(out.completions)
         if out.shutdown_ready:
             self._shutdown_is_ready()
         if out.log_start_moved:
@@ -583,34 +551,12 @@ class RaftNode(Messaging):
             self._reads.deliver(out.reads)
         if out.voter_changes:
             self.voter_changes.deliver(out.voter_changes)
-        flushed = self.log.flushed_offset  # type: ignore[union-attr]
-        for message in out.messages:
-            if message.after_flush >= 0 and message.after_flush > flushed:
-                self._held.append(message)
-            else:
-                self._send(message)
-        if log.end_offset > log.flushed_offset and self.config.flush == "always":
-            self._flusher.request()  # type: ignore[union-attr]
-        self._schedule_poll(out.next_deadline)
+        commit.submit(out.messages)  # now, or once the fsync covering them ran
+        assert self._poll_timer is not None  # made with the group commit
+        self._poll_timer.schedule(out.next_deadline)
         if out.snapshot_due and self.snapshotter is not None:
             self.snapshotter.due()
         self._after_progress()
-
-    def _schedule_poll(self, deadline: float) -> None:
-        if deadline >= self._poll_at or deadline == float("inf"):
-            return
-        assert self._loop is not None
-        if self._poll_handle is not None:
-            self._poll_handle.cancel()
-        self._poll_at = deadline
-        delay = max(0.0, (deadline - self._now()) / 1000)
-        self._poll_handle = self._loop.call_later(delay, self._on_poll_timer)
-
-    def _on_poll_timer(self) -> None:
-        self._poll_handle = None
-        self._poll_at = float("inf")
-        if self._started and self.core is not None:
-            self._run(self.core.poll)  # type: ignore[union-attr]
 
     def _run(self, step: Any) -> None:
         """Run one step of the core. Any exception out of it stops the node: a
@@ -646,14 +592,7 @@ class RaftNode(Messaging):
         while True:
             core, peers = self.core, self.peers
             if core is not None and peers is not None and self._started:
-                needed = set(core.voter_set)
-                leader = core.leader_and_epoch()
-                if leader.known:
-                    needed.add(leader.leader_id)  # type: ignore[arg-type]
-                needed.discard(self.node_id)
-                peers.sweep(needed)
-                for node_id in needed:
-                    peers.get(node_id)
+                peers.keep_open(core.voter_set, core.leader_and_epoch(), self.node_id)
                 if self._auto_join is not None:
                     self._auto_join.check()
             await asyncio.sleep(SWEEP_EVERY_S)
@@ -700,42 +639,3 @@ class RaftNode(Messaging):
         if core.high_watermark is None:
             return
         self._hw_moved.wake()
-
-    # ---- fsync off the loop, group commit ------------------------------------------------------
-
-    def _fsync(self) -> bool:
-        """On the fsync thread: fsync the log, unless (with ``flush="always"``) an earlier fsync
-        already covered every append (a request made while it ran, for appends it took)."""
-        log = self.log
-        assert log is not None
-        if self.config.flush == "always" and log.end_offset <= log.flushed_offset:
-            return False
-        self.metrics.timed_flush(log.flush)
-        return True
-
-    def _flushed(self, error: BaseException | None) -> None:
-        """The fsync thread's report (on the loop): release what waited for it, or stop."""
-        if self._flusher is None or self._flusher.closed:
-            return
-        if error is not None:
-            # the page cache may now hold what never reached the disk: stop, and recover from
-            # the disk at the next start (PostgreSQL's fsyncgate; Rebello et al., ATC '20)
-            self._fail(f"fsync of the log failed: {fatal.describe(error)}", error)
-            return
-        self._release_held()
-
-    async def _interval_flush_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.flush_interval_ms / 1000)
-            self._flusher.request()  # type: ignore[union-attr]
-
-    def _release_held(self) -> None:
-        flushed = self.log.flushed_offset  # type: ignore[union-attr]
-        held, self._held = self._held, []
-        for message in held:
-            if message.after_flush > flushed:
-                self._held.append(message)
-            else:
-                self._send(message)
-        if self.core is not None and self._started:
-            self._run(self.core.poll)  # type: ignore[union-attr]

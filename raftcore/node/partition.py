@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from raftcore.kafka.partition import Broker
+from raftcore.node import clock
 from raftcore.raft import NotLeaderError
 from raftcore.raft.serving import CommittedRead, read_committed
 
@@ -70,8 +71,8 @@ class NodePartition:
         return self._node.is_leader()
 
     def leads(self, epoch: int) -> bool:
-        core = self._node.core
-        return self._node._started and core is not None and core.is_leader() and core.epoch == epoch
+        core = self._node.running_core()
+        return core is not None and core.is_leader() and core.epoch == epoch
 
     def takes_appends(self) -> bool:
         core = self._node.core
@@ -144,11 +145,11 @@ class NodePartition:
 
     def delete_records(self, offset: int) -> DeleteRecordsResult | None:
         node = self._node
-        core = node.core
-        if core is None or node.log is None or not node._started:
+        core = node.running_core()
+        if core is None or node.log is None:
             return None
         try:
-            result = core.delete_records(offset, node._now())
+            result = core.delete_records(offset, clock.now_ms())
         except NotLeaderError:
             return None
         node.poke()  # a snapshot may be due now
@@ -169,4 +170,4 @@ class NodePartition:
         return self._node.core
 
     def now_ms(self) -> int:
-        return self._node._now()
+        return clock.now_ms()

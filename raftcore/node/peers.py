@@ -28,7 +28,7 @@ import contextlib
 import logging
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +36,7 @@ from raftcore.endpoints import Endpoint
 from raftcore.node.config import NodeConfig
 from raftcore.node.peer_health import PeerReachability, call_both
 from raftcore.node.transport import PeerConnection
+from raftcore.raft.values import LeaderAndEpoch
 from raftcore.raft.voters import VoterSet
 from raftcore.security import tls
 
@@ -215,6 +216,17 @@ class Peers:
                     "its address changed" if moved else "no longer needed",
                 )
                 self._close(node_id)
+
+    def keep_open(self, voters: Iterable[int], leader: LeaderAndEpoch, own_id: int) -> None:
+        """Connections to the voters and the leader open (so that an election or a first fetch
+        does not wait for a TLS handshake), none kept to the ids no longer needed."""
+        needed = set(voters)
+        if leader.leader_id is not None:
+            needed.add(leader.leader_id)
+        needed.discard(own_id)
+        self.sweep(needed)
+        for node_id in needed:
+            self.get(node_id)
 
     def _close(self, node_id: int) -> None:
         peer = self.connections.pop(node_id, None)

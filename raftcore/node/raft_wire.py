@@ -25,7 +25,7 @@ Kafka brokers skip unknown tags.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from raftcore.error_codes import Errors
 from raftcore.errors import RaftcoreError
@@ -54,10 +54,12 @@ from raftcore.raft.values import LeaderAndEpoch, OffsetAndEpoch
 from raftcore.raft.voters import VoterEndpoint
 
 if TYPE_CHECKING:
-    from raftcore.node.node import RaftNode
+    from raftcore.node.config import NodeConfig
+    from raftcore.node.peers import AddressBook
 
 __all__ = [
     "VERSIONS",
+    "WireNode",
     "WrongPartition",
     "decode_request",
     "decode_response",
@@ -67,6 +69,18 @@ __all__ = [
     "error_response",
     "is_replica_fetch",
 ]
+
+
+class WireNode(Protocol):
+    """What the wire format needs of a node: its configuration (cluster, topic, listener) and
+    its address book (the endpoints it tells and learns)."""
+
+    @property
+    def config(self) -> NodeConfig: ...
+
+    @property
+    def address_book(self) -> AddressBook: ...
+
 
 VERSIONS = {
     ApiKey.VOTE: 2,  # v2: PreVote (KIP-996)
@@ -104,7 +118,7 @@ class WrongPartition(RaftcoreError):
 # ---- requests out ----------------------------------------------------------------------------
 
 
-def encode_request(node: RaftNode, out: Outbound) -> tuple[int, int, bytes]:
+def encode_request(node: WireNode, out: Outbound) -> tuple[int, int, bytes]:
     """(api key, version, frame bytes) of a request the core wants sent."""
     message = out.message
     cfg = node.config
@@ -233,14 +247,14 @@ def encode_request(node: RaftNode, out: Outbound) -> tuple[int, int, bytes]:
     return key, version, frame
 
 
-def _leader_endpoints(node: RaftNode, cls: Any) -> list[Any]:
+def _leader_endpoints(node: WireNode, cls: Any) -> list[Any]:
     cfg = node.config
     ep = cfg.advertised
     assert ep is not None
     return [cls.LeaderEndpoint(name=cfg.listener_name, host=ep.host, port=ep.port)]
 
 
-def _learn_leader(node: RaftNode, leader_id: int, endpoints: Any) -> None:
+def _learn_leader(node: WireNode, leader_id: int, endpoints: Any) -> None:
     """A BeginQuorumEpoch or EndQuorumEpoch says where its leader listens."""
     for ep in endpoints or ():
         node.address_book.learn(leader_id, ep.host, ep.port)
@@ -263,7 +277,7 @@ def is_replica_fetch(body: Any) -> bool:
     return _replica_id(body) >= 0
 
 
-def _single_partition(node: RaftNode, key: int, body: Any, *, by_id: bool = False) -> Any:
+def _single_partition(node: WireNode, key: int, body: Any, *, by_id: bool = False) -> Any:
     cfg = node.config
     topics = body.topics
     if len(topics) != 1 or len(topics[0].partitions) != 1:
@@ -286,7 +300,7 @@ def _single_partition(node: RaftNode, key: int, body: Any, *, by_id: bool = Fals
     return partition
 
 
-def decode_request(node: RaftNode, header: Any, body: Any) -> tuple[int, RaftRequest]:
+def decode_request(node: WireNode, header: Any, body: Any) -> tuple[int, RaftRequest]:
     """(sender id, the core's request) of a decoded raft request; WrongPartition when it is not
     for our topic-partition."""
     key = header.request_api_key
@@ -382,7 +396,7 @@ def _endpoint(listener: Any) -> VoterEndpoint | None:
 # ---- responses out ----------------------------------------------------------------------------
 
 
-def encode_response(node: RaftNode, out: Outbound, api_key: int, version: int) -> Any:
+def encode_response(node: WireNode, out: Outbound, api_key: int, version: int) -> Any:
     """The response body (to encode at ``version``) of a response the core produced."""
     message = out.message
     cfg = node.config
@@ -477,7 +491,7 @@ def encode_response(node: RaftNode, out: Outbound, api_key: int, version: int) -
     return body
 
 
-def node_endpoints(node: RaftNode, cls: Any, leader: LeaderAndEpoch) -> list[Any]:
+def node_endpoints(node: WireNode, cls: Any, leader: LeaderAndEpoch) -> list[Any]:
     """KIP-951's NodeEndpoints: the endpoint of ``leader`` as entries of ``cls`` (a message's
     NodeEndpoint struct; Rack, where the message has it, stays null)."""
     if not leader.known:
@@ -488,7 +502,7 @@ def node_endpoints(node: RaftNode, cls: Any, leader: LeaderAndEpoch) -> list[Any
     return [cls(node_id=leader.leader_id, host=ep.host, port=ep.port)]
 
 
-def error_response(node: RaftNode, api_key: int, version: int, error_code: int) -> Any:
+def error_response(node: WireNode, api_key: int, version: int, error_code: int) -> Any:
     """A top-level error answer (the request named a partition we do not have)."""
     return raft_error_response(api_key, error_code)
 
@@ -496,7 +510,7 @@ def error_response(node: RaftNode, api_key: int, version: int, error_code: int) 
 # ---- responses in -----------------------------------------------------------------------------
 
 
-def decode_response(node: RaftNode, api_key: int, version: int, frame: bytes) -> RaftResponse:
+def decode_response(node: WireNode, api_key: int, version: int, frame: bytes) -> RaftResponse:
     """The core's response from a response frame; RaftcoreError when it does not parse or does
     not answer for our partition."""
     _, body = decode_frame(api_key, version, frame)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from raftcore.error_codes import Errors
 from raftcore.errors import RaftcoreError
+from raftcore.node.clock import now_ms
 from raftcore.raft import LeaderAndEpoch, NotLeaderError
 from raftcore.raft.read_index import ReadIndexOutcome
 
@@ -81,7 +82,7 @@ def _not_leader(node: RaftNode, leader: LeaderAndEpoch) -> NotLeaderForReadError
     )
 
 
-async def read_index(node: RaftNode, timeout_s: float = 5.0) -> int:
+async def read_index(node: RaftNode, waiters: ReadWaiters, timeout_s: float = 5.0) -> int:
     """The read index of a linearizable read on ``node``, once a majority of voters confirmed
     that ``node`` still leads (the core's quorum round). Wait for the state machine to apply
     up to it, then read.
@@ -90,15 +91,15 @@ async def read_index(node: RaftNode, timeout_s: float = 5.0) -> int:
     round completes, naming the leader known; TimeoutError when no majority answers within
     ``timeout_s`` (the leader may be cut off from the quorum).
     """
-    core = node.core
-    if core is None or not node._started:
+    core = node.running_core()
+    if core is None:
         raise RaftcoreError(f"{node.prefix} not started")
     try:
-        read = core.read_index(node._now())
+        read = core.read_index(now_ms())
     except NotLeaderError:
         raise _not_leader(node, core.leader_and_epoch()) from None
-    fut = node._reads.wait(read.token)
-    node._run(core.poll)  # the round's requests go now
+    fut = waiters.wait(read.token)
+    node.poke()  # the round's requests go now
     try:
         outcome = await asyncio.wait_for(fut, timeout_s)
     except asyncio.TimeoutError:
@@ -107,7 +108,7 @@ async def read_index(node: RaftNode, timeout_s: float = 5.0) -> int:
             f"{read.epoch} within {timeout_s} s: cannot serve a linearizable read"
         ) from None
     finally:
-        node._reads.forget(read.token)
+        waiters.forget(read.token)
     if outcome.error != Errors.NONE:
         raise _not_leader(node, outcome.leader)
     return read.index

@@ -85,4 +85,4 @@ class Retention:
                 offset,
                 sum(1 for s in segments if s.end_offset <= offset),
             )
-            node._run(core.poll)
+            node.poke()  # the snapshot it may need is due

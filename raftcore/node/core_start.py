@@ -1,0 +1,60 @@
+"""Starting a node's Raft core on its data directory. The core reads the quorum-state and
+decides whether it may be itself: a dynamic voter whose quorum-state is lost must never vote
+twice in an epoch, so the replica comes back as a new one, with a new directory id (KIP-853),
+and the core starts again; a static voter (or a second loss) cannot go on."""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import Any
+
+from raftcore.errors import LostQuorumStateError
+from raftcore.log import SegmentedLog
+from raftcore.node.clock import now_ms
+from raftcore.node.config import NodeConfig
+from raftcore.node.data_dir import replace_directory_id
+from raftcore.raft import FileQuorumStateStore, Output, RaftCore
+from raftcore.raft.voters import VoterEndpoint
+
+__all__ = ["start_core"]
+
+logger = logging.getLogger("raftcore.node.node")  # the node's log lines
+
+
+def start_core(
+    cfg: NodeConfig,
+    log: SegmentedLog,
+    *,
+    rng: random.Random,
+    listener: Any,
+    listener_start_offset: int | None,
+    directory_id: bytes | None,
+    prefix: str,
+) -> tuple[RaftCore, Output, bytes | None]:
+    """The started core, its first output and the directory id it runs with. Raises what
+    the core's start raised when the replica cannot be itself."""
+    store = FileQuorumStateStore(cfg.data_dir, cluster_id=cfg.cluster_id)
+    assert cfg.advertised is not None  # NodeConfig makes it the listen address when not given
+    endpoint = VoterEndpoint(cfg.listener_name, cfg.advertised.host, cfg.advertised.port)
+    for attempt in range(2):
+        core = RaftCore(
+            cfg.node_id,
+            cfg.quorum,
+            log,
+            store,
+            rng=rng,
+            listener=listener,
+            listener_start_offset=listener_start_offset,
+            log_prefix=prefix,
+            directory_id=directory_id,
+            endpoint=endpoint,
+        )
+        try:
+            return core, core.start(now_ms()), directory_id
+        except LostQuorumStateError as exc:
+            if exc.static or attempt:
+                raise
+            logger.warning("%s %s", prefix, exc)  # never vote twice: a new replica
+            directory_id = replace_directory_id(cfg)
+    raise AssertionError("unreachable: the second attempt returns or raises")
