@@ -15,8 +15,9 @@ class Waiters:
     def __init__(self) -> None:
         self._events: list[asyncio.Event] = []
 
-    def __bool__(self) -> bool:
-        return bool(self._events)
+    def __len__(self) -> int:
+        """How many wait now."""
+        return len(self._events)
 
     async def wait(self, timeout_s: float) -> None:
         """Until the next :meth:`wake`, or ``timeout_s``."""
