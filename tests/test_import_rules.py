@@ -217,7 +217,7 @@ def test_the_in_memory_fakes_import_the_core_values_and_protocols_never_the_node
     allowed = ("raftcore.testing", "raftcore.raft", "raftcore.snapshot", *SHARED, *STORAGE_BASE)
     problems = _imports_outside(("raftcore.testing",), allowed)
     for module in members("raftcore.testing"):
-        via = _loads(module, skip=set())
+        via = _loads(module)
         banned = [m for m in via if _in(m, ("raftcore.node", "raftcore.raft.core"))]
         if banned:
             problems.append(_chain(via, banned[0]))
@@ -258,15 +258,15 @@ def test_the_command_line_sits_at_the_top():
     )
 
 
-def _loads(name: str, skip: set[tuple[str, str]]) -> dict[str, str | None]:
+def _loads(name: str) -> dict[str, str | None]:
     """Every raftcore module loaded, at once or by a function call, when ``name`` is: each
-    with the module that imported it (None for ``name``). Edges in ``skip`` are not followed."""
+    with the module that imported it (None for ``name``)."""
     via: dict[str, str | None] = {name: None}
     todo = deque([name])  # breadth first: each chain is a shortest one
     while todo:
         module = todo.popleft()
         for imp in imports_of(module):
-            if (module, imp.target) in skip or not _ours(imp.target):
+            if not _ours(imp.target):
                 continue
             parts = imp.target.split(".")
             for i in range(1, len(parts) + 1):
@@ -291,7 +291,7 @@ def test_clients_spark_and_security_never_load_the_node_nor_the_core(package):
     raftcore.node.config)."""
     problems = []
     for module in members(package):
-        via = _loads(module, skip=set())
+        via = _loads(module)
         banned = [m for m in via if _in(m, ("raftcore.node", "raftcore.raft.core"))]
         if banned:  # the first one reached says how
             problems.append(_chain(via, banned[0]))
