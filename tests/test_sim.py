@@ -172,3 +172,14 @@ def test_the_healed_partition_check_catches_a_node_that_skips_the_pre_vote(voter
     report = run_isolated_follower(voters)
     assert report.isolated_max_epoch > report.epoch_before
     assert report.epoch_after > report.epoch_before
+
+
+def test_the_nemesis_loses_no_disk_while_the_logs_disagree_on_the_voters():
+    """Seed 1,073,222: a leader's uncommitted add of node 4 stayed in its log alone, the next
+    leader's disk was lost, and the three intact replicas -- a majority of every voter set any
+    log named -- could elect no one (no protocol can: 1 needs 4's vote, which 4's newer log
+    refuses, and 4 is no voter by its own log). The nemesis does not lose a disk while a change
+    is in flight; the seed keeps every invariant, liveness included."""
+    scenario = Scenario.from_seed(1_073_222, 3, membership="on")
+    result = Simulation(scenario).run()
+    assert result.ok, result.violation

@@ -14,7 +14,9 @@ Actions (at random times while the faults run, at the leader of the moment):
 - **transfer**: leadership is handed to another voter.
 
 The nemesis never takes the cluster below a majority of replicas that still hold their data
-(that would be a permanent loss of quorum, which no protocol survives).
+(that would be a permanent loss of quorum, which no protocol survives), and loses a disk only
+while every log names the same voter set: with a change in flight, the intact replicas may hold
+a majority of each set and still elect no one (a disk lost then needs an operator, as in Kafka).
 
 Invariants, checked after every event (independently of the core: the voter set is read from
 each replica's log, as the records say):
@@ -237,6 +239,13 @@ class Membership:
             # kraft.version 1) cannot tell a wiped voter from the one it was: a disk lost
             # then, with the replicas that lag, can elect a leader without committed records.
             # (kraft.version 0 has this weakness; the nemesis does not go there.)
+            return []
+        if any(s != voters for s in sets):
+            # A Voters record not every log holds (a change in flight, or one a replica has not
+            # fetched yet): losing a disk now can leave intact majorities that cannot elect --
+            # seed 1,073,222: the leader's uncommitted add of 4 stayed in its log only, a new
+            # leader's epoch reached 4 as an observer, and that leader's disk went; 1 needed 4's
+            # vote, which its newer log refused, and 4, no voter by its own log, never stood.
             return []
         victims = []
         for node in sim.nodes.values() if only is None else [only]:
