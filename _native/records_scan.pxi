@@ -262,3 +262,54 @@ def restamp_batches(buffer, int64_t base_offset, int32_t leader_epoch):
         offset += <int64_t>h.last_offset_delta + 1
         pos += h.size
     return out, offset
+
+
+def restamp_scanned(buffer, BatchScan scan, int64_t base_offset, int32_t leader_epoch):
+    """Give the batches ``scan`` describes (a scan of ``buffer`` from position 0, without an
+    error) consecutive offsets from ``base_offset`` and the leader epoch ``leader_epoch`` -- what
+    a leader does to batches a producer sent -- writing both fields where they lie: in
+    ``buffer`` itself when it is writable, else in a copy. Both lie outside the CRC, which stays
+    valid. The scan is brought up to date (offsets, epochs, epoch starts), so the batches need
+    no walk again. Returns (the restamped buffer, next offset).
+
+    Each batch's header is parsed again at its scanned position and must give the scanned size:
+    a scan that is not this buffer's is a CorruptRecordError, never a write out of bounds."""
+    cdef Py_buffer view
+    cdef Py_ssize_t i, pos, n, count = scan.count
+    cdef BatchHeader h
+    cdef int64_t offset = base_offset
+    cdef uint8_t *p
+    if scan.error is not None:
+        raise CorruptRecordError(f"cannot restamp batches that failed their scan: {scan.error}",
+                                 scan.error_position)
+    out = buffer
+    try:
+        PyObject_GetBuffer(out, &view, PyBUF_WRITABLE)
+    except BufferError:  # read-only (bytes): the copy is written
+        out = bytearray(buffer)
+        PyObject_GetBuffer(out, &view, PyBUF_WRITABLE)
+    cdef int64_t[::1] v_pos = scan.positions
+    cdef int64_t[::1] v_size = scan.sizes
+    cdef int64_t[::1] v_base = scan.base_offsets
+    cdef int64_t[::1] v_last = scan.last_offsets
+    cdef int32_t[::1] v_epoch = scan.epochs
+    try:
+        p = <uint8_t *>view.buf
+        n = view.len
+        for i in range(count):
+            pos = v_pos[i]
+            if (pos < 0 or pos > n or parse_batch_header(p + pos, n - pos, &h) != BH_OK
+                    or h.size != v_size[i]):
+                raise CorruptRecordError(
+                    f"batch {i} of the scan is not at byte position {pos} of the buffer", pos)
+            store_u64(p + pos + BASE_OFFSET_OFF, <uint64_t>offset)
+            store_u32(p + pos + EPOCH_OFF, <uint32_t>leader_epoch)
+            v_last[i] = offset + h.last_offset_delta
+            v_base[i] = offset
+            v_epoch[i] = leader_epoch
+            offset += <int64_t>h.last_offset_delta + 1
+    finally:
+        PyBuffer_Release(&view)
+    scan.epoch_starts = [(leader_epoch, base_offset)] if count else []
+    scan.discontinuity = -1
+    return out, offset

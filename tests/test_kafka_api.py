@@ -106,10 +106,10 @@ class FakePartition:
     async def wait_log_start_change(self, timeout_s: float) -> None:
         await asyncio.sleep(0)
 
-    def append(self, records: Any, *, track: bool) -> Appended:
+    def append(self, records: Any, *, track: bool, checked: Any = None) -> Appended:
         if not self.is_leader():
             raise NotLeaderError(self._leader, "not the leader")
-        first, last = self.log.append_batches_as_leader(records, self.epoch)
+        first, last = self.log.append_batches_as_leader(records, self.epoch, checked=checked)
         self.producers.record_scanned(scan_batches(self.log.read(first), check_crc=False))
         return Appended(first, last, self.epoch, token=1 if track else None)
 
@@ -258,6 +258,25 @@ def test_produce_answers_with_the_verdict_of_the_append() -> None:
     assert (resp.error_code, resp.base_offset) == (Errors.NONE, 0)
     assert broker.metrics.produce_records == 3
     assert partition.forgotten == [Appended(0, 2, 3, token=1)]
+
+
+def test_produce_hands_the_scan_of_its_validation_to_the_append() -> None:
+    """Each byte checked once (issue 25): validation's scan goes with the records, so the log
+    neither walks nor CRC-checks them again (tests/test_log.py: it restamps them in place)."""
+    partition = FakePartition()
+    partition.hw = 5
+    handed = []
+    append = partition.append
+
+    def spy(records: Any, *, track: bool, checked: Any = None) -> Appended:
+        handed.append(checked)
+        return append(records, track=track, checked=checked)
+
+    partition.append = spy  # type: ignore[method-assign]
+    received = bytearray(_batch(3))
+    asyncio.run(produce(_broker(partition), _produce_body(received), 9))
+    (scan,) = handed
+    assert scan is not None and scan.count == 1 and int(scan.base_offsets[0]) == 0
 
 
 def test_produce_tells_of_a_leadership_lost_before_the_commit() -> None:

@@ -95,6 +95,58 @@ def test_append_as_follower_copies_batches_with_their_offsets_and_epochs(tmp_pat
     assert log.epoch_entries() == [(1, 0), (2, 3)]
 
 
+def _crc_checks(monkeypatch):
+    """Count the log's own CRC checks of appended bytes (``verify``)."""
+    import raftcore.log.segment as segment_module
+    import raftcore.log.segmented_log as log_module
+
+    calls = []
+    for module in (segment_module, log_module):
+        real = module.check_batch_crcs
+
+        def counted(*args, real=real):
+            calls.append(args[1:])
+            return real(*args)
+
+        monkeypatch.setattr(module, "check_batch_crcs", counted)
+    return calls
+
+
+def test_a_leader_append_of_checked_batches_restamps_them_in_place_and_checks_no_crc_again(
+    log, monkeypatch
+):
+    """Issue 25: produce validation checked every CRC and record and handed its scan over, so
+    the append restamps the received buffer where it lies and checks nothing twice."""
+    from raftcore.records import scan_batches
+
+    checks = _crc_checks(monkeypatch)
+    log.append_as_leader(records(2), epoch=3)
+    received = bytearray(encode_batch(records(3)) + encode_batch(records(1)))
+    scan = scan_batches(received, check_crc=True)
+    assert log.append_batches_as_leader(received, 3, checked=scan) == (2, 5)
+    assert checks == []
+    assert [(b.base_offset, b.partition_leader_epoch) for b in iter_batches(received)] == [
+        (2, 3),
+        (5, 3),
+    ]
+    assert bytes(log.read(2, 1 << 20)) == bytes(received)
+    # unchecked batches (an embedded caller's) are still checked as they are written
+    log.append_batches_as_leader(encode_batch(records(1)), 3)
+    assert len(checks) == 1
+
+
+def test_a_follower_append_of_checked_batches_checks_no_crc_again(log, monkeypatch):
+    from raftcore.records import scan_batches
+
+    checks = _crc_checks(monkeypatch)
+    fetched = encode_batch(records(3), base_offset=0, leader_epoch=1)
+    assert log.append_as_follower(fetched, checked=scan_batches(fetched)) == (0, 2)
+    assert checks == []
+    assert log.append_as_follower(encode_batch(records(1), base_offset=3, leader_epoch=1))
+    assert len(checks) == 1
+    assert [r[0] for r in read_all(log)] == [0, 1, 2, 3]
+
+
 def test_append_as_follower_of_nothing_is_a_no_op(log):
     assert log.append_as_follower(b"") is None
     assert log.end_offset == 0

@@ -49,6 +49,7 @@ from raftcore.records import (
     iter_batches,
     parse_control_record_key,
     restamp_batches,
+    restamp_scanned,
     scan_batches,
     set_max_decompressed_size,
     span_batches,
@@ -1217,6 +1218,38 @@ def test_restamp_batches_sets_offsets_and_epoch_outside_the_crc():
     ]
     for b in batches:
         b.validate()
+
+
+def test_restamp_scanned_writes_offsets_and_epoch_where_the_batches_lie_and_updates_the_scan():
+    """A leader restamps a produced request's batches in its receive buffer: no copy, no walk;
+    the scan it hands the log then says what was written."""
+    data = bytearray(encode_batch([(b"k", b"v")] * 3) + encode_batch([(b"k", b"w")]))
+    before = bytes(data)
+    scan = scan_batches(data, check_crc=True)
+    out, next_offset = restamp_scanned(data, scan, 100, 9)
+    assert out is data and next_offset == 104
+    assert bytes(data) == restamp_batches(before, 100, 9)[0]
+    assert list(scan.base_offsets) == [100, 103] and list(scan.last_offsets) == [102, 103]
+    assert list(scan.epochs) == [9, 9] and scan.epoch_starts == [(9, 100)]
+    assert scan_batches(data, check_crc=True).error is None  # both fields lie outside the CRC
+
+
+def test_restamp_scanned_restamps_a_copy_of_a_read_only_buffer():
+    data = encode_batch([(b"k", b"v")] * 2)
+    out, _ = restamp_scanned(data, scan_batches(data), 5, 1)
+    assert isinstance(out, bytearray) and data == encode_batch([(b"k", b"v")] * 2)
+    assert [b.base_offset for b in iter_batches(out)] == [5]
+
+
+def test_restamp_scanned_refuses_a_scan_of_other_bytes_rather_than_write_out_of_bounds():
+    small, large = encode_batch([(b"k", b"v")]), encode_batch([(b"k", b"v")] * 50)
+    with pytest.raises(CorruptRecordError, match="not at byte position"):
+        restamp_scanned(bytearray(small), scan_batches(large), 0, 1)  # a batch, not that one
+    with pytest.raises(CorruptRecordError, match="not at byte position"):
+        restamp_scanned(bytearray(small), scan_batches(small + small), 0, 1)  # past the end
+    torn = small + large
+    with pytest.raises(CorruptRecordError, match="failed their scan"):
+        restamp_scanned(bytearray(torn[:-3]), scan_batches(torn[:-3]), 0, 1)
 
 
 def test_restamp_batches_raises_on_a_truncated_buffer():

@@ -343,9 +343,9 @@ def test_a_follower_appends_the_records_of_a_large_fetch_response_from_its_recei
             seen: list[Any] = []
             append = log.append_as_follower
 
-            def spy(records: Any) -> Any:
+            def spy(records: Any, **kwargs: Any) -> Any:
                 seen.append(records)
-                return append(records)
+                return append(records, **kwargs)
 
             log.append_as_follower = spy
             batch = encode_batch([(None, b"v" * 1000)] * 200, base_offset=0, leader_epoch=0)

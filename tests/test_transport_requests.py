@@ -33,7 +33,7 @@ class Handlers:
         self.later: dict[bytes, Later] = {}
 
     async def handle(self, conn: ServerConnection, request: bytes) -> Any:
-        kind, _, name = request.partition(b":")
+        kind, _, name = bytes(request).partition(b":")  # frames come as bytearrays
         if kind == b"later":  # answered by whoever holds it (a parked fetch's core answer)
             later = Later()
             self.later[name] = later

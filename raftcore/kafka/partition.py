@@ -114,10 +114,12 @@ class Partition(Protocol):
 
     # ---- appends and their verdicts ------------------------------------------------------------
 
-    def append(self, records: Any, *, track: bool) -> Appended:
+    def append(self, records: Any, *, track: bool, checked: Any = None) -> Appended:
         """Append producer-built batches (leader only: NotLeaderError; CorruptRecordError or
         InvalidAppendError for batches the log refuses). With ``track``, the caller waits for
-        the verdict (:meth:`wait_verdict`) or forgets it (:meth:`forget`)."""
+        the verdict (:meth:`wait_verdict`) or forgets it (:meth:`forget`). ``checked`` is
+        the scan of ``records`` made when their CRCs and records were validated: they are
+        then restamped where they lie and not checked again."""
         ...
 
     def watch(self, first_offset: int, last_offset: int) -> Appended:

@@ -181,7 +181,7 @@ def _produce_partition(
         if verdict != Errors.NONE:
             return verdict, None
     try:
-        appended = partition.append(records, track=track)
+        appended = partition.append(records, track=track, checked=scan)
     except NotLeaderError:
         return Errors.NOT_LEADER_OR_FOLLOWER, None
     except (CorruptRecordError, InvalidAppendError) as exc:

@@ -21,6 +21,7 @@ from raftcore._native.records import (
     encode_batch,
     iter_batches,
     restamp_batches,
+    restamp_scanned,
     scan_batches,
     span_batches,
 )
@@ -302,11 +303,16 @@ class SegmentedLog(TruncationAndRetention):
             return base, int(scan.last_offsets[0])
 
     def append_batches_as_leader(
-        self, batches: bytes | bytearray | memoryview, epoch: int
+        self, batches: bytes | bytearray | memoryview, epoch: int, *, checked: Any = None
     ) -> tuple[int, int]:
         """Append batches a producer built: they get offsets from the log end and ``epoch``
-        (both outside the CRC, so it stays valid); every batch's CRC is checked, and nothing is
-        written unless all pass. Returns (first offset, last offset)."""
+        (both outside the CRC, so it stays valid). Nothing is written unless every batch is
+        sound. Returns (first offset, last offset).
+
+        ``checked`` is the scan of ``batches`` made when every batch's CRC and records were
+        checked before (produce validation): the batches are then restamped where they lie
+        (in ``batches`` itself when it is writable) and written without a second walk or CRC
+        check. Without it, a copy is restamped, scanned and CRC-checked as it is written."""
         with self._lock:
             self._check_open()
             latest = self._epochs.latest_epoch
@@ -316,9 +322,13 @@ class SegmentedLog(TruncationAndRetention):
                     f"epoch {latest}"
                 )
             base = self.end_offset
-            data, _ = restamp_batches(batches, base, epoch)
-            scan = scan_batches(data, check_crc=False)
-            scan.raise_error()
+            if checked is None:
+                data, _ = restamp_batches(batches, base, epoch)
+                scan = scan_batches(data, check_crc=False)
+                scan.raise_error()
+            else:
+                data, scan = batches, checked
+                scan.raise_error()
             if scan.count == 0:
                 raise InvalidAppendError(f"log {self._dir}: no batches to append")
             # one batch per produce is the common case: numpy's max costs more than the rest
@@ -328,21 +338,29 @@ class SegmentedLog(TruncationAndRetention):
                     f"log {self._dir}: a batch of {biggest} bytes exceeds max_message_bytes "
                     f"{self._config.max_message_bytes}"
                 )
-            self._write(data, scan, verify=True)
+            if checked is not None:
+                data, _ = restamp_scanned(batches, scan, base, epoch)
+            self._write(data, scan, verify=checked is None)
             return base, int(scan.last_offsets[-1])
 
-    def append_as_follower(self, batches: bytes | bytearray | memoryview) -> tuple[int, int] | None:
+    def append_as_follower(
+        self, batches: bytes | bytearray | memoryview, *, checked: Any = None
+    ) -> tuple[int, int] | None:
         """Append whole batches that already carry offsets and epochs (as a follower copies the
         leader's log). Every batch must pass its CRC check; the first must start at the log
         end offset, each next one must follow the one before, and leader epochs must not
         decrease. Nothing is written unless every batch passes.
+
+        ``checked`` is the scan of ``batches`` made when every batch's CRC and records were
+        checked before (a follower's check of what the leader sent): the batches are written
+        without a second walk or CRC check.
 
         Returns (first offset, last offset), or None for an empty buffer.
         """
         with self._lock:
             self._check_open()
             # Structure first (headers only); the CRCs are checked as the bytes are written.
-            scan = scan_batches(batches, check_crc=False)
+            scan = scan_batches(batches, check_crc=False) if checked is None else checked
             if scan.error is not None:
                 raise CorruptRecordError(
                     f"log {self._dir}: refusing a follower append: {scan.error}",
@@ -366,7 +384,7 @@ class SegmentedLog(TruncationAndRetention):
                     f"log {self._dir}: batch at offset {end} has leader epoch {first_epoch}, "
                     f"older than the log's last batch epoch {self._last_batch_epoch}"
                 )
-            self._write(batches, scan, verify=True)
+            self._write(batches, scan, verify=checked is None)
             return end, int(scan.last_offsets[-1])
 
     def _write(self, data: Any, scan: Any, *, verify: bool) -> None:

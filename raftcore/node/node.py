@@ -49,6 +49,7 @@ import logging
 import random
 import socket
 from collections.abc import Iterable
+from functools import partial
 from typing import Any
 
 from raftcore.errors import LostQuorumStateError, NodeFailedError, RaftcoreError
@@ -470,11 +471,17 @@ class RaftNode:
             await self.wait_committed(appended)
         return appended
 
-    def append_batches(self, batches: Any, *, track: bool = True) -> Appended:
-        """Append producer-built batches (leader only), as Produce does. With ``track``, the
-        caller must then :meth:`wait_committed` for its verdict."""
+    def append_batches(self, batches: Any, *, track: bool = True, checked: Any = None) -> Appended:
+        """Append producer-built batches (leader only), as Produce does (``checked``: their
+        scan, made when their CRCs and records were validated). With ``track``, the caller
+        must then :meth:`wait_committed` for its verdict."""
         core = self._require_core()
-        appended = self._track(self._resigns_on_write_failure(core.append_batches, batches, track))
+        append = (
+            core.append_batches
+            if checked is None
+            else partial(core.append_batches, checked=checked)
+        )
+        appended = self._track(self._resigns_on_write_failure(append, batches, track))
         self._drive(core.poll(self._now()))
         return appended
 

@@ -127,8 +127,8 @@ class NodePartition:
 
     # ---- appends and their verdicts ------------------------------------------------------------
 
-    def append(self, records: Any, *, track: bool) -> Appended:
-        return self._node.append_batches(records, track=track)
+    def append(self, records: Any, *, track: bool, checked: Any = None) -> Appended:
+        return self._node.append_batches(records, track=track, checked=checked)
 
     def watch(self, first_offset: int, last_offset: int) -> Appended:
         return self._node.watch(first_offset, last_offset)

@@ -248,7 +248,8 @@ class FrameReceiver(asyncio.BufferedProtocol):
                 break
             self._start = start + 4 + size
             self.frames += 1
-            self.on_frame(bytes(self._view[start + 4 : start + 4 + size]))
+            # A writable copy: a leader restamps produced batches where they lie in it.
+            self.on_frame(bytearray(self._view[start + 4 : start + 4 + size]))
         if self._start == self._end:
             self._start = self._end = 0
 

@@ -294,8 +294,8 @@ def _append(
             raise InvalidAppendError(
                 f"a batch of epoch {int(scan.epochs.max())} from the leader of epoch {state.epoch}"
             )
-        check_well_formed(records)  # every record decodes (issue 9): no poisoned log
-        core.log.append_as_follower(records)
+        check_well_formed(records)  # every CRC and record (issue 9): no poisoned log
+        core.log.append_as_follower(records, checked=scan)  # so checked once, not again
     except (CorruptRecordError, InvalidAppendError) as exc:
         logger.error("%s refusing records from leader %d: %s", core.prefix, source, exc)
         return None

@@ -103,13 +103,21 @@ class LeaderRequests:
         return self._appended(state, first, last, now, track)
 
     def append_batches(
-        self, batches: Any, now: int, *, epoch: int | None = None, track: bool = True
+        self,
+        batches: Any,
+        now: int,
+        *,
+        epoch: int | None = None,
+        track: bool = True,
+        checked: Any = None,
     ) -> Appended:
         """Append batches a producer built (leader only): they get the next offsets and this
-        epoch; every CRC is checked. Raises and tracks as ``append`` does."""
+        epoch; every CRC is checked, once (``checked``: the scan of batches whose CRCs and
+        records were checked already, as the log's ``append_batches_as_leader`` takes it).
+        Raises and tracks as ``append`` does."""
         state = self._writable_leader(epoch)
         try:
-            first, last = self.log.append_batches_as_leader(batches, state.epoch)
+            first, last = self.log.append_batches_as_leader(batches, state.epoch, checked=checked)
         except OSError as exc:
             raise self.cannot_write(state, exc, now, "produced batches") from exc
         return self._appended(state, first, last, now, track)

@@ -102,7 +102,11 @@ class InMemoryLog:
         self._add(data, check=False)
         return first, self._end - 1
 
-    def append_batches_as_leader(self, batches: Any, epoch: int) -> tuple[int, int]:
+    def append_batches_as_leader(
+        self, batches: Any, epoch: int, *, checked: Any = None
+    ) -> tuple[int, int]:
+        # ``checked`` (the scan of batches checked before) changes nothing here: every
+        # append is checked whole.
         if epoch < self._cache.latest_epoch:
             raise InvalidAppendError(f"epoch {epoch} is older than {self._cache.latest_epoch}")
         data, _ = restamp_batches(batches, self._end, epoch)
@@ -110,7 +114,7 @@ class InMemoryLog:
         self._add(data, check=True)
         return first, self._end - 1
 
-    def append_as_follower(self, batches: Any) -> tuple[int, int] | None:
+    def append_as_follower(self, batches: Any, *, checked: Any = None) -> tuple[int, int] | None:
         data = bytes(batches)
         if not data:
             return None
