@@ -55,6 +55,22 @@ async def send_window(
     return time.perf_counter() - started
 
 
+# Another commit's checkout (its native modules built in place: setup.py build_ext --inplace)
+# whose node processes run beside this one's in the cluster benchmarks, in one run: how the
+# node compares with before. The client side (the producers) is this checkout's in both.
+BASELINE = os.environ.get("RAFTCORE_BENCH_BASELINE")
+NODE_BUILDS = ["this", "baseline"] if BASELINE else ["this"]
+
+
+def node_env(build: str) -> dict[str, str] | None:
+    """The environment of a benchmark's node processes: None (this checkout's), or the
+    baseline checkout's first on the import path."""
+    if build == "this":
+        return None
+    assert BASELINE is not None
+    return {**os.environ, "PYTHONPATH": BASELINE}
+
+
 # Logs the benchmarks write go to memory where there is a tmpfs: the disk is not what they time.
 BENCH_DIR = os.environ.get("RAFTCORE_BENCH_DIR") or (
     "/dev/shm" if os.path.isdir("/dev/shm") else None

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import pytest
-from bench_helpers import percentiles, send_window
+from bench_helpers import NODE_BUILDS, node_env, percentiles, send_window
 
 from raftcore.client import Producer
 from raftcore.client.producer import MAX_IN_FLIGHT
@@ -93,7 +93,8 @@ async def _raftcore_run(
         (10_000, "uvloop"),
     ],
 )
-def test_raftcore_cluster_commits(benchmark, tmp_path, scale, batch, transport):
+@pytest.mark.parametrize("build", NODE_BUILDS)
+def test_raftcore_cluster_commits(benchmark, tmp_path, scale, batch, transport, build):
     """``tls``: every connection (client to leader, leader to followers) is mutual TLS with
     EC P-256 certificates from raftcore certs (docs/security.md); the cost of TLS is the ratio
     of the two (batches of 1,000). ``uvloop``: plaintext, the nodes on uvloop's event loop
@@ -110,7 +111,9 @@ def test_raftcore_cluster_commits(benchmark, tmp_path, scale, batch, transport):
     node_args = ["--flush", "always"]
     if transport == "uvloop":
         node_args += ["--event-loop", "uvloop"]
-    with LocalCluster(tmp_path / "raftcore", 3, tls_dir=tls_dir, node_args=node_args) as cluster:
+    with LocalCluster(
+        tmp_path / "raftcore", 3, tls_dir=tls_dir, node_args=node_args, env=node_env(build)
+    ) as cluster:
         cluster.start()
         security = cluster.client_security("bench" if tls_dir else None)
         # warm up: leader, producer id

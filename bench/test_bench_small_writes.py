@@ -26,7 +26,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 import pytest
-from bench_helpers import percentiles
+from bench_helpers import NODE_BUILDS, node_env, percentiles
 from peers.etcd_cluster import EtcdCluster, EtcdWriter, etcd_binary
 
 from raftcore.client import Producer
@@ -96,16 +96,23 @@ def _total(writers: int, scale: float) -> int:
 # ---- raftcore ---------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module", params=["asyncio", "uvloop"])
+@pytest.fixture(
+    scope="module",
+    params=[(loop, build) for loop in ("asyncio", "uvloop") for build in NODE_BUILDS],
+    ids=lambda p: p[0] if p[1] == "this" else f"{p[0]}-baseline",
+)
 def raftcore_cluster(request, tmp_path_factory):
     """The nodes on asyncio's event loop, then on uvloop's (``--event-loop uvloop``; skipped
-    without the uvloop package)."""
-    if request.param == "uvloop":
+    without the uvloop package); each also as the checkout RAFTCORE_BENCH_BASELINE names."""
+    loop_name, build = request.param
+    if loop_name == "uvloop":
         pytest.importorskip("uvloop", reason="--event-loop uvloop needs: pip install uvloop")
-    args = ["--event-loop", request.param]
-    with LocalCluster(tmp_path_factory.mktemp("raftcore"), 3, node_args=args) as cluster:
+    args = ["--event-loop", loop_name]
+    with LocalCluster(
+        tmp_path_factory.mktemp("raftcore"), 3, node_args=args, env=node_env(build)
+    ) as cluster:
         cluster.start()
-        cluster.event_loop = request.param  # type: ignore[attr-defined]
+        cluster.event_loop = loop_name  # type: ignore[attr-defined]
         yield cluster
 
 
