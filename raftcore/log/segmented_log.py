@@ -322,6 +322,7 @@ class SegmentedLog(TruncationAndRetention):
                     f"epoch {latest}"
                 )
             base = self.end_offset
+            data: Any
             if checked is None:
                 data, _ = restamp_batches(batches, base, epoch)
                 scan = scan_batches(data, check_crc=False)
