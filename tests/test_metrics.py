@@ -229,8 +229,16 @@ def test_a_stopped_replicas_last_fetch_time_is_the_same_at_every_scrape(tmp_path
                     break
                 await asyncio.sleep(0.02)
             await follower.stop(timeout_s=0.5)  # fetches no more
-            await asyncio.sleep(0.3)  # a fetch it sent before it stopped has been handled
             key = {"replica": str(follower.node_id), "voter": "true"}
+            # A fetch it sent before it stopped may still be handled (a long poll, on a slow
+            # machine): wait until the moment holds still for a second.
+            last = value(scrape(leader), "raftcore_replica_last_fetch_timestamp_seconds", **key)
+            for _ in range(10):
+                await asyncio.sleep(1.0)
+                now = value(scrape(leader), "raftcore_replica_last_fetch_timestamp_seconds", **key)
+                if now == last:
+                    break
+                last = now
             seen = set()
             for _ in range(10):
                 seen.add(
@@ -289,6 +297,39 @@ def test_the_metrics_server_answers_only_metrics_and_stops_with_the_node(tmp_pat
             await node.stop()
             with pytest.raises(OSError):
                 await asyncio.wait_for(asyncio.open_connection(*node.metrics_address), 5)
+
+    run(main())
+
+
+def test_the_metrics_listener_serves_at_most_its_bound_of_connections_and_closes_the_next_at_once():
+    """Every resource has a bound: idle connections to the metrics port hold at most
+    MAX_CONNECTIONS handlers (and descriptors, which the Kafka listener needs); one more is
+    closed as soon as it is accepted; once they go, a scrape is answered again."""
+    from raftcore.node.metrics_http import MAX_CONNECTIONS, MetricsServer
+
+    async def main():
+        server = MetricsServer(lambda: b"raftcore_up 1\n")
+        host, port = await server.start("127.0.0.1", 0)
+        idle = [await asyncio.open_connection(host, port) for _ in range(MAX_CONNECTIONS)]
+        try:
+            deadline = time.monotonic() + 5
+            while len(server._handlers) < MAX_CONNECTIONS:  # every one accepted and served
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.01)
+            reader, writer = await asyncio.open_connection(host, port)
+            assert await asyncio.wait_for(reader.read(), 5) == b""  # closed at once
+            writer.close()
+            assert server.refused == 1
+        finally:
+            for _, w in idle:
+                w.close()
+        deadline = time.monotonic() + 5
+        while server._handlers:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        status, text = await http_get(f"http://{host}:{port}/metrics")
+        assert status == 200 and "raftcore_up 1" in text
+        await server.close()
 
     run(main())
 

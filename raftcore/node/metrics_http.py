@@ -10,6 +10,11 @@ time to render the text (about a millisecond).
 
 One request per connection (``Connection: close``), as Prometheus is happy with. Anything but
 ``GET /metrics`` (or ``/``, which names the path) is answered 404 or 405.
+
+Bounded: a request's head is at most ``MAX_HEAD_BYTES``, the whole exchange at most
+``EXCHANGE_TIMEOUT_S``, and at most ``MAX_CONNECTIONS`` connections are served at once; one more
+is closed as soon as it is accepted, so that a flood of scrapes (or of idle connections) holds
+neither memory nor the node's file descriptors, which its Kafka listener needs.
 """
 
 from __future__ import annotations
@@ -37,7 +42,8 @@ __all__ = ["MetricsServer", "bind_metrics", "serve_metrics"]
 logger = logging.getLogger(__name__)
 
 MAX_HEAD_BYTES = 16 * 1024
-READ_TIMEOUT_S = 10.0
+EXCHANGE_TIMEOUT_S = 10.0
+MAX_CONNECTIONS = 16  # Prometheus scrapes one at a time; a few more for people and probes
 
 
 def bind_metrics(config: NodeConfig) -> socket.socket | None:
@@ -85,6 +91,7 @@ class MetricsServer:
         self.prefix = prefix
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
+        self.refused = 0  # connections closed at once, MAX_CONNECTIONS being served
 
     async def start(
         self, host: str, port: int, sock: socket.socket | None = None
@@ -108,18 +115,23 @@ class MetricsServer:
             self._server = None
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self._handlers) >= MAX_CONNECTIONS:
+            self.refused += 1
+            writer.close()  # at the bound: no task, no buffer, the descriptor back at once
+            return
         task = asyncio.current_task()
         if task is not None:
             self._handlers.add(task)
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT_S)
-            status, body, content_type = self._answer(head)
-            writer.write(
-                f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode("latin-1")
-                + body
-            )
-            await writer.drain()
+            async with asyncio.timeout(EXCHANGE_TIMEOUT_S):
+                head = await reader.readuntil(b"\r\n\r\n")
+                status, body, content_type = self._answer(head)
+                writer.write(
+                    f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
+                    f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode("latin-1")
+                    + body
+                )
+                await writer.drain()
         except (
             asyncio.IncompleteReadError,
             asyncio.LimitOverrunError,
