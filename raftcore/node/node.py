@@ -49,7 +49,6 @@ import logging
 import random
 import socket
 from collections.abc import Iterable
-from functools import partial
 from typing import Any
 
 from raftcore.errors import LostQuorumStateError, NodeFailedError, RaftcoreError
@@ -476,20 +475,19 @@ class RaftNode:
         scan, made when their CRCs and records were validated). With ``track``, the caller
         must then :meth:`wait_committed` for its verdict."""
         core = self._require_core()
-        append = (
-            core.append_batches
-            if checked is None
-            else partial(core.append_batches, checked=checked)
+        appended = self._track(
+            self._resigns_on_write_failure(core.append_batches, batches, track, checked=checked)
         )
-        appended = self._track(self._resigns_on_write_failure(append, batches, track))
         self._drive(core.poll(self._now()))
         return appended
 
-    def _resigns_on_write_failure(self, append: Any, data: Any, track: bool) -> Appended:
-        """``append(data, now, track=track)``; a log that cannot be written made the core
-        resign (LogWriteError, a NotLeaderError): its EndQuorumEpoch requests go out now."""
+    def _resigns_on_write_failure(
+        self, append: Any, data: Any, track: bool, **options: Any
+    ) -> Appended:
+        """``append(data, now, track=track, **options)``; a log that cannot be written made the
+        core resign (LogWriteError, a NotLeaderError): its EndQuorumEpoch requests go out now."""
         try:
-            return append(data, self._now(), track=track)  # type: ignore[no-any-return]
+            return append(data, self._now(), track=track, **options)  # type: ignore[no-any-return]
         except LogWriteError:
             self.poke()
             raise
