@@ -20,7 +20,15 @@ from raftcore.statemachine import DictStateMachine
 
 pytestmark = pytest.mark.timeout(90)
 
-QUORUM = dataclasses.replace(FAST, snapshots_on_request=True, max_replication_lag_ms=60_000)
+# Timeouts a loaded machine (CI) cannot miss: the leader these tests read must stay the leader
+# (a new one's log start is its own, below the one the test saw move).
+QUORUM = dataclasses.replace(
+    FAST,
+    snapshots_on_request=True,
+    max_replication_lag_ms=60_000,
+    election_timeout_ms=2000,
+    fetch_timeout_ms=4000,
+)
 SEGMENT = 16 * 1024
 VALUE = b"v" * 1000
 
@@ -136,11 +144,7 @@ def test_a_replica_down_while_retention_moved_the_log_start_catches_up_by_the_em
     follower once the snapshot is max_replication_lag_ms old; the follower, started again,
     fetches the (empty) snapshot, starts its log there and replicates the rest."""
     retention = RetentionConfig(retention_bytes=2 * SEGMENT, check_interval_ms=100)
-    # Timeouts a loaded machine cannot miss: the leader that moved its log start must still
-    # lead when the stopped replica comes back (a new leader's log would start at zero).
-    quorum = dataclasses.replace(
-        QUORUM, max_replication_lag_ms=500, election_timeout_ms=2000, fetch_timeout_ms=4000
-    )
+    quorum = dataclasses.replace(QUORUM, max_replication_lag_ms=500)
 
     async def main() -> None:
         cfgs = [
