@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from cluster_helpers import (
@@ -202,6 +203,21 @@ class QuorumWatch:
 
 def node_logs(cluster: LocalCluster, node_ids: list[int]) -> dict[int, str]:
     return {i: cluster.log_file(i).read_text(errors="replace") for i in node_ids}
+
+
+def _without_the_previous_release_stop_traceback(text: str, site: Path) -> str:
+    """The log without the one traceback the previous release is known to print when it stops
+    while serving a connection (asyncio's stream callback asks the cancelled serve() task for
+    its exception: CI, 2026-11-27). Only that one, with its frames in the previous release's
+    own files, is let be."""
+    block = re.compile(
+        r"Traceback \(most recent call last\):\n(?: .*\n)*?"
+        + r'  File "'
+        + re.escape(str(site))
+        + r'/raftcore/node/transport\.py", line \d+, in serve\n'
+        + r"    await self\._ended\nasyncio\.exceptions\.CancelledError\n"
+    )
+    return block.sub("", text)
 
 
 def test_a_static_cluster_of_the_previous_release_is_upgraded_one_node_at_a_time_under_load(
@@ -398,7 +414,8 @@ def test_a_static_cluster_of_the_previous_release_is_upgraded_one_node_at_a_time
     # this release that the previous one does not know (it closes the connection, and the
     # fetches on it, with "unknown API key"); a voter of this release knows its leader cannot
     # take UpdateRaftVoter and says so once.
-    for node_id, text in logs.items():
+    for node_id, logged in logs.items():
+        text = _without_the_previous_release_stop_traceback(logged, previous_release.site)
         for bad in ("Traceback", " ERROR ", " CRITICAL ", "unknown API key", "unparseable"):
             assert bad not in text, f"node {node_id}: {bad!r} in its log:\n{text[-3000:]}"
     told = f"node {last} runs a release without dynamic voters (no UpdateRaftVoter)"
