@@ -89,7 +89,10 @@ def test_retention_bytes_lets_whole_segments_go_on_every_replica(tmp_path, state
             # the log may keep less, the records below are in the snapshot's state)
             assert leader.retention.requests >= 1
             async with Consumer([str(leader.config.listen)], start="earliest") as consumer:
-                assert await consumer.list_offset(-2) >= start  # EARLIEST: the log start
+                earliest = await consumer.list_offset(-2)  # EARLIEST: the log start
+                assert earliest >= start, [  # who answered: each node's role and log start
+                    (n.node_id, n.leader_and_epoch, n.log.log_start_offset) for n in nodes
+                ]
                 if not state_machine:  # (a state machine's snapshot may have taken it all)
                     first: list = []
                     for _ in range(50):
