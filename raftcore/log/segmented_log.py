@@ -322,14 +322,13 @@ class SegmentedLog(TruncationAndRetention):
                     f"epoch {latest}"
                 )
             base = self.end_offset
-            data: Any
+            data: Any = None
             if checked is None:
                 data, _ = restamp_batches(batches, base, epoch)
                 scan = scan_batches(data, check_crc=False)
-                scan.raise_error()
             else:
-                data, scan = batches, checked
-                scan.raise_error()
+                scan = checked  # restamped in place below, once the checks pass
+            scan.raise_error()
             if scan.count == 0:
                 raise InvalidAppendError(f"log {self._dir}: no batches to append")
             # one batch per produce is the common case: numpy's max costs more than the rest
