@@ -19,18 +19,14 @@ commands in flight.
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 from bench_helpers import NODE_BUILDS, node_env, percentiles, send_window
+from peers.pysyncobj_cluster import PySyncObjCluster
 
 from raftcore.client import Producer
 from raftcore.client.producer import MAX_IN_FLIGHT
-from raftcore.node.local_cluster import LocalCluster, free_ports
+from raftcore.node.local_cluster import LocalCluster
 from raftcore.security import ClientSecurity
 from raftcore.security.certs import make_certs
 
@@ -41,7 +37,6 @@ MAX_REQUEST_BYTES = 1 << 20
 OUTSTANDING_BYTES = 4 << 20
 PEER_IN_FLIGHT = 5  # PySyncObj commands in flight
 GROUP = "3-node cluster, --flush always: commit 100-byte records in batches of {}"
-PEER = Path(__file__).parent / "peers" / "pysyncobj_node.py"
 
 
 def _record_stats(benchmark, records: int, runs: list[tuple[float, list[float]]]) -> None:
@@ -130,48 +125,12 @@ def test_raftcore_cluster_commits(benchmark, tmp_path, scale, batch, transport, 
 # ---- PySyncObj ---------------------------------------------------------------------------------
 
 
-class _PySyncObjCluster:
-    def __init__(self, period_s: float = 0.001) -> None:
-        addrs = [f"127.0.0.1:{p}" for p in free_ports(3)]
-        self.procs = [
-            subprocess.Popen(
-                [sys.executable, str(PEER), a, ",".join(x for x in addrs if x != a), str(period_s)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                text=True,
-            )
-            for a in addrs
-        ]
-
-    def ask(self, proc: subprocess.Popen, msg: dict) -> dict:
-        assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(json.dumps(msg) + "\n")
-        proc.stdin.flush()
-        return json.loads(proc.stdout.readline())
-
-    def leader(self, timeout_s: float = 30) -> subprocess.Popen:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            for proc in self.procs:
-                status = self.ask(proc, {"cmd": "status"})
-                if status["leader"] and status["ready"]:
-                    return proc
-            time.sleep(0.05)
-        raise TimeoutError("PySyncObj elected no leader")
-
-    def close(self) -> None:
-        for proc in self.procs:
-            proc.kill()
-            proc.wait(10)
-
-
 @pytest.mark.parametrize("batch", BATCHES)
 def test_pysyncobj_cluster_commits(benchmark, scale, batch):
     benchmark.group = GROUP.format(batch)
     records = max(batch, int(2_000_000 * scale))
     runs: list[tuple[float, list[float]]] = []
-    peers = _PySyncObjCluster()
+    peers = PySyncObjCluster()
     try:
         leader = peers.leader()
         command = {

@@ -58,6 +58,7 @@ from raftcore.kafka.producer_tracker import ProducerStateTracker
 from raftcore.log import SegmentedLog
 from raftcore.node import admin, fatal, reads
 from raftcore.node.admin import AutoJoiner, ChangeWaiters
+from raftcore.node.append_group import AppendGroup
 from raftcore.node.applier import Applier, check_start_offset
 from raftcore.node.clock import now_ms
 from raftcore.node.config import NodeConfig
@@ -143,6 +144,7 @@ class RaftNode:
         self._group_commit: GroupCommit | None = None  # fsyncs, and what waits for them
         self._poll_timer: PollTimer | None = None  # for the core's next deadline
         self._verdicts = AppendVerdicts(self.prefix)  # the core's, on tracked appends
+        self._appends: AppendGroup | None = None  # append() calls of this loop iteration
         self._hw_moved = Waiters()  # woken on every step once the high watermark is known
         self._log_start_moved = Waiters()  # woken when the log start moves or the role changes
         self._started = False
@@ -206,6 +208,7 @@ class RaftNode:
             name=f"raftcore-fsync-{cfg.node_id}",
         )
         self._poll_timer = PollTimer(self._loop, self.poke)
+        self._appends = AppendGroup(self._loop, self._append_now, self._verdicts)
         start_offset = None
         if self.state_machine is not None:
             try:  # resume where the state machine is: never replay, never skip
@@ -462,12 +465,27 @@ class RaftNode:
     async def append(self, records: Iterable[Any], *, wait: bool = False) -> Appended:
         """Append one batch of records (leader only; NotLeaderError names the leader). Returns
         the :class:`Appended` (it unpacks as ``first, last``). With ``wait``, return once it is
-        committed in its epoch; NotLeaderError if leadership of that epoch ends first."""
-        core = self._require_core()
-        appended = self._track(self._resigns_on_write_failure(core.append, records, wait))
-        self._drive(core.poll(self._now()))
+        committed in its epoch; NotLeaderError if leadership of that epoch ends first.
+
+        The calls made in one loop iteration are written together, as one batch
+        (:mod:`raftcore.node.append_group`); each still gets its own offsets, consecutive, and
+        its own verdict."""
+        batch = list(records)
+        if not batch:
+            raise ValueError("append takes at least one record")
+        self._require_core()
+        assert self._appends is not None
+        # written at the end of this loop iteration, with the other appends made in it
+        appended = await self._appends.add(batch, wait)
         if wait:
             await self.wait_committed(appended)
+        return appended
+
+    def _append_now(self, records: list[Any], track: bool) -> Appended:
+        """One batch on the leader, now (the group's write; tracked by the group)."""
+        core = self._require_core()
+        appended = self._resigns_on_write_failure(core.append, records, track)
+        self._drive(core.poll(self._now()))
         return appended
 
     def append_batches(self, batches: Any, *, track: bool = True, checked: Any = None) -> Appended:

@@ -1,10 +1,12 @@
 """The core's verdicts on tracked appends (:mod:`raftcore.raft.pending`), handed to the callers
 waiting for them: committed in the epoch that appended the records, or not (the leader changed
-first). The core decides; this only keeps a future per tracked append, by its token."""
+first). The core decides; this only keeps a future per tracked append, by its token, and hands
+the verdict on a group's batch (:mod:`raftcore.node.append_group`) to each of its parts."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import TYPE_CHECKING
 
 from raftcore.errors import RaftcoreError
@@ -27,12 +29,41 @@ class AppendVerdicts:
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
         self._futures: dict[int, asyncio.Future[AppendOutcome]] = {}
+        # a group's batch token -> its tracked parts (their tokens are ours: negative)
+        self._parts: dict[int, list[Appended]] = {}
+        self._part_tokens = itertools.count(-1, -1)
 
     def track(self, appended: Appended, loop: asyncio.AbstractEventLoop) -> Appended:
         """Keep a place for the verdict on ``appended`` (if the core tracks it)."""
         if appended.token is not None:
             self._futures[appended.token] = loop.create_future()
         return appended
+
+    def track_parts(
+        self, appended: Appended, parts: list[tuple[int, bool]], loop: asyncio.AbstractEventLoop
+    ) -> list[Appended]:
+        """Cut ``appended`` (one batch of several callers' records) into consecutive parts of
+        ``(record count, tracked)``; each tracked part gets the batch's verdict as its own."""
+        out: list[Appended] = []
+        tracked: list[Appended] = []
+        offset = appended.first_offset
+        for count, track in parts:
+            last = offset + count - 1
+            if track and appended.token is not None:
+                part = Appended(offset, last, appended.epoch, next(self._part_tokens))
+                self._futures[part.token] = loop.create_future()  # type: ignore[index]
+                tracked.append(part)
+            else:
+                part = Appended(offset, last, appended.epoch)
+            out.append(part)
+            offset = last + 1
+        if offset != appended.last_offset + 1:
+            raise ValueError(
+                f"{self.prefix} parts of {offset - appended.first_offset} records for {appended}"
+            )
+        if tracked:
+            self._parts[appended.token] = tracked  # type: ignore[index]
+        return out
 
     def forget(self, appended: Appended) -> None:
         if appended.token is not None:
@@ -41,13 +72,19 @@ class AppendVerdicts:
     def deliver(self, outcomes: Iterable[AppendOutcome]) -> None:
         """The core's verdicts, from one of its outputs."""
         for outcome in outcomes:
-            fut = self._futures.get(outcome.appended.token)  # type: ignore[arg-type]
+            token = outcome.appended.token
+            fut = self._futures.get(token)  # type: ignore[arg-type]
             if fut is not None and not fut.done():
                 fut.set_result(outcome)
+            for part in self._parts.pop(token, ()):  # type: ignore[arg-type]
+                fut = self._futures.get(part.token)  # type: ignore[arg-type]
+                if fut is not None and not fut.done():
+                    fut.set_result(AppendOutcome(part, outcome.error, outcome.leader))
 
     def fail_all(self, message: str) -> None:
         """The node stops: no verdict will come."""
         futures, self._futures = self._futures, {}
+        self._parts.clear()
         for fut in futures.values():
             if not fut.done():
                 fut.set_exception(RaftcoreError(message))
