@@ -105,6 +105,7 @@ class Messaging:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tls_context: Any = None  # the listener's ssl.SSLContext, or None (PLAINTEXT)
         self.connections: set[ServerConnection] = set()  # accepted, open
+        self.closed = False  # close() ran: a connection accepted just before is not served
         # raft requests sent to peers, not answered yet: (peer, correlation id) -> (key, version)
         self._peer_requests: dict[tuple[int, int], tuple[int, int]] = {}
         # raft requests the core has not answered yet: (Later, api key, version, correlation
@@ -171,6 +172,7 @@ class Messaging:
     async def close(self) -> None:
         """Close the accepted connections (the server stopped accepting) and forget the raft
         requests they made; stop asking peers what they serve."""
+        self.closed = True
         self.timeouts.close()
         for conn in list(self.connections):
             conn.close()
@@ -354,6 +356,12 @@ class Messaging:
     ) -> None:
         """A new connection; on a TLS listener, after its handshake, with the principal its
         certificate proved (raftcore.node.tls_listener)."""
+        if self.closed:
+            # Accepted in the loop iteration before the server closed, started after close()
+            # closed the others: it would wait for a close that never comes, and be cancelled
+            # when the loop ends (which asyncio's stream callback logs with a traceback).
+            writer.transport.abort()
+            return
         conn = ServerConnection(
             reader,
             writer,
