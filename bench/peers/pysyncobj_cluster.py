@@ -18,13 +18,20 @@ PEER = Path(__file__).parent / "pysyncobj_node.py"
 
 
 class PySyncObjCluster:
-    """``period_s``: appendEntriesPeriod (PySyncObj's default is 0.1 s; 1 ms is its best)."""
+    """``period_s``: appendEntriesPeriod, with PySyncObj's batching and 1 ms ticks (1 ms is
+    its best); None: PySyncObj's default settings (0.1 s appends, 50 ms ticks)."""
 
-    def __init__(self, period_s: float = 0.001) -> None:
+    def __init__(self, period_s: float | None = 0.001) -> None:
         addrs = [f"127.0.0.1:{p}" for p in free_ports(3)]
         self.procs = [
             subprocess.Popen(
-                [sys.executable, str(PEER), a, ",".join(x for x in addrs if x != a), str(period_s)],
+                [
+                    sys.executable,
+                    str(PEER),
+                    a,
+                    ",".join(x for x in addrs if x != a),
+                    "default" if period_s is None else str(period_s),
+                ],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,

@@ -72,18 +72,26 @@ def run(node: Counter, records: int, batch: int, size: int, in_flight: int) -> d
 
 def main() -> int:
     self_addr, partners = sys.argv[1], sys.argv[2].split(",")
-    conf = SyncObjConf(
-        appendEntriesUseBatch=True,
-        appendEntriesBatchSizeBytes=4 << 20,
-        sendBufferSize=4 << 20,
-        recvBufferSize=4 << 20,
-        autoTickPeriod=0.001,
-        appendEntriesPeriod=float(sys.argv[3]) if len(sys.argv) > 3 else 0.1,
-        commandsQueueSize=1_000_000,
-        logCompactionMinEntries=1 << 30,  # no compaction during a run
-        logCompactionMinTime=1 << 30,
-        dynamicMembershipChange=False,
-    )
+    period = sys.argv[3] if len(sys.argv) > 3 else "0.1"
+    # never compacting during a run, a queue that takes every command in flight, fixed members
+    common = {
+        "commandsQueueSize": 1_000_000,
+        "logCompactionMinEntries": 1 << 30,
+        "logCompactionMinTime": 1 << 30,
+        "dynamicMembershipChange": False,
+    }
+    if period == "default":  # PySyncObj's own timing and batching
+        conf = SyncObjConf(**common)
+    else:  # its best: batched appends, large buffers, ticks and appends every ``period`` s
+        conf = SyncObjConf(
+            appendEntriesUseBatch=True,
+            appendEntriesBatchSizeBytes=4 << 20,
+            sendBufferSize=4 << 20,
+            recvBufferSize=4 << 20,
+            autoTickPeriod=0.001,
+            appendEntriesPeriod=float(period),
+            **common,
+        )
     node = Counter(self_addr, partners, conf)
     for line in sys.stdin:
         msg = json.loads(line)
