@@ -14,7 +14,7 @@ from statemachine_helpers import leader_of, node_configs, run
 from raftcore.node.node import RaftNode
 from raftcore.node.verdicts import AppendVerdicts
 from raftcore.raft import Appended, AppendOutcome, LeaderAndEpoch, NotLeaderError
-from raftcore.records import iter_batches
+from raftcore.records import encode_batch, iter_batches
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -156,3 +156,40 @@ def test_one_parts_timeout_leaves_the_others_waiting_for_the_verdict():
         await later  # committed
 
     asyncio.run(main())
+
+
+def test_produced_batches_of_one_loop_iteration_share_the_cores_polls(tmp_path):
+    """The first append_batches of an iteration polls the core at once; the others of that
+    iteration share one poll after it, however many there are."""
+
+    async def main() -> None:
+        nodes = await started(tmp_path)
+        try:
+            leader = await leader_of(nodes)
+            core = leader.core
+            assert core is not None
+            polls = []
+            real_poll = core.poll
+
+            def counted(now):  # type: ignore[no-untyped-def]
+                polls.append(now)
+                return real_poll(now)
+
+            core.poll = counted  # type: ignore[method-assign]
+            await asyncio.sleep(0)  # a fresh iteration
+            appended = [
+                leader.append_batches(
+                    encode_batch([(b"k", b"p%d" % i)], base_offset=0, leader_epoch=0)
+                )
+                for i in range(20)
+            ]
+            assert len(polls) == 1  # the first, at once
+            await asyncio.sleep(0.01)
+            core.poll = real_poll  # type: ignore[method-assign]
+            # the other 19 shared one (a few more are the followers' fetches and timers)
+            assert 2 <= len(polls) < 10, len(polls)
+            await asyncio.gather(*(leader.wait_committed(a, 5) for a in appended))
+        finally:
+            await stop_all(nodes)
+
+    run(main())

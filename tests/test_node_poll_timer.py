@@ -56,3 +56,18 @@ def test_nothing_to_do_schedules_nothing() -> None:
         assert polls == []
 
     asyncio.run(main())
+
+
+def test_soon_polls_once_after_what_is_ready_now_however_many_ask() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        events: list[str] = []
+        timer = PollTimer(loop, lambda: events.append("poll"))
+        timer.schedule(now_ms() + 5_000)  # a far deadline does not hold it back
+        for _ in range(10):
+            timer.soon()
+        loop.call_soon(events.append, "ready before")
+        await asyncio.sleep(0.05)
+        assert events == ["ready before", "poll"]
+
+    asyncio.run(main())

@@ -145,6 +145,7 @@ class RaftNode:
         self._poll_timer: PollTimer | None = None  # for the core's next deadline
         self._verdicts = AppendVerdicts(self.prefix)  # the core's, on tracked appends
         self._appends: AppendGroup | None = None  # append() calls of this loop iteration
+        self._polled_in_iteration = False  # an append_batches polled the core at once
         self._hw_moved = Waiters()  # woken on every step once the high watermark is known
         self._log_start_moved = Waiters()  # woken when the log start moves or the role changes
         self._started = False
@@ -496,8 +497,24 @@ class RaftNode:
         appended = self._track(
             self._resigns_on_write_failure(core.append_batches, batches, track, checked=checked)
         )
-        self._drive(core.poll(self._now()))
+        self._poll_after_append(core)
         return appended
+
+    def _poll_after_append(self, core: RaftCore) -> None:
+        """The first append of a loop iteration is polled at once (one request alone waits for
+        nothing); the others of that iteration (Produce requests that arrived together) share
+        one poll once the loop has run them: their fetch answers, fsync and verdicts go out in
+        one step."""
+        assert self._loop is not None and self._poll_timer is not None  # made with the log
+        if self._polled_in_iteration:
+            self._poll_timer.soon()
+            return
+        self._polled_in_iteration = True
+        self._loop.call_soon(self._next_iteration)
+        self._drive(core.poll(self._now()))
+
+    def _next_iteration(self) -> None:
+        self._polled_in_iteration = False
 
     def _resigns_on_write_failure(
         self, append: Any, data: Any, track: bool, **options: Any

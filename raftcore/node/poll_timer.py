@@ -31,6 +31,11 @@ class PollTimer:
         delay = max(0.0, (deadline - now_ms()) / 1000)
         self._handle = self._loop.call_later(delay, self._fire)
 
+    def soon(self) -> None:
+        """Poll once the loop has run what is ready now (the other requests that arrived in
+        this iteration), however many ask."""
+        self.schedule(now_ms())
+
     def cancel(self) -> None:
         if self._handle is not None:
             self._handle.cancel()
