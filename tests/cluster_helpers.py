@@ -70,6 +70,20 @@ async def quorum(cluster: LocalCluster, timeout_s: float = 20.0) -> QuorumInfo:
     return await describe_quorum(cluster.bootstrap, timeout_s=timeout_s, security=security)
 
 
+async def wait_dynamic(cluster: LocalCluster, timeout_s: float = 30.0) -> None:
+    """Until the voter set lives in the log (kraft.version 1, no change pending): a fresh
+    cluster's leader writes its two control records once every voter has reported who it is,
+    which may come after a test's first records on a loaded machine."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        info = await quorum(cluster)
+        if info.kraft_version == 1 and info.pending_change is None:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the voter set is not in the log yet: {info}")
+        await asyncio.sleep(0.05)
+
+
 async def wait_caught_up(
     cluster: LocalCluster, node_ids: list[int], timeout_s: float = 20.0
 ) -> int:

@@ -21,7 +21,15 @@ if (_problem := java_problem()) is not None:
 if not hasattr(datasource.DataSourceReader, "pushFilters"):
     pytest.skip("needs pyspark>=4.1 (filter pushdown)", allow_module_level=True)
 
-from cluster_helpers import FAST, key, produce, quorum, run, wait_caught_up  # noqa: E402
+from cluster_helpers import (  # noqa: E402
+    FAST,
+    key,
+    produce,
+    quorum,
+    run,
+    wait_caught_up,
+    wait_dynamic,
+)
 from pyspark.sql.datasource import (  # noqa: E402
     EqualTo,
     GreaterThan,
@@ -96,6 +104,9 @@ def spark(tmp_path_factory):  # type: ignore[no-untyped-def]
 def cluster(tmp_path_factory):  # type: ignore[no-untyped-def]
     with LocalCluster(tmp_path_factory.mktemp("spark-cluster"), 3, node_args=FAST) as c:
         c.start()
+        run(
+            wait_dynamic(c)
+        )  # its two control records come first, not after the high watermark read
         offsets = run(produce(c.bootstrap, 0, RECORDS))
         hw = run(wait_caught_up(c, c.node_ids))
         yield c, offsets, hw
