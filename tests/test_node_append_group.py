@@ -6,6 +6,7 @@ caller's bad records fail that caller only."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 
 import pytest
@@ -31,6 +32,16 @@ async def stop_all(nodes: list[RaftNode]) -> None:
         await n.stop(timeout_s=0.5)
 
 
+@contextlib.asynccontextmanager
+async def a_leader(tmp_path):  # type: ignore[no-untyped-def]
+    """(the leader, every node) of a started 3-node cluster, stopped at the end."""
+    nodes = await started(tmp_path)
+    try:
+        yield await leader_of(nodes), nodes
+    finally:
+        await stop_all(nodes)
+
+
 def batches_in(node: RaftNode, start: int, end: int) -> list[tuple[int, int, list[bytes]]]:
     """(base offset, last offset, values) of the data batches in [start, end)."""
     assert node.log is not None
@@ -46,9 +57,7 @@ def batches_in(node: RaftNode, start: int, end: int) -> list[tuple[int, int, lis
 
 def test_appends_of_one_loop_iteration_are_one_batch_with_each_callers_own_offsets(tmp_path):
     async def main() -> None:
-        nodes = await started(tmp_path)
-        try:
-            leader = await leader_of(nodes)
+        async with a_leader(tmp_path) as (leader, _nodes):
             sizes = [1 + i % 3 for i in range(40)]
             calls = [
                 leader.append([(b"k", b"c%d-%d" % (i, j)) for j in range(n)], wait=True)
@@ -71,17 +80,13 @@ def test_appends_of_one_loop_iteration_are_one_batch_with_each_callers_own_offse
                     b"c%d-%d" % (i, j) for j in range(sizes[i])
                 ]
             assert leader.high_watermark >= end
-        finally:
-            await stop_all(nodes)
 
     run(main())
 
 
 def test_one_callers_bad_records_fail_that_caller_only(tmp_path):
     async def main() -> None:
-        nodes = await started(tmp_path)
-        try:
-            leader = await leader_of(nodes)
+        async with a_leader(tmp_path) as (leader, _nodes):
             calls = [
                 leader.append([(b"k", b"good-1")], wait=True),
                 leader.append([object()], wait=True),  # cannot be encoded
@@ -91,25 +96,19 @@ def test_one_callers_bad_records_fail_that_caller_only(tmp_path):
             assert isinstance(bad, Exception) and not isinstance(bad, NotLeaderError)
             assert isinstance(good1, Appended) and isinstance(good2, Appended)
             assert good2.first_offset > good1.last_offset
-        finally:
-            await stop_all(nodes)
 
     run(main())
 
 
 def test_appends_on_a_follower_each_raise_not_leader_naming_the_leader(tmp_path):
     async def main() -> None:
-        nodes = await started(tmp_path)
-        try:
-            leader = await leader_of(nodes)
+        async with a_leader(tmp_path) as (leader, nodes):
             follower = next(n for n in nodes if n is not leader)
             calls = [follower.append([(b"k", b"x")], wait=True) for _ in range(5)]
             results = await asyncio.gather(*calls, return_exceptions=True)
             for r in results:
                 assert isinstance(r, NotLeaderError)
                 assert r.leader.leader_id == leader.node_id
-        finally:
-            await stop_all(nodes)
 
     run(main())
 
@@ -163,9 +162,7 @@ def test_produced_batches_of_one_loop_iteration_share_the_cores_polls(tmp_path):
     iteration share one poll after it, however many there are."""
 
     async def main() -> None:
-        nodes = await started(tmp_path)
-        try:
-            leader = await leader_of(nodes)
+        async with a_leader(tmp_path) as (leader, _nodes):
             core = leader.core
             assert core is not None
             polls = []
@@ -189,7 +186,5 @@ def test_produced_batches_of_one_loop_iteration_share_the_cores_polls(tmp_path):
             # the other 19 shared one (a few more are the followers' fetches and timers)
             assert 2 <= len(polls) < 10, len(polls)
             await asyncio.gather(*(leader.wait_committed(a, 5) for a in appended))
-        finally:
-            await stop_all(nodes)
 
     run(main())

@@ -54,8 +54,6 @@ class AppendGroup:
         self._calls: list[_Call] = []
         self._records = 0
         self._handle: asyncio.Handle | None = None
-        self.groups = 0  # batches written for more than one call
-        self.grouped_calls = 0  # calls written in those batches
 
     def add(self, records: list[Any], track: bool) -> asyncio.Future[Appended]:
         """Queue ``records`` for this iteration's batch; the future gets the caller's part."""
@@ -102,8 +100,6 @@ class AppendGroup:
             for c in calls:
                 self._write_alone(c)
             return
-        self.groups += 1
-        self.grouped_calls += len(calls)
         parts = self._verdicts.track_parts(
             appended, [(len(c.records), c.track) for c in calls], self._loop
         )
