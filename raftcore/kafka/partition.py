@@ -14,12 +14,14 @@ bounds, its producer ids, its metrics, and its partitions by topic.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from raftcore.endpoints import Endpoint
+    from raftcore.kafka.produce_group import ProduceGroup
     from raftcore.kafka.producer_ids import ProducerIdSource
     from raftcore.kafka.producer_state import ProducerStateManager
     from raftcore.raft import Appended, LeaderAndEpoch, RaftCore
@@ -122,6 +124,12 @@ class Partition(Protocol):
         then restamped where they lie and not checked again."""
         ...
 
+    def append_parts(self, records: Any, *, checked: Any, counts: list[int]) -> list[Appended]:
+        """Append several requests' batches (``records``, scanned and checked as ``checked``)
+        in one write, tracked: one :class:`Appended` per part of ``counts`` records, in
+        order, each with its own verdict to wait for or forget. Raises as :meth:`append`."""
+        ...
+
     def watch(self, first_offset: int, last_offset: int) -> Appended:
         """Track records already in the leader's log (a retried idempotent batch) as if just
         appended."""
@@ -197,6 +205,18 @@ class Broker:
     metrics: KafkaMetrics
     producer_ids: ProducerIdSource
     partitions: list[Partition] = field(default_factory=list)
+    #: each partition's acks=all appends of this loop iteration (made on first use)
+    produce_groups: dict[int, ProduceGroup] = field(default_factory=dict)
+
+    def produce_group(self, partition: Partition) -> ProduceGroup:
+        """``partition``'s :class:`~raftcore.kafka.produce_group.ProduceGroup`."""
+        group = self.produce_groups.get(id(partition))
+        if group is None:
+            from raftcore.kafka.produce_group import ProduceGroup
+
+            group = ProduceGroup(partition, asyncio.get_running_loop())
+            self.produce_groups[id(partition)] = group
+        return group
 
     def topics(self) -> list[str]:
         """The topics served, in order."""

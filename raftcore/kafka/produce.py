@@ -12,10 +12,10 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from raftcore.error_codes import Errors
-from raftcore.errors import CorruptRecordError, InvalidAppendError, RaftcoreError
+from raftcore.errors import RaftcoreError
 from raftcore.kafka.leader_hints import current_leader, node_endpoints
+from raftcore.kafka.produce_group import Outcome, append_checked
 from raftcore.kafka.produce_validation import validate_produced
-from raftcore.kafka.producer_state import Duplicate
 from raftcore.protocol.api import ApiKey, response_spec
 from raftcore.raft import Appended, NotLeaderError
 from raftcore.records import scan_batches
@@ -37,6 +37,7 @@ async def produce(broker: Broker, body: Any, version: int) -> Any:
         error_for_all = None
     results = []
     waits: list[tuple[Any, Partition, Appended]] = []
+    queued: list[tuple[Any, Partition, asyncio.Future[Outcome]]] = []
     not_leader: Partition | None = None
     for topic in body.topic_data:
         partitions = []
@@ -45,23 +46,18 @@ async def produce(broker: Broker, body: Any, version: int) -> Any:
                 index=p.index, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1
             )
             partition = broker.partition(topic.name, p.index)
-            error, appended = _produce_partition(
+            outcome = _produce_partition(
                 broker, partition, p, version, error_for_all, track=acks == -1, resp=resp
             )
-            resp.error_code = error
-            if appended is not None:
+            if isinstance(outcome, asyncio.Future):
                 assert partition is not None
-                broker.metrics.produce_records += appended.last_offset - appended.first_offset + 1
-                resp.base_offset = appended.first_offset
-                resp.log_start_offset = partition.log_start_offset()
-                if acks == -1:
-                    waits.append((resp, partition, appended))
-            elif error in (Errors.NOT_LEADER_OR_FOLLOWER, Errors.FENCED_LEADER_EPOCH):
-                assert partition is not None
-                resp.current_leader = current_leader(partition, cls.LeaderIdAndEpoch)
-                not_leader = not_leader or partition
+                queued.append((resp, partition, outcome))
+            else:
+                not_leader = _answer(broker, resp, partition, outcome, waits) or not_leader
             partitions.append(resp)
         results.append(cls.TopicProduceResponse(name=topic.name, partition_responses=partitions))
+    for resp, partition, future in queued:  # appended with the others of this loop iteration
+        not_leader = _answer(broker, resp, partition, await future, waits) or not_leader
     if acks == 0:
         return None
     if waits:
@@ -85,6 +81,32 @@ async def produce(broker: Broker, body: Any, version: int) -> Any:
         assert not_leader is not None
         response.node_endpoints = node_endpoints(not_leader, cls.NodeEndpoint)
     return response
+
+
+def _answer(
+    broker: Broker,
+    resp: Any,
+    partition: Partition | None,
+    outcome: Outcome,
+    waits: list[tuple[Any, Partition, Appended]],
+) -> Partition | None:
+    """Fill ``resp`` with what appending to ``partition`` came to; a tracked append joins
+    ``waits``. Returns the partition when it answers that it does not lead."""
+    error, appended = outcome
+    resp.error_code = error
+    if appended is not None:
+        assert partition is not None
+        broker.metrics.produce_records += appended.last_offset - appended.first_offset + 1
+        resp.base_offset = appended.first_offset
+        resp.log_start_offset = partition.log_start_offset()
+        if appended.token is not None:
+            waits.append((resp, partition, appended))
+    elif error in (Errors.NOT_LEADER_OR_FOLLOWER, Errors.FENCED_LEADER_EPOCH):
+        assert partition is not None
+        cls = response_spec(ApiKey.PRODUCE).cls
+        resp.current_leader = current_leader(partition, cls.LeaderIdAndEpoch)
+        return partition
+    return None
 
 
 async def _wait_verdicts(cls: Any, waits: list, timeout: float) -> None:
@@ -117,10 +139,12 @@ def _produce_partition(
     *,
     track: bool,
     resp: Any,
-) -> tuple[int, Appended | None]:
-    """(error, the append) of appending one partition's records; with ``track`` the append
-    awaits the core's verdict (the caller must wait for it). A refusal of malformed records
-    is explained in ``resp`` (Produce v8+ RecordErrors and ErrorMessage, KIP-467)."""
+) -> Outcome | asyncio.Future[Outcome]:
+    """(error, the append) of appending one partition's records, or a future of it when the
+    append waits for the end of this loop iteration (:mod:`raftcore.kafka.produce_group`);
+    with ``track`` the append awaits the core's verdict (the caller must wait for it). A
+    refusal of malformed records is explained in ``resp`` (Produce v8+ RecordErrors and
+    ErrorMessage, KIP-467)."""
     if error_for_all is not None:
         return error_for_all, None
     if partition is None:
@@ -158,34 +182,6 @@ def _produce_partition(
     if scan.error is not None or scan.count == 0:  # validation has refused these already
         logger.info("%s refusing produced records: %s", broker.prefix, scan.error)
         return Errors.CORRUPT_MESSAGE, None
-    # Idempotence: retries of a remembered batch get their first offsets back.
-    producers = partition.producers
-    for i in range(scan.count):
-        count = int(scan.last_offsets[i] - scan.base_offsets[i]) + 1
-        verdict = producers.check(
-            int(scan.producer_ids[i]),
-            int(scan.producer_epochs[i]),
-            int(scan.base_sequences[i]),
-            count,
-        )
-        if isinstance(verdict, Duplicate):
-            if scan.count != 1:
-                return Errors.DUPLICATE_SEQUENCE_NUMBER, None
-            # The batch is in this leader's log; acks=all waits for it as for a new one.
-            if track:
-                try:
-                    return Errors.NONE, partition.watch(verdict.first_offset, verdict.last_offset)
-                except NotLeaderError:
-                    return Errors.NOT_LEADER_OR_FOLLOWER, None
-            return Errors.NONE, Appended(verdict.first_offset, verdict.last_offset, partition.epoch)
-        if verdict != Errors.NONE:
-            return verdict, None
-    try:
-        appended = partition.append(records, track=track, checked=scan)
-    except NotLeaderError:
-        return Errors.NOT_LEADER_OR_FOLLOWER, None
-    except (CorruptRecordError, InvalidAppendError) as exc:
-        logger.info("%s refusing produced records: %s", broker.prefix, exc)
-        return Errors.CORRUPT_MESSAGE, None
-    # The log told the producer state of the appended batches (raftcore.kafka.producer_tracker).
-    return Errors.NONE, appended
+    if track:  # with the other acks=all requests of this loop iteration
+        return broker.produce_group(partition).append(records, scan)
+    return append_checked(partition, records, scan, track=False)

@@ -500,6 +500,21 @@ class RaftNode:
         self._poll_after_append(core)
         return appended
 
+    def append_batches_in_parts(
+        self, batches: Any, checked: Any, counts: list[int]
+    ) -> list[Appended]:
+        """Append several producers' batches in one write (a Produce group,
+        :mod:`raftcore.kafka.produce_group`): one tracked append for the core, cut into
+        consecutive parts of ``counts`` records, each with its own verdict to wait for."""
+        core = self._require_core()
+        appended = self._resigns_on_write_failure(
+            core.append_batches, batches, True, checked=checked
+        )
+        assert self._loop is not None
+        parts = self._verdicts.track_parts(appended, [(c, True) for c in counts], self._loop)
+        self._poll_after_append(core)
+        return parts
+
     def _poll_after_append(self, core: RaftCore) -> None:
         """The first append of a loop iteration is polled at once (one request alone waits for
         nothing); the others of that iteration (Produce requests that arrived together) share

@@ -130,6 +130,9 @@ class NodePartition:
     def append(self, records: Any, *, track: bool, checked: Any = None) -> Appended:
         return self._node.append_batches(records, track=track, checked=checked)
 
+    def append_parts(self, records: Any, *, checked: Any, counts: list[int]) -> list[Appended]:
+        return self._node.append_batches_in_parts(records, checked, counts)
+
     def watch(self, first_offset: int, last_offset: int) -> Appended:
         return self._node.watch(first_offset, last_offset)
 
