@@ -31,6 +31,7 @@ class Handlers:
         self.tasks_seen: list[asyncio.Task[Any] | None] = []
         self.connections: list[ServerConnection] = []
         self.later: dict[bytes, Later] = {}
+        self.went_on_at_once: list[bool] = []
 
     async def handle(self, conn: ServerConnection, request: bytes) -> Any:
         kind, _, name = bytes(request).partition(b":")  # frames come as bytearrays
@@ -42,6 +43,14 @@ class Handlers:
             later = Later()
             later.answer([name])
             return later
+        if kind == b"settled":  # waits for what is settled before its task's first step
+            loop = asyncio.get_running_loop()
+            settled: asyncio.Future[None] = loop.create_future()
+            loop.call_soon(settled.set_result, None)
+            hops: list[int] = []  # a callback one loop hop after the task's first step
+            loop.call_soon(lambda: loop.call_soon(hops.append, 1))
+            await settled
+            self.went_on_at_once.append(not hops)
         if kind == b"wait":
             try:
                 await self.release.wait()
@@ -96,6 +105,21 @@ def test_a_waiting_request_goes_on_in_a_task_and_answers_stay_in_request_order()
             assert [await read_frame(reader, 100) for _ in range(2)] == [b"first", b"second"]
             await asyncio.sleep(0.05)
             assert not conn._tasks
+
+    asyncio.run(asyncio.wait_for(main(), 20))
+
+
+def test_a_request_whose_wait_is_settled_before_its_task_starts_goes_on_without_a_loop_hop():
+    """A Produce queued for its group's write at the end of the iteration waits on a future
+    the write settles before the request's task takes its first step: the task goes on at
+    once instead of a loop hop later."""
+
+    async def main() -> None:
+        handlers = Handlers()
+        async with server_and_client(handlers) as (reader, writer):
+            writer.write(frame(b"settled:a"))
+            assert await read_frame(reader, 100) == b"a"
+            assert handlers.went_on_at_once == [True]
 
     asyncio.run(asyncio.wait_for(main(), 20))
 

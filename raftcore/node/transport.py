@@ -345,6 +345,14 @@ def _resume(coro: Any, blocked_on: Any) -> Any:
     """A ``yield from`` whose first step has run already: hand the task what the coroutine is
     waiting on (a future), then pass the task's sends and throws (a cancellation) through."""
     value = blocked_on
+    # What it waits for may be settled before the task's first step (a Produce whose group
+    # was written at the end of the iteration it arrived in): go on now, not a loop hop later.
+    while getattr(value, "_asyncio_future_blocking", False) and value.done():
+        value._asyncio_future_blocking = False
+        try:
+            value = coro.send(None)
+        except StopIteration as stop:
+            return stop.value
     while True:
         try:
             sent = yield value
