@@ -72,14 +72,13 @@ class AppendGroup:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
+        calls = [c for c in calls if not c.future.cancelled()]  # their callers went away
         if len(calls) == 1:
             self._write_alone(calls[0])
         elif calls:
             self._write_group(calls)
 
     def _write_alone(self, call: _Call) -> None:
-        if call.future.cancelled():
-            return
         try:
             appended = self._write(call.records, call.track)
         except Exception as exc:  # the caller's to see
@@ -88,7 +87,6 @@ class AppendGroup:
         call.future.set_result(self._verdicts.track(appended, self._loop))
 
     def _write_group(self, calls: list[_Call]) -> None:
-        calls = [c for c in calls if not c.future.cancelled()]
         records = [r for c in calls for r in c.records]
         try:
             appended = self._write(records, any(c.track for c in calls))
