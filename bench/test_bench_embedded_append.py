@@ -41,6 +41,9 @@ RECORD_BYTES = 100
 IN_FLIGHT = [1, 16, 256, 1024]
 # calls per round for each count: a few seconds a round at the rates measured
 CALLS = {1: 2_000, 16: 20_000, 256: 100_000, 1024: 200_000}
+# PySyncObj at its default settings answers each caller about 10 times a second: 20 calls per
+# caller keep a round at about 2 s
+DEFAULT_SETTINGS_CALLS = {n: 20 * n for n in IN_FLIGHT}
 GROUP = "embedded appends, 3 replicas, 100-byte records, {} callers in flight"
 RAFTCORE: dict[int, dict] = {}  # raftcore's figures by count, for the PySyncObj ratios
 
@@ -145,9 +148,8 @@ def test_pysyncobj_embedded_appends(benchmark, scale, in_flight, settings):
     """``default``: PySyncObj's own settings (appends every 0.1 s, ticks every 50 ms), as the
     issue measured it; ``tuned``: its best (batched appends and ticks every 1 ms)."""
     benchmark.group = GROUP.format(in_flight)
-    calls = max(in_flight, int(CALLS[in_flight] * scale))
-    if settings == "default":  # about 10 calls a second to each caller
-        calls = max(in_flight, min(calls, in_flight * (20 if scale == 1.0 else 1)))
+    table = DEFAULT_SETTINGS_CALLS if settings == "default" else CALLS
+    calls = max(in_flight, int(table[in_flight] * scale))
     runs: list[tuple[float, list[float]]] = []
     peers = PySyncObjCluster(None if settings == "default" else 0.001)
     try:
