@@ -46,6 +46,66 @@ cdef class BatchScan:
             raise CorruptRecordError(self.error, self.error_position)
 
 
+cdef struct _ScanColumns:
+    int64_t *pos
+    int64_t *size
+    int64_t *base
+    int64_t *last
+    int32_t *epoch
+    int64_t *ts
+    int16_t *attr
+    int64_t *pid
+    int16_t *pepoch
+    int32_t *bseq
+
+
+cdef struct _ScanEnd:
+    Py_ssize_t pos           # just after the last batch filled in
+    Py_ssize_t bad           # index of the batch that failed (-1: none)
+    Py_ssize_t discontinuity
+    int problem
+    BatchHeader h            # the header of the failed batch
+
+
+cdef void _fill_scan(const uint8_t *data, Py_ssize_t start, Py_ssize_t end, Py_ssize_t count,
+                     bint check_crc, Py_ssize_t base_position, _ScanColumns *c,
+                     _ScanEnd *out) noexcept nogil:
+    """scan_batches' second pass: fill in each of ``count`` batches, checking CRCs. The headers
+    are parsed again rather than trusted: another thread may have changed the bytes since the
+    first pass."""
+    cdef Py_ssize_t pos = start, i
+    cdef const uint8_t *p
+    cdef BatchHeader h
+    cdef int problem = BH_OK
+    for i in range(count):
+        p = data + pos
+        problem = parse_batch_header(p, end - pos, &h)
+        if problem == BH_OK:
+            problem = batch_header_rules(&h)
+        if problem != BH_OK or (check_crc and batch_crc(p, h.size) != h.crc):
+            out.bad = i
+            break
+        load_batch_header_details(p, &h)
+        c.pos[i] = base_position + pos
+        c.size[i] = h.size
+        c.base[i] = h.base_offset
+        c.last[i] = h.base_offset + h.last_offset_delta
+        c.epoch[i] = h.partition_leader_epoch
+        c.ts[i] = h.max_timestamp
+        c.attr[i] = h.attributes
+        c.pid[i] = h.producer_id
+        c.pepoch[i] = h.producer_epoch
+        c.bseq[i] = h.base_sequence
+        if out.discontinuity < 0 and i > 0 and (
+                c.base[i] != c.last[i - 1] + 1 or c.epoch[i] < c.epoch[i - 1]):
+            out.discontinuity = i
+        pos += h.size
+    out.pos = pos
+    out.problem = problem
+    out.h = h
+
+
+
 def scan_batches(buffer, Py_ssize_t start=0, Py_ssize_t end=-1, *, bint check_crc=True,
                  Py_ssize_t base_position=0):
     """Walk the batches in ``buffer[start:end]`` and describe each one, stopping at the first
@@ -107,36 +167,36 @@ def scan_batches(buffer, Py_ssize_t start=0, Py_ssize_t end=-1, *, bint check_cr
     cdef int64_t[::1] v_pid = producer_ids
     cdef int16_t[::1] v_pepoch = producer_epochs
     cdef int32_t[::1] v_bseq = base_sequences
-    cdef Py_ssize_t bad = -1
-    cdef Py_ssize_t discontinuity = -1
-    cdef const uint8_t *p
-    # Second pass: fill in, checking CRCs. The headers are parsed again rather than trusted:
-    # another thread may have changed the bytes since the first pass.
-    with nogil:
-        pos = start
-        for i in range(count):
-            p = data + pos
-            problem = parse_batch_header(p, end - pos, &h)
-            if problem == BH_OK:
-                problem = batch_header_rules(&h)
-            if problem != BH_OK or (check_crc and batch_crc(p, h.size) != h.crc):
-                bad = i
-                break
-            load_batch_header_details(p, &h)
-            v_pos[i] = base_position + pos
-            v_size[i] = h.size
-            v_base[i] = h.base_offset
-            v_last[i] = h.base_offset + h.last_offset_delta
-            v_epoch[i] = h.partition_leader_epoch
-            v_ts[i] = h.max_timestamp
-            v_attr[i] = h.attributes
-            v_pid[i] = h.producer_id
-            v_pepoch[i] = h.producer_epoch
-            v_bseq[i] = h.base_sequence
-            if discontinuity < 0 and i > 0 and (
-                    v_base[i] != v_last[i - 1] + 1 or v_epoch[i] < v_epoch[i - 1]):
-                discontinuity = i
-            pos += h.size
+    cdef _ScanColumns cols
+    cdef _ScanEnd done
+    done.pos = start
+    done.bad = -1
+    done.discontinuity = -1
+    done.problem = BH_OK
+    if count > 0:
+        cols.pos = &v_pos[0]
+        cols.size = &v_size[0]
+        cols.base = &v_base[0]
+        cols.last = &v_last[0]
+        cols.epoch = &v_epoch[0]
+        cols.ts = &v_ts[0]
+        cols.attr = &v_attr[0]
+        cols.pid = &v_pid[0]
+        cols.pepoch = &v_pepoch[0]
+        cols.bseq = &v_bseq[0]
+        # The GIL is let go only for much to walk: a thread that gives it up may wait long to
+        # have it back (the fsync thread runs Python between its fsyncs), which cost a
+        # 1-record Produce more than its scan.
+        if end - start >= NOGIL_CRC_BYTES:
+            with nogil:
+                _fill_scan(data, start, end, count, check_crc, base_position, &cols, &done)
+        else:
+            _fill_scan(data, start, end, count, check_crc, base_position, &cols, &done)
+    pos = done.pos
+    h = done.h
+    problem = done.problem
+    cdef Py_ssize_t bad = done.bad
+    cdef Py_ssize_t discontinuity = done.discontinuity
     if bad >= 0:
         error_pos = base_position + pos
         if problem != BH_OK:
