@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import os
 import shutil
 import subprocess
 import sys
@@ -68,10 +69,10 @@ class Load:
         count = self.writers if self.kind == "small" else 1
         producers = []
         try:
-            for _ in range(count):
-                producer = Producer(self.bootstrap)
-                await producer.start()
-                producers.append(producer)
+            for i in range(0, count, 64):  # 64 at a time, as the small-writes benchmark
+                batch = [Producer(self.bootstrap) for _ in range(min(64, count - i))]
+                producers += batch
+                await asyncio.gather(*(p.start() for p in batch))
             self.ready.set()
             if self.kind == "small":
                 await asyncio.gather(*(self._small(p, value) for p in producers))
@@ -161,6 +162,10 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("."), help="where leader.txt goes")
     parser.add_argument("--py-spy", dest="py_spy", default=None)
     parser.add_argument("--node-arg", action="append", default=[], help="extra node argument")
+    parser.add_argument("--native", action="store_true", help="py-spy --native: C frames too")
+    parser.add_argument(
+        "--profile-load", action="store_true", help="also profile the producers' process"
+    )
     args = parser.parse_args()
     py_spy = find_py_spy(args.py_spy)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -180,10 +185,18 @@ def main() -> int:
         before, started = load.records, time.monotonic()
         command = [py_spy, "record", "--pid", str(leader_pid), "--duration", str(args.seconds)]
         command += ["--rate", str(args.rate), "--format", "raw", "--output", str(raw)]
-        command += ["--threads"]
+        command += ["--threads"] + (["--native"] if args.native else [])
+        load_spy = None
+        if args.profile_load:  # the producers' process too (this one), beside the leader
+            load_command = command[:]
+            load_command[3] = str(os.getpid())
+            load_command[-2] = str((args.out / "load.txt").absolute())
+            load_spy = subprocess.Popen(load_command, stdout=subprocess.DEVNULL)
         spy = subprocess.run(
             command, check=False, capture_output=True, text=True, timeout=args.seconds + 120
         )
+        if load_spy is not None:
+            load_spy.wait(timeout=120)
         rate = (load.records - before) / (time.monotonic() - started)
         load.stop()
         if load.error is not None:
@@ -194,6 +207,9 @@ def main() -> int:
     print(f"leader node {info.leader_id} (pid {leader_pid}), load: {load_name}, {rate:,.0f}/s")
     print(f"collapsed stacks (open in speedscope): {raw}")
     print(summarize(raw, args.top, args.rate * args.seconds))
+    if args.profile_load:
+        print("\nthe producers' process:")
+        print(summarize(args.out / "load.txt", args.top, args.rate * args.seconds))
     return 0
 
 
