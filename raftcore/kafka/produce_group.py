@@ -98,7 +98,11 @@ class _Queued:
         self.records = records
         self.scan = scan
         self.future = future
-        self.producer_ids = {int(p) for p in scan.producer_ids[: scan.count] if p >= 0}
+        if scan.count == 1:  # one batch per request, the common case
+            pid = int(scan.producer_ids[0])
+            self.producer_ids = {pid} if pid >= 0 else set()
+        else:
+            self.producer_ids = {p for p in scan.producer_ids.tolist() if p >= 0}
 
     def record_count(self) -> int:
         scan = self.scan

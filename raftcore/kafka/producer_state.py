@@ -78,7 +78,12 @@ class ProducerStateManager:
             return Errors.INVALID_PRODUCER_EPOCH
         if producer_epoch > producer.epoch:
             return Errors.NONE if first_seq == 0 else Errors.OUT_OF_ORDER_SEQUENCE_NUMBER
-        for seq0, seq1, off0, off1 in producer.batches:
+        batches = producer.batches
+        # The next batch, the common case, first: it cannot be a retry of one remembered (the
+        # 16 remembered batches are far too few records to wrap the sequence around to it).
+        if batches and first_seq == _next_sequence(batches[-1][1]):
+            return Errors.NONE
+        for seq0, seq1, off0, off1 in batches:
             if seq0 == first_seq and seq1 == last_seq:
                 return Duplicate(off0, off1)
         if not producer.batches:
