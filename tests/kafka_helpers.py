@@ -112,6 +112,9 @@ class FakePartition:
             first += count
         return parts
 
+    def at_iteration_end(self, callback: Any) -> None:
+        asyncio.get_running_loop().call_soon(callback)
+
     def watch(self, first_offset: int, last_offset: int) -> Appended:
         return Appended(first_offset, last_offset, self.epoch, token=1)
 

@@ -135,6 +135,11 @@ class Partition(Protocol):
         appended."""
         ...
 
+    def at_iteration_end(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once the event loop has run what is ready now (the other requests
+        that arrived in this iteration), in one hop with whatever else waits for that."""
+        ...
+
     async def wait_verdict(self, appended: Appended, timeout_s: float | None) -> None:
         """Return once ``appended`` is committed in the epoch that appended it; NotLeaderError
         (naming the leader) as soon as that leadership ends, RaftcoreError when the replica

@@ -119,15 +119,18 @@ class ProduceGroup:
         self._loop = loop
         self._queue: list[_Queued] = []
         self._bytes = 0
-        self._handle: asyncio.Handle | None = None  # the end of this iteration, once scheduled
+        self._waiting = False  # for the end of this iteration
 
     def append(self, records: Any, scan: Any) -> Outcome | asyncio.Future[Outcome]:
         """Append validated ``records`` (``scan``: their headers), tracked: the outcome now if
         this is the iteration's first request, else a future of it, settled once the loop has
         run the iteration's other requests."""
-        if self._handle is None:
+        if not self._waiting:
             outcome = append_checked(self._partition, records, scan, track=True)
-            self._handle = self._loop.call_soon(self._end_of_iteration)
+            # after the append: the node's own end-of-iteration work (its shared poll) runs
+            # first, so the group's write is polled at once
+            self._waiting = True
+            self._partition.at_iteration_end(self._end_of_iteration)
             return outcome
         future: asyncio.Future[Outcome] = self._loop.create_future()
         self._queue.append(_Queued(records, scan, future))
@@ -137,7 +140,7 @@ class ProduceGroup:
         return future
 
     def _end_of_iteration(self) -> None:
-        self._handle = None
+        self._waiting = False
         self.flush()
 
     def flush(self) -> None:

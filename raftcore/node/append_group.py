@@ -47,13 +47,15 @@ class AppendGroup:
         loop: asyncio.AbstractEventLoop,
         write: Callable[[list[Any], bool], Appended],
         verdicts: AppendVerdicts,
+        at_iteration_end: Callable[[Callable[[], None]], None],
     ) -> None:
         self._loop = loop
         self._write = write
         self._verdicts = verdicts
+        self._at_iteration_end = at_iteration_end
         self._calls: list[_Call] = []
         self._records = 0
-        self._handle: asyncio.Handle | None = None
+        self._waiting = False  # for the end of this iteration
 
     def add(self, records: list[Any], track: bool) -> asyncio.Future[Appended]:
         """Queue ``records`` for this iteration's batch; the future gets the caller's part."""
@@ -62,16 +64,18 @@ class AppendGroup:
         future: asyncio.Future[Appended] = self._loop.create_future()
         self._calls.append(_Call(records, track, future))
         self._records += len(records)
-        if self._handle is None:
-            self._handle = self._loop.call_soon(self.flush)
+        if not self._waiting:
+            self._waiting = True
+            self._at_iteration_end(self._end_of_iteration)
         return future
+
+    def _end_of_iteration(self) -> None:
+        self._waiting = False
+        self.flush()
 
     def flush(self) -> None:
         """Write what is queued now."""
         calls, self._calls, self._records = self._calls, [], 0
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
         calls = [c for c in calls if not c.future.cancelled()]  # their callers went away
         if len(calls) == 1:
             self._write_alone(calls[0])

@@ -71,6 +71,7 @@ from raftcore.node.data_dir import (
     check_meta_properties,
 )
 from raftcore.node.group_commit import GroupCommit
+from raftcore.node.iteration import IterationEnd
 from raftcore.node.messaging import Messaging
 from raftcore.node.metrics import NodeMetrics
 from raftcore.node.metrics_http import MetricsServer, serve_metrics
@@ -145,6 +146,7 @@ class RaftNode:
         self._poll_timer: PollTimer | None = None  # for the core's next deadline
         self._verdicts = AppendVerdicts(self.prefix)  # the core's, on tracked appends
         self._appends: AppendGroup | None = None  # append() calls of this loop iteration
+        self.iteration_end: IterationEnd | None = None  # what waits for the end of one
         self._polled_in_iteration = False  # an append_batches polled the core at once
         self._hw_moved = Waiters()  # woken on every step once the high watermark is known
         self._log_start_moved = Waiters()  # woken when the log start moves or the role changes
@@ -209,7 +211,10 @@ class RaftNode:
             name=f"raftcore-fsync-{cfg.node_id}",
         )
         self._poll_timer = PollTimer(self._loop, self.poke)
-        self._appends = AppendGroup(self._loop, self._append_now, self._verdicts)
+        self.iteration_end = IterationEnd(self._loop)
+        self._appends = AppendGroup(
+            self._loop, self._append_now, self._verdicts, self.iteration_end.add
+        )
         start_offset = None
         if self.state_machine is not None:
             try:  # resume where the state machine is: never replay, never skip
@@ -525,7 +530,8 @@ class RaftNode:
             self._poll_timer.soon()
             return
         self._polled_in_iteration = True
-        self._loop.call_soon(self._next_iteration)
+        assert self.iteration_end is not None  # made with the poll timer
+        self.iteration_end.add(self._next_iteration)
         self._drive(core.poll(self._now()))
 
     def _next_iteration(self) -> None:

@@ -6,7 +6,7 @@ get nothing else of the node."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from raftcore.kafka.partition import Broker
@@ -135,6 +135,11 @@ class NodePartition:
 
     def watch(self, first_offset: int, last_offset: int) -> Appended:
         return self._node.watch(first_offset, last_offset)
+
+    def at_iteration_end(self, callback: Callable[[], None]) -> None:
+        iteration_end = self._node.iteration_end
+        assert iteration_end is not None, "the node has not started"
+        iteration_end.add(callback)
 
     async def wait_verdict(self, appended: Appended, timeout_s: float | None) -> None:
         await self._node.wait_committed(appended, timeout_s)
