@@ -7,11 +7,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from kafka_helpers import FakePartition, batch, broker_of, produce_body
 
 from raftcore.error_codes import Errors
+from raftcore.kafka import produce_group
 from raftcore.kafka.produce import produce
 from raftcore.raft import LeaderAndEpoch, NotLeaderError
+
+pytestmark = pytest.mark.timeout(30)  # a request never answered fails, not hangs
 
 
 def _idempotent(producer_id: int, sequence: int, records: int = 1) -> bytes:
@@ -106,3 +110,35 @@ def test_a_group_written_after_leadership_ended_fails_every_request_in_it() -> N
         (Errors.NOT_LEADER_OR_FOLLOWER, -1),
     ]
     assert partition.log.end_offset == 1
+
+
+def test_a_queue_past_its_byte_bound_is_written_at_once(monkeypatch):
+    """A group never holds more than MAX_GROUP_BYTES: the request that takes the queue past it
+    writes the queue in its own step, and the iteration's later requests start a new one."""
+    monkeypatch.setattr(produce_group, "MAX_GROUP_BYTES", 2 * len(_idempotent(1, 0)))
+    partition = FakePartition()
+    partition.hw = 1_000
+    answers = _in_one_iteration(partition, [_idempotent(p, 0) for p in range(1, 7)])
+    assert [(a.error_code, a.base_offset) for a in answers] == [(Errors.NONE, n) for n in range(6)]
+    assert partition.group_writes == [2, 2]  # then the last one alone
+    assert partition.log.end_offset == 6
+
+
+def test_a_queued_request_whose_connection_went_away_is_not_written():
+    partition = FakePartition()
+    partition.hw = 1_000
+    broker = broker_of(partition)
+
+    async def main() -> None:
+        requests = [
+            asyncio.ensure_future(produce(broker, produce_body(_idempotent(p, 0)), 9))
+            for p in (1, 2, 3)
+        ]
+        await asyncio.sleep(0)  # all three handled in one iteration: 2 and 3 queued
+        requests[1].cancel()  # its connection closed before the group was written
+        await asyncio.gather(*requests, return_exceptions=True)
+
+    asyncio.run(main())
+    assert partition.log.end_offset == 2
+    assert partition.producers.check(2, 0, 0, 1) == Errors.NONE  # producer 2 never written
+    assert partition.producers.check(3, 0, 1, 1) == Errors.NONE  # producer 3 was
