@@ -84,6 +84,7 @@ async def _raftcore_run(
         (1000, "plaintext"),
         (10_000, "plaintext"),
         (1000, "tls"),
+        (10_000, "tls"),
         (1000, "uvloop"),
         (10_000, "uvloop"),
     ],
