@@ -58,7 +58,7 @@ from raftcore.kafka.producer_tracker import ProducerStateTracker
 from raftcore.log import SegmentedLog
 from raftcore.node import admin, fatal, reads
 from raftcore.node.admin import AutoJoiner, ChangeWaiters
-from raftcore.node.append_group import AppendGroup
+from raftcore.node.appends import LeaderAppends
 from raftcore.node.applier import Applier, check_start_offset
 from raftcore.node.clock import now_ms
 from raftcore.node.config import NodeConfig
@@ -86,7 +86,6 @@ from raftcore.node.waiters import Waiters
 from raftcore.raft import (
     Appended,
     LeaderAndEpoch,
-    LogWriteError,
     NotLeaderError,
     Output,
     RaftCore,
@@ -145,9 +144,8 @@ class RaftNode:
         self._group_commit: GroupCommit | None = None  # fsyncs, and what waits for them
         self._poll_timer: PollTimer | None = None  # for the core's next deadline
         self._verdicts = AppendVerdicts(self.prefix)  # the core's, on tracked appends
-        self._appends: AppendGroup | None = None  # append() calls of this loop iteration
+        self._appends: LeaderAppends | None = None  # the leader's appends, and their polls
         self.iteration_end: IterationEnd | None = None  # what waits for the end of one
-        self._polled_in_iteration = False  # an append_batches polled the core at once
         self._hw_moved = Waiters()  # woken on every step once the high watermark is known
         self._log_start_moved = Waiters()  # woken when the log start moves or the role changes
         self._started = False
@@ -212,8 +210,14 @@ class RaftNode:
         )
         self._poll_timer = PollTimer(self._loop, self.poke)
         self.iteration_end = IterationEnd(self._loop)
-        self._appends = AppendGroup(
-            self._loop, self._append_now, self._verdicts, self.iteration_end.add
+        self._appends = LeaderAppends(
+            self._loop,
+            core=self._require_core,
+            drive=self._drive,
+            poke=self.poke,
+            poll_timer=self._poll_timer,
+            iteration_end=self.iteration_end,
+            verdicts=self._verdicts,
         )
         start_offset = None
         if self.state_machine is not None:
@@ -479,31 +483,13 @@ class RaftNode:
         batch = list(records)
         if not batch:
             raise ValueError("append takes at least one record")
-        self._require_core()
-        assert self._appends is not None
-        # written at the end of this loop iteration, with the other appends made in it
-        appended = await self._appends.add(batch, wait)
-        if wait:
-            await self.wait_committed(appended)
-        return appended
-
-    def _append_now(self, records: list[Any], track: bool) -> Appended:
-        """One batch on the leader, now (the group's write; tracked by the group)."""
-        core = self._require_core()
-        appended = self._resigns_on_write_failure(core.append, records, track)
-        self._drive(core.poll(self._now()))
-        return appended
+        return await self._leader_appends().append(batch, wait)
 
     def append_batches(self, batches: Any, *, track: bool = True, checked: Any = None) -> Appended:
         """Append producer-built batches (leader only), as Produce does (``checked``: their
         scan, made when their CRCs and records were validated). With ``track``, the caller
         must then :meth:`wait_committed` for its verdict."""
-        core = self._require_core()
-        appended = self._track(
-            self._resigns_on_write_failure(core.append_batches, batches, track, checked=checked)
-        )
-        self._poll_after_append(core)
-        return appended
+        return self._leader_appends().append_batches(batches, track, checked)
 
     def append_batches_in_parts(
         self, batches: Any, checked: Any, counts: list[int]
@@ -511,54 +497,17 @@ class RaftNode:
         """Append several producers' batches in one write (a Produce group,
         :mod:`raftcore.kafka.produce_group`): one tracked append for the core, cut into
         consecutive parts of ``counts`` records, each with its own verdict to wait for."""
-        core = self._require_core()
-        appended = self._resigns_on_write_failure(
-            core.append_batches, batches, True, checked=checked
-        )
-        assert self._loop is not None
-        parts = self._verdicts.track_parts(appended, [(c, True) for c in counts], self._loop)
-        self._poll_after_append(core)
-        return parts
-
-    def _poll_after_append(self, core: RaftCore) -> None:
-        """The first append of a loop iteration is polled at once (one request alone waits for
-        nothing); the others of that iteration (Produce requests that arrived together) share
-        one poll once the loop has run them: their fetch answers, fsync and verdicts go out in
-        one step."""
-        assert self._loop is not None and self._poll_timer is not None  # made with the log
-        if self._polled_in_iteration:
-            self._poll_timer.soon()
-            return
-        self._polled_in_iteration = True
-        assert self.iteration_end is not None  # made with the poll timer
-        self.iteration_end.add(self._next_iteration)
-        self._drive(core.poll(self._now()))
-
-    def _next_iteration(self) -> None:
-        self._polled_in_iteration = False
-
-    def _resigns_on_write_failure(
-        self, append: Any, data: Any, track: bool, **options: Any
-    ) -> Appended:
-        """``append(data, now, track=track, **options)``; a log that cannot be written made the
-        core resign (LogWriteError, a NotLeaderError): its EndQuorumEpoch requests go out now."""
-        try:
-            return append(data, self._now(), track=track, **options)  # type: ignore[no-any-return]
-        except LogWriteError:
-            self.poke()
-            raise
+        return self._leader_appends().append_batches_in_parts(batches, checked, counts)
 
     def watch(self, first_offset: int, last_offset: int) -> Appended:
         """Track records already in the leader's log (a retried idempotent batch), as if just
         appended: the caller must then :meth:`wait_committed` for the same verdict."""
-        core = self._require_core()
-        appended = self._track(core.watch(first_offset, last_offset, self._now()))
-        self._drive(core.poll(self._now()))
-        return appended
+        return self._leader_appends().watch(first_offset, last_offset)
 
-    def _track(self, appended: Appended) -> Appended:
-        assert self._loop is not None
-        return self._verdicts.track(appended, self._loop)
+    def _leader_appends(self) -> LeaderAppends:
+        if self._appends is None:  # each of its methods asks for the running core too
+            raise RaftcoreError(f"{self.prefix} not started")
+        return self._appends
 
     def forget(self, appended: Appended) -> None:
         """Stop waiting for the verdict of a tracked append (its waiter went away)."""
