@@ -11,6 +11,7 @@ import pytest
 from kafka_helpers import FakePartition, batch, broker_of, produce_body
 
 from raftcore.error_codes import Errors
+from raftcore.errors import RaftcoreError
 from raftcore.kafka import produce_group
 from raftcore.kafka.produce import produce
 from raftcore.raft import LeaderAndEpoch, NotLeaderError
@@ -142,3 +143,27 @@ def test_a_queued_request_whose_connection_went_away_is_not_written():
     assert partition.log.end_offset == 2
     assert partition.producers.check(2, 0, 0, 1) == Errors.NONE  # producer 2 never written
     assert partition.producers.check(3, 0, 1, 1) == Errors.NONE  # producer 3 was
+
+
+def test_a_group_whose_node_stopped_fails_each_request_as_it_would_alone():
+    """A write that raises something else than a refusal (the node stopped between the
+    requests and their group's write) reaches each queued request, which then fails as one
+    request written at once would: none is left waiting."""
+    partition = FakePartition()
+    partition.hw = 1_000
+
+    def stopped(records: Any, *, checked: Any, counts: list[int]) -> Any:
+        raise RaftcoreError("[node 1] not started")
+
+    partition.append_parts = stopped  # type: ignore[method-assign]
+    broker = broker_of(partition)
+
+    async def main() -> list[Any]:
+        sent = [_idempotent(p, 0) for p in (1, 2, 3)]
+        return await asyncio.gather(
+            *(produce(broker, produce_body(s), 9) for s in sent), return_exceptions=True
+        )
+
+    first, *queued = asyncio.run(main())
+    assert first.responses[0].partition_responses[0].error_code == Errors.NONE
+    assert [type(r) for r in queued] == [RaftcoreError, RaftcoreError]

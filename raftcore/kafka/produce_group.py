@@ -146,6 +146,14 @@ class ProduceGroup:
     def flush(self) -> None:
         """Check and write what is queued, in order."""
         queue, self._queue, self._bytes = self._queue, [], 0
+        try:
+            self._check_and_write(queue)
+        except Exception as exc:  # the node stopped under them: each fails as it would alone
+            for q in queue:
+                if not q.future.done():
+                    q.future.set_exception(exc)
+
+    def _check_and_write(self, queue: list[_Queued]) -> None:
         group: list[_Queued] = []
         in_group: set[int] = set()
         for q in queue:
