@@ -21,13 +21,18 @@ from raftcore.statemachine import DictStateMachine
 pytestmark = pytest.mark.timeout(90)
 
 # Timeouts a loaded machine (CI) cannot miss: the leader these tests read must stay the leader
-# (a new one's log start is its own, below the one the test saw move).
+# (a new one's log start is its own, below the one the test saw move). The request timeout is
+# longer than the fetch's long poll (500 ms): with FAST's 500 ms, a follower of an idle leader
+# gave up on every parked fetch just before its answer came, sent another, and ignored the late
+# answer as unexpected, until its fetch timeout started an election (the followers then took
+# 1.5-9 s, not 0.5, to follow the leader's new log start).
 QUORUM = dataclasses.replace(
     FAST,
     snapshots_on_request=True,
     max_replication_lag_ms=60_000,
     election_timeout_ms=2000,
     fetch_timeout_ms=4000,
+    request_timeout_ms=2000,
 )
 SEGMENT = 16 * 1024
 VALUE = b"v" * 1000
