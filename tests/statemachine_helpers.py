@@ -15,7 +15,10 @@ from raftcore.node.local_cluster import free_ports
 from raftcore.raft import CommittedBatch, QuorumConfig
 from raftcore.records import encode_batch, iter_batches
 
-FAST = QuorumConfig(election_timeout_ms=300, fetch_timeout_ms=600, request_timeout_ms=500)
+# fetch_max_wait_ms below the request timeout: an idle leader's held fetch is answered in time
+FAST = QuorumConfig(
+    election_timeout_ms=300, fetch_timeout_ms=600, request_timeout_ms=500, fetch_max_wait_ms=250
+)
 CLUSTER_ID = "statemachine-tests"
 
 

@@ -26,7 +26,10 @@ from raftcore.records import encode_batch, iter_batches
 
 pytestmark = pytest.mark.timeout(60)
 
-FAST = QuorumConfig(election_timeout_ms=300, fetch_timeout_ms=600, request_timeout_ms=500)
+# fetch_max_wait_ms below the request timeout: an idle leader's held fetch is answered in time
+FAST = QuorumConfig(
+    election_timeout_ms=300, fetch_timeout_ms=600, request_timeout_ms=500, fetch_max_wait_ms=250
+)
 CLUSTER_ID = "node-tests-cluster"
 
 

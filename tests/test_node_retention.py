@@ -29,20 +29,14 @@ QUORUM = dataclasses.replace(
     election_timeout_ms=2000,
     fetch_timeout_ms=4000,
 )
-# For a cluster left idle while its followers must follow the leader's log start: a request
-# timeout longer than the fetch's long poll (500 ms). With FAST's 500 ms, a follower of an idle
-# leader gave up on every parked fetch just before its answer came, sent another, and ignored
-# the late answer as unexpected until its fetch timeout started an election: the followers took
-# 1.5-9 s, not 0.5, to follow the new log start.
-IDLE_QUORUM = dataclasses.replace(QUORUM, request_timeout_ms=2000)
 SEGMENT = 16 * 1024
 VALUE = b"v" * 1000
 
 
-async def cluster(tmp_path, retention: RetentionConfig, state_machine: bool = False, quorum=QUORUM):  # type: ignore[no-untyped-def]
+async def cluster(tmp_path, retention: RetentionConfig, state_machine: bool = False):  # type: ignore[no-untyped-def]
     cfgs = [
         dataclasses.replace(
-            c, quorum=quorum, log=LogConfig(segment_bytes=SEGMENT), retention=retention
+            c, quorum=QUORUM, log=LogConfig(segment_bytes=SEGMENT), retention=retention
         )
         for c in node_configs(tmp_path)
     ]
@@ -117,7 +111,7 @@ def test_retention_ms_with_segment_ms_lets_old_records_go(tmp_path):
     retention = RetentionConfig(retention_ms=60_000, segment_ms=30_000, check_interval_ms=3_600_000)
 
     async def main() -> None:
-        nodes = await cluster(tmp_path, retention, quorum=IDLE_QUORUM)
+        nodes = await cluster(tmp_path, retention)
         try:
             leader = await leader_of(nodes)
             await leader.append([(b"old", VALUE)], wait=True)

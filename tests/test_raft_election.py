@@ -49,6 +49,16 @@ def test_config_uses_kafkas_names_and_defaults():
         QuorumConfig(fetch_timeout_ms=-1)
 
 
+def test_a_request_timeout_no_longer_than_the_fetch_long_poll_is_refused():
+    """A Fetch's answer may come as late as the leader's long poll: a request timeout at or
+    below it would make a follower of an idle leader give up on every fetch."""
+    for timeout in (499, 500):
+        refused = rf"request_timeout_ms \({timeout}\) must be greater"
+        with pytest.raises(ValueError, match=refused):
+            QuorumConfig(request_timeout_ms=timeout, fetch_max_wait_ms=500)
+    assert QuorumConfig(request_timeout_ms=501, fetch_max_wait_ms=500).request_timeout_ms == 501
+
+
 # ---- timeouts and candidacy -------------------------------------------------------------------
 
 

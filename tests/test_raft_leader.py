@@ -203,7 +203,7 @@ def test_a_single_voter_leader_never_resigns_on_check_quorum():
 
 
 def test_graceful_resignation_sends_end_quorum_epoch_with_successors_by_progress():
-    h = Harness(voters=(1, 2, 3, 4), request_timeout_ms=200)
+    h = Harness(voters=(1, 2, 3, 4), request_timeout_ms=200, fetch_max_wait_ms=100)
     h.become_leader()
     h.core.append([(b"k", b"v")] * 5, h.now)
     h.fetch(3, 6, h.epoch)

@@ -72,7 +72,7 @@ def test_a_follower_cut_off_from_a_leader_the_others_follow_says_so_every_30_s_n
 ):
     """Its pre-votes are rejected (the others still hear the leader), it follows the same
     leader again and times out again: one INFO line, then one per 30 s."""
-    h = follower(request_timeout_ms=200)
+    h = follower(request_timeout_ms=200, fetch_max_wait_ms=100)
     caplog.set_level(logging.INFO, logger="raftcore.raft")
     for _ in range(25):  # 25 rounds of about 2.2 s
         h.advance(h.config.fetch_timeout_ms)

@@ -28,7 +28,7 @@ from raftcore.raft.voters import VoterEndpoint
 
 
 def leader_with_followers(voters=(1, 2, 3, 4)) -> Harness:
-    h = Harness(voters=voters, request_timeout_ms=200)
+    h = Harness(voters=voters, request_timeout_ms=200, fetch_max_wait_ms=100)
     h.become_leader()
     h.flush()
     return h

@@ -45,7 +45,10 @@ from raftcore.security.users import make_user, write_users
 
 pytestmark = pytest.mark.timeout(120)
 
-FAST = QuorumConfig(election_timeout_ms=300, fetch_timeout_ms=600, request_timeout_ms=500)
+# fetch_max_wait_ms below the request timeout: an idle leader's held fetch is answered in time
+FAST = QuorumConfig(
+    election_timeout_ms=300, fetch_timeout_ms=600, request_timeout_ms=500, fetch_max_wait_ms=250
+)
 PROTOCOLS = ["SASL_PLAINTEXT"]  # SASL_SSL: with node processes in tests/test_sasl_clients.py
 
 

@@ -44,7 +44,10 @@ from raftcore.security.users import UsersFile, make_node_user, make_user, write_
 
 pytestmark = pytest.mark.timeout(120)
 
-FAST = QuorumConfig(election_timeout_ms=300, fetch_timeout_ms=600, request_timeout_ms=500)
+# fetch_max_wait_ms below the request timeout: an idle leader's held fetch is answered in time
+FAST = QuorumConfig(
+    election_timeout_ms=300, fetch_timeout_ms=600, request_timeout_ms=500, fetch_max_wait_ms=250
+)
 OWN = {1: "node-1-own-secret", 2: "node-2-own-secret", 3: "node-3-own-secret"}
 
 

@@ -35,7 +35,10 @@ from raftcore.security.tls import PeerIdentityError, client_context, principal_o
 
 pytestmark = pytest.mark.timeout(60)
 
-FAST = QuorumConfig(election_timeout_ms=300, fetch_timeout_ms=600, request_timeout_ms=500)
+# fetch_max_wait_ms below the request timeout: an idle leader's held fetch is answered in time
+FAST = QuorumConfig(
+    election_timeout_ms=300, fetch_timeout_ms=600, request_timeout_ms=500, fetch_max_wait_ms=250
+)
 CLUSTER_ID = "tls-tests-cluster"
 
 

@@ -41,7 +41,9 @@ class QuorumConfig:
     - ``election_backoff_max_ms`` (1000): cap of the randomized exponential backoff after a
       lost election.
     - ``request_timeout_ms`` (2000) and ``retry_backoff_ms`` (20): per-request timeout, and
-      the pause before retrying a destination after a failure.
+      the pause before retrying a destination after a failure. A Fetch's timeout counts the
+      leader's long poll too, so it must be longer than ``fetch_max_wait_ms`` (refused
+      otherwise).
     - ``append_linger_ms`` (25): how long the node batches client appends (used by the node).
     - ``fetch_max_wait_ms`` (500) and ``fetch_max_bytes`` (8 MiB): the follower's fetch
       long-poll and size, Kafka's MAX_FETCH_WAIT_MS and MAX_FETCH_SIZE_BYTES.
@@ -112,6 +114,12 @@ class QuorumConfig:
             raise ValueError("replica_fetch_response_max_bytes must be at least 1")
         if self.fetch_timeout_ms == 0 or self.request_timeout_ms == 0:
             raise ValueError("fetch_timeout_ms and request_timeout_ms must be positive")
+        if self.request_timeout_ms <= self.fetch_max_wait_ms:
+            raise ValueError(
+                f"request_timeout_ms ({self.request_timeout_ms}) must be greater than "
+                f"fetch_max_wait_ms ({self.fetch_max_wait_ms}): a follower of an idle leader "
+                "would give up on every fetch the leader holds for its long poll"
+            )
         if any(v < 0 for v in self.voters):
             raise ValueError(f"voter ids must be >= 0, got {sorted(self.voters)}")
 
