@@ -32,6 +32,7 @@ from cluster_helpers import (
 from raftcore.client import describe_quorum
 from raftcore.client.admin import QuorumInfo
 from raftcore.error_codes import error_name
+from raftcore.errors import RaftcoreError
 from raftcore.node.data_dir import read_directory_id
 from raftcore.node.local_cluster import LocalCluster
 from raftcore.raft.voters import directory_id_text
@@ -223,11 +224,25 @@ def test_a_node_started_with_auto_join_adds_itself_once_caught_up(cluster):
     info = wait_quorum(cluster, lambda q: 4 in voters(q), "node 4 to add itself")
     assert voters(info)[4] == directory
     # the change is in force once in the log; the answer comes once it is committed
-    wait_for(
-        lambda: "auto-join: added as voter 4:" in cluster.log_tail(4, 400),
-        10,
-        "node 4 to log its auto-join",
-    )
+    try:
+        wait_for(
+            lambda: "auto-join: added as voter 4:" in cluster.log_tail(4, 400),
+            10,
+            "node 4 to log its auto-join",
+        )
+    except RaftcoreError as exc:
+        logged = _voter_lines(cluster)
+        raise AssertionError(f"{exc}; what the nodes logged of it:\n{logged}") from exc
+
+
+def _voter_lines(cluster: LocalCluster) -> str:
+    """Each node's log lines about voters, elections and auto-join (a failure's evidence)."""
+    words = ("auto-join", "voter", "epoch", "leader", "resign")
+    out = []
+    for node_id in sorted({*cluster.node_ids, *cluster.joined}):
+        lines = cluster.log_tail(node_id, 2000).splitlines()
+        out += [f"[{node_id}] {line}" for line in lines if any(w in line for w in words)][-40:]
+    return "\n".join(out)
 
 
 # ---- every node replaced while a writer writes -------------------------------------------------
