@@ -334,6 +334,32 @@ def test_the_metrics_listener_serves_at_most_its_bound_of_connections_and_closes
     run(main())
 
 
+def test_a_connection_the_metrics_port_refused_is_counted_in_the_node_s_metrics(tmp_path):
+    from raftcore.node.metrics_http import MAX_CONNECTIONS
+
+    async def main():
+        async with cluster(tmp_path, size=1) as (node,):
+            server = node.metrics_server
+            assert server is not None
+            assert value(scrape(node), "raftcore_metrics_connections_refused_total") == 0
+            host, port = node.metrics_address
+            idle = [await asyncio.open_connection(host, port) for _ in range(MAX_CONNECTIONS)]
+            try:
+                deadline = time.monotonic() + 5
+                while len(server._handlers) < MAX_CONNECTIONS:
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.01)
+                reader, writer = await asyncio.open_connection(host, port)
+                assert await asyncio.wait_for(reader.read(), 5) == b""
+                writer.close()
+            finally:
+                for _, w in idle:
+                    w.close()
+            assert value(scrape(node), "raftcore_metrics_connections_refused_total") == 1
+
+    run(main())
+
+
 def test_a_metrics_port_in_use_fails_the_start_naming_the_port_and_leaves_nothing_open(tmp_path):
     async def main():
         with socket.socket() as taken:

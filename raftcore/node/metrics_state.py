@@ -121,6 +121,14 @@ class StateCollector:
         for reason, count in node.limits.refused.items():
             refused.add_metric([reason], count)
         yield refused
+        scrapes = CounterMetricFamily(
+            "raftcore_metrics_connections_refused",
+            "Connections to the metrics port closed as they were accepted, its bound of "
+            "connections being served",
+        )
+        server = node.metrics_server
+        scrapes.add_metric([], 0 if server is None else server.refused)
+        yield scrapes
         timed_out = CounterMetricFamily(
             "raftcore_connections_timed_out",
             "Connections closed for a timeout: idle (connections.max.idle.ms), "

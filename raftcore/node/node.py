@@ -159,7 +159,7 @@ class RaftNode:
         self.producer_ids = ProducerIdSource(config.node_id)
         self.metrics = NodeMetrics(self)  # docs/metrics.md
         self.kafka = kafka_broker(self)  # what the Kafka API sees of the node (raftcore.kafka)
-        self._metrics_server: MetricsServer | None = None
+        self.metrics_server: MetricsServer | None = None
         self.metrics_address: tuple[str, int] | None = None  # where they are served
         # bound by the runner before anything is written (metrics_http.bind_metrics), or None
         self.metrics_socket: socket.socket | None = None
@@ -274,7 +274,7 @@ class RaftNode:
         self._server = await self.messaging.listen(self.peers, server_tls, listen_socket)
         if cfg.metrics_port is not None:  # a port in use closes all this and fails the start
             try:
-                self._metrics_server = await serve_metrics(self)
+                self.metrics_server = await serve_metrics(self)
             except RaftcoreError:
                 await self._close()
                 raise
@@ -341,8 +341,8 @@ class RaftNode:
             await asyncio.shield(self._ended)
 
     async def _close(self) -> None:
-        if self._metrics_server is not None:
-            await self._metrics_server.close()
+        if self.metrics_server is not None:
+            await self.metrics_server.close()
         if self._poll_timer is not None:
             self._poll_timer.cancel()
         if self._group_commit is not None:
