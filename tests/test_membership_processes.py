@@ -223,7 +223,8 @@ def test_a_node_started_with_auto_join_adds_itself_once_caught_up(cluster):
     directory = read_directory_id(cluster.data_dir(4))
     info = wait_quorum(cluster, lambda q: 4 in voters(q), "node 4 to add itself")
     assert voters(info)[4] == directory
-    # the change is in force once in the log; the answer comes once it is committed
+    # the change is in force once in the log; node 4 says it was added once it is committed (by
+    # the leader's answer, or from the committed voter set if that answer was an error)
     try:
         wait_for(
             lambda: "auto-join: added as voter 4:" in cluster.log_tail(4, 400),

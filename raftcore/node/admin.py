@@ -214,7 +214,10 @@ class AutoJoiner:
 
     def check(self) -> None:
         node = self.node
-        if self._in_flight or node.core is None:
+        if node.core is None:
+            return
+        self._confirm(node.core)
+        if self._in_flight:
             return
         request = self.decision.due(node.core, now_ms())
         if request is None:
@@ -255,6 +258,25 @@ class AutoJoiner:
                 error_name(outcome[0]),
                 "" if not outcome[1] else f": {outcome[1]}",
             )
+
+    def _confirm(self, core: Any) -> None:
+        """After an answer other than NONE (the leader changed, or the answer was lost), the
+        change may still have committed, under the next leader: once this replica is a voter
+        of the committed voter set, say so, once. Otherwise its log would end on the error."""
+        last = self._last
+        if last is None or last[0] == Errors.NONE:
+            return
+        hw = core.high_watermark
+        if hw is None or core.history.uncommitted_change(hw):
+            return
+        if core.voter_set.is_voter(core.local_key):
+            logger.info(
+                "%s auto-join: added as voter %s: committed, though the answer was %s",
+                self.node.prefix,
+                core.local_key,
+                error_name(last[0]),
+            )
+            self._last = (Errors.NONE, None)
 
     async def close(self) -> None:
         if self._task is not None and not self._task.done():
