@@ -7,18 +7,14 @@ import asyncio
 import threading
 from pathlib import Path
 
-from test_node import leader_of  # noqa: F401 (the helpers' users import it from here)
+from test_node import FAST, leader_of  # noqa: F401 (the helpers' users import them from here)
 
 from raftcore.endpoints import Endpoint
 from raftcore.node.config import NodeConfig
 from raftcore.node.local_cluster import free_ports
-from raftcore.raft import CommittedBatch, QuorumConfig
+from raftcore.raft import CommittedBatch
 from raftcore.records import encode_batch, iter_batches
 
-# fetch_max_wait_ms below the request timeout: an idle leader's held fetch is answered in time
-FAST = QuorumConfig(
-    election_timeout_ms=300, fetch_timeout_ms=600, request_timeout_ms=500, fetch_max_wait_ms=250
-)
 CLUSTER_ID = "statemachine-tests"
 
 

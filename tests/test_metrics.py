@@ -301,28 +301,36 @@ def test_the_metrics_server_answers_only_metrics_and_stops_with_the_node(tmp_pat
     run(main())
 
 
+async def one_past_the_bound(server, host: str, port: int) -> None:  # type: ignore[no-untyped-def]
+    """Hold MAX_CONNECTIONS idle connections to the metrics port until every one is being
+    served, then open one more and see it closed at once; the idle ones are closed after."""
+    from raftcore.node.metrics_http import MAX_CONNECTIONS
+
+    idle = [await asyncio.open_connection(host, port) for _ in range(MAX_CONNECTIONS)]
+    try:
+        deadline = time.monotonic() + 5
+        while len(server._handlers) < MAX_CONNECTIONS:  # every one accepted and served
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        reader, writer = await asyncio.open_connection(host, port)
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # closed at once
+        writer.close()
+    finally:
+        for _, w in idle:
+            w.close()
+
+
 def test_the_metrics_listener_serves_at_most_its_bound_of_connections_and_closes_the_next_at_once():
     """Every resource has a bound: idle connections to the metrics port hold at most
     MAX_CONNECTIONS handlers (and descriptors, which the Kafka listener needs); one more is
     closed as soon as it is accepted; once they go, a scrape is answered again."""
-    from raftcore.node.metrics_http import MAX_CONNECTIONS, MetricsServer
+    from raftcore.node.metrics_http import MetricsServer
 
     async def main():
         server = MetricsServer(lambda: b"raftcore_up 1\n")
         host, port = await server.start("127.0.0.1", 0)
-        idle = [await asyncio.open_connection(host, port) for _ in range(MAX_CONNECTIONS)]
-        try:
-            deadline = time.monotonic() + 5
-            while len(server._handlers) < MAX_CONNECTIONS:  # every one accepted and served
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.01)
-            reader, writer = await asyncio.open_connection(host, port)
-            assert await asyncio.wait_for(reader.read(), 5) == b""  # closed at once
-            writer.close()
-            assert server.refused == 1
-        finally:
-            for _, w in idle:
-                w.close()
+        await one_past_the_bound(server, host, port)
+        assert server.refused == 1
         deadline = time.monotonic() + 5
         while server._handlers:
             assert time.monotonic() < deadline
@@ -335,26 +343,12 @@ def test_the_metrics_listener_serves_at_most_its_bound_of_connections_and_closes
 
 
 def test_a_connection_the_metrics_port_refused_is_counted_in_the_node_s_metrics(tmp_path):
-    from raftcore.node.metrics_http import MAX_CONNECTIONS
-
     async def main():
         async with cluster(tmp_path, size=1) as (node,):
             server = node.metrics_server
             assert server is not None
             assert value(scrape(node), "raftcore_metrics_connections_refused_total") == 0
-            host, port = node.metrics_address
-            idle = [await asyncio.open_connection(host, port) for _ in range(MAX_CONNECTIONS)]
-            try:
-                deadline = time.monotonic() + 5
-                while len(server._handlers) < MAX_CONNECTIONS:
-                    assert time.monotonic() < deadline
-                    await asyncio.sleep(0.01)
-                reader, writer = await asyncio.open_connection(host, port)
-                assert await asyncio.wait_for(reader.read(), 5) == b""
-                writer.close()
-            finally:
-                for _, w in idle:
-                    w.close()
+            await one_past_the_bound(server, *node.metrics_address)
             assert value(scrape(node), "raftcore_metrics_connections_refused_total") == 1
 
     run(main())

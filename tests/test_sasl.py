@@ -28,6 +28,7 @@ from sasl_helpers import (
     users_file,
     vote_body,
 )
+from test_node import FAST
 
 from raftcore.client import Consumer, Producer
 from raftcore.endpoints import Endpoint
@@ -36,7 +37,6 @@ from raftcore.node.config import NodeConfig
 from raftcore.node.local_cluster import free_ports
 from raftcore.node.node import RaftNode
 from raftcore.protocol.api import ApiKey, request_spec
-from raftcore.raft import QuorumConfig
 from raftcore.security.config import ListenerSecurity
 from raftcore.security.sasl import SaslConfigError
 from raftcore.security.sasl_client import SaslAuthenticationError
@@ -45,10 +45,6 @@ from raftcore.security.users import make_user, write_users
 
 pytestmark = pytest.mark.timeout(120)
 
-# fetch_max_wait_ms below the request timeout: an idle leader's held fetch is answered in time
-FAST = QuorumConfig(
-    election_timeout_ms=300, fetch_timeout_ms=600, request_timeout_ms=500, fetch_max_wait_ms=250
-)
 PROTOCOLS = ["SASL_PLAINTEXT"]  # SASL_SSL: with node processes in tests/test_sasl_clients.py
 
 

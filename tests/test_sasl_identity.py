@@ -26,6 +26,7 @@ from sasl_helpers import (
     run,
     vote_body,
 )
+from test_node import FAST
 
 from raftcore.endpoints import Endpoint
 from raftcore.error_codes import Errors
@@ -33,7 +34,6 @@ from raftcore.node.config import NodeConfig
 from raftcore.node.local_cluster import free_ports, tls_client_security
 from raftcore.node.node import RaftNode
 from raftcore.protocol.api import ApiKey, request_spec
-from raftcore.raft import QuorumConfig
 from raftcore.security import scram as scram_module
 from raftcore.security.certs import make_certs
 from raftcore.security.config import ClientSecurity, ListenerSecurity
@@ -44,10 +44,6 @@ from raftcore.security.users import UsersFile, make_node_user, make_user, write_
 
 pytestmark = pytest.mark.timeout(120)
 
-# fetch_max_wait_ms below the request timeout: an idle leader's held fetch is answered in time
-FAST = QuorumConfig(
-    election_timeout_ms=300, fetch_timeout_ms=600, request_timeout_ms=500, fetch_max_wait_ms=250
-)
 OWN = {1: "node-1-own-secret", 2: "node-2-own-secret", 3: "node-3-own-secret"}
 
 

@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from test_node import _settled
+from test_node import FAST, _settled
 
 from raftcore import connect_errors
 from raftcore.client import Consumer, Producer
@@ -27,7 +27,6 @@ from raftcore.node.config import NodeConfig
 from raftcore.node.local_cluster import free_ports, new_cluster_id, tls_client_security
 from raftcore.node.node import RaftNode
 from raftcore.protocol.api import decode_response
-from raftcore.raft import QuorumConfig
 from raftcore.raft.messages import FetchRequest, Outbound, VoteRequest
 from raftcore.security import ClientSecurity, ListenerSecurity, Principal
 from raftcore.security.certs import make_certs
@@ -35,10 +34,6 @@ from raftcore.security.tls import PeerIdentityError, client_context, principal_o
 
 pytestmark = pytest.mark.timeout(60)
 
-# fetch_max_wait_ms below the request timeout: an idle leader's held fetch is answered in time
-FAST = QuorumConfig(
-    election_timeout_ms=300, fetch_timeout_ms=600, request_timeout_ms=500, fetch_max_wait_ms=250
-)
 CLUSTER_ID = "tls-tests-cluster"
 
 
