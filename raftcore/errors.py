@@ -98,6 +98,26 @@ class RaftInvariantError(RaftcoreError):
     must stop, not guess."""
 
 
+class TruncationRefusedError(RaftcoreError):
+    """A leader asked this replica to remove records below the offset it knows committed (a
+    DivergingEpoch, or a snapshot its log does not lead to). A leader holds every committed
+    record, so only a leader elected without them can ask: a majority of the voters lost
+    their disks and came back empty. The log is left as it is, for the operator; the replica
+    must stop (docs/operations.md, "A replica refuses to truncate committed records")."""
+
+    def __init__(self, leader: int, epoch: int, offset: int, committed: int, what: str) -> None:
+        super().__init__(
+            f"asked by leader {leader} in epoch {epoch} to {what} to offset {offset}, below "
+            f"the committed offset {committed}: a majority of the voters may have lost their "
+            f"disks; this replica keeps its log untouched and stops (see 'A replica refuses "
+            f"to truncate committed records' in docs/operations.md)"
+        )
+        self.leader = leader
+        self.epoch = epoch
+        self.offset = offset
+        self.committed = committed
+
+
 class LostQuorumStateError(RaftcoreError):
     """The quorum-state is missing or unreadable while the log holds records: this replica may
     have voted in an epoch it no longer remembers, so it must not come back as the voter it
