@@ -94,7 +94,9 @@ class _MajorityWipeSimulation(Simulation):
         """Every voter stops cleanly: its log flushed, its committed offset checkpointed."""
         self.paused = True
         voters = [n for n in self.nodes.values() if n.is_voter]
-        leaders = [n for n in voters if n.alive and isinstance(n.core.state, LeaderState)]
+        leaders = [
+            n for n in voters if n.core is not None and isinstance(n.core.state, LeaderState)
+        ]
         # the leader holds every acknowledged record: it survives, with a minority of others
         rng = random.Random(f"majority-wipe-{self.scenario.seed}")
         first = leaders[0] if leaders else rng.choice(voters)
@@ -134,11 +136,8 @@ class _MajorityWipeSimulation(Simulation):
         if self.survivors_started:
             return None
         self.schedule(self.now + 200, "push-epoch", None)
-        leaders = [
-            self.nodes[nid]
-            for nid in self.wiped
-            if self.nodes[nid].alive and isinstance(self.nodes[nid].core.state, LeaderState)
-        ]
+        wiped = [self.nodes[nid] for nid in self.wiped]
+        leaders = [n for n in wiped if n.core is not None and isinstance(n.core.state, LeaderState)]
         if not leaders:
             return None
         leader = leaders[0]
