@@ -93,9 +93,9 @@ class SnapshotPositionError(SnapshotError, IndexError):
 
 
 class RaftInvariantError(RaftcoreError):
-    """A message that only a bug could produce (two leaders in an epoch, a truncation below
-    the high watermark, a high watermark moving back, an INVALID_REQUEST answer). The replica
-    must stop, not guess."""
+    """A message that only a bug could produce (two leaders in an epoch, a high watermark
+    moving back, an INVALID_REQUEST answer). The replica must stop, not guess. (A truncation
+    below the committed offset is TruncationRefusedError: lost disks can ask it.)"""
 
 
 class TruncationRefusedError(RaftcoreError):
