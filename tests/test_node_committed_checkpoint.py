@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 
 import pytest
 from test_node import cluster, configs, leader_of, run
 from test_node_failures import critical_lines
 
 from raftcore.errors import CorruptCheckpointError, NodeFailedError, TruncationRefusedError
+from raftcore.log import SegmentedLog
 from raftcore.log.checkpoints import read_high_watermark
 from raftcore.log.config import HIGH_WATERMARK_FILE
 from raftcore.node.committed_checkpoint import read_committed_offset
@@ -70,8 +72,12 @@ def test_a_clean_stop_writes_the_committed_offset_whatever_the_interval(tmp_path
         async with cluster(tmp_path, replica_high_watermark_checkpoint_interval_ms=hour) as nodes:
             leader = await leader_of(nodes)
             await leader.append([(b"k", b"v")], wait=True)
+            hw = leader.high_watermark
+            await until(  # a follower learns it at its next fetch
+                lambda: all(n.high_watermark == hw for n in nodes), f"every replica at hw {hw}"
+            )
             assert all(read_high_watermark(n.log.directory) is None for n in nodes)
-            return leader.high_watermark, [n.log.directory for n in nodes]
+            return hw, [n.log.directory for n in nodes]
 
     hw, dirs = run(main())
     assert all(hw <= read_committed_offset(d) for d in dirs)
@@ -132,3 +138,81 @@ def test_a_refused_truncation_stops_the_node_with_one_critical_line_and_no_trace
     )
     errors = [r for r in caplog.records if r.levelno == logging.ERROR and r.exc_info]
     assert not errors  # not a bug: no traceback at ERROR
+
+
+async def a_leader_among(nodes: list[RaftNode], timeout_s: float = 10.0) -> RaftNode:
+    found: list[RaftNode] = []
+
+    def led() -> bool:
+        found[:] = [n for n in nodes if n._started and n.is_leader()]
+        return bool(found)
+
+    await until(led, f"a leader among nodes {[n.node_id for n in nodes]}", timeout_s)
+    return found[0]
+
+
+def test_a_survivor_of_two_wiped_disks_refuses_the_new_majority_and_keeps_its_log(tmp_path):
+    """The field failure, in one process: three voters take writes and stop; nodes 2 and 3
+    come back on empty directories with their usual configuration and elect a leader of an
+    empty log (its epoch past node 1's: their leaders fail until it is); node 1 starts, is
+    told to truncate to the new leader's log, and stops with the line instead, its log whole."""
+    cfgs = configs(tmp_path)
+
+    async def before():
+        nodes = [RaftNode(c) for c in cfgs]
+        for n in nodes:
+            await n.start()
+        try:
+            leader = await leader_of(nodes)
+            for i in range(20):
+                await leader.append([(b"k", b"acked-%d" % i)], wait=True)
+            hw = leader.high_watermark
+            await until(lambda: nodes[0].high_watermark == hw, f"node 1 at hw {hw}")
+            return hw, nodes[0].core.epoch
+        finally:
+            for n in nodes:
+                await n.stop(timeout_s=0.5)
+
+    hw, survivor_epoch = run(before())
+    log_dir = cfgs[0].data_dir / "log"
+    kept = SegmentedLog.open(log_dir)
+    end, committed = kept.end_offset, read_committed_offset(log_dir)
+    before_bytes = bytes(kept.read(0, 1 << 30))
+    kept.close()
+    assert committed >= hw > 20
+    for cfg in cfgs[1:]:
+        shutil.rmtree(cfg.data_dir)  # new disks
+
+    async def after():
+        pair = {c.node_id: RaftNode(c) for c in cfgs[1:]}
+        for n in pair.values():
+            await n.start()
+        try:
+            while True:
+                leader = await a_leader_among(list(pair.values()))
+                if leader.core.epoch > survivor_epoch:
+                    break
+                await leader.stop(timeout_s=0.1)  # one more election
+                pair[leader.node_id] = restarted = RaftNode(leader.config)
+                await restarted.start()
+            survivor = RaftNode(cfgs[0])
+            await survivor.start()
+            with pytest.raises(NodeFailedError) as failed:
+                await asyncio.wait_for(survivor.wait_closed(), 15)
+            await survivor.stop()
+            return leader.node_id, leader.core.epoch, str(failed.value)
+        finally:
+            for n in pair.values():
+                await n.stop(timeout_s=0.1)
+
+    leader_id, epoch, line = run(after())
+    assert line.startswith(
+        f"[node 1] cannot go on, stopping: refusing to truncate committed records: asked by "
+        f"leader {leader_id} in epoch {epoch} to truncate its log to offset "
+    )
+    assert f"below the committed offset {committed}" in line
+    kept = SegmentedLog.open(log_dir)
+    try:
+        assert kept.end_offset == end and bytes(kept.read(0, 1 << 30)) == before_bytes
+    finally:
+        kept.close()
