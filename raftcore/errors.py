@@ -93,9 +93,29 @@ class SnapshotPositionError(SnapshotError, IndexError):
 
 
 class RaftInvariantError(RaftcoreError):
-    """A message that only a bug could produce (two leaders in an epoch, a truncation below
-    the high watermark, a high watermark moving back, an INVALID_REQUEST answer). The replica
-    must stop, not guess."""
+    """A message that only a bug could produce (two leaders in an epoch, a high watermark
+    moving back, an INVALID_REQUEST answer). The replica must stop, not guess. (A truncation
+    below the committed offset is TruncationRefusedError: lost disks can ask it.)"""
+
+
+class TruncationRefusedError(RaftcoreError):
+    """A leader asked this replica to remove records below the offset it knows committed (a
+    DivergingEpoch, or a snapshot its log does not lead to). A leader holds every committed
+    record, so only a leader elected without them can ask: a majority of the voters lost
+    their disks and came back empty. The log is left as it is, for the operator; the replica
+    must stop (docs/operations.md, "A replica refuses to truncate committed records")."""
+
+    def __init__(self, leader: int, epoch: int, offset: int, committed: int, what: str) -> None:
+        super().__init__(
+            f"asked by leader {leader} in epoch {epoch} to {what} to offset {offset}, below "
+            f"the committed offset {committed}: a majority of the voters may have lost their "
+            f"disks; this replica keeps its log untouched and stops (see 'A replica refuses "
+            f"to truncate committed records' in docs/operations.md)"
+        )
+        self.leader = leader
+        self.epoch = epoch
+        self.offset = offset
+        self.committed = committed
 
 
 class LostQuorumStateError(RaftcoreError):

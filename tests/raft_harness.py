@@ -58,6 +58,7 @@ class Harness:
         start: bool = True,
         directory_id: bytes | None = None,
         endpoint: Any = None,
+        committed_offset: int = 0,
         **config: Any,
     ) -> None:
         self.node_id = node_id
@@ -91,6 +92,7 @@ class Harness:
             listener=self.listener,
             directory_id=directory_id,
             endpoint=endpoint,
+            committed_offset=committed_offset,
         )
         self.sent: list[Outbound] = []
         self.reads: list = []  # ReadIndexOutcome, in the order the core gave them

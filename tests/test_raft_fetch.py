@@ -4,6 +4,7 @@ import pytest
 from raft_harness import CLUSTER, Harness, batch, log_with
 
 from raftcore.error_codes import Errors
+from raftcore.errors import TruncationRefusedError
 from raftcore.raft import (
     EndQuorumEpochRequest,
     FetchRequest,
@@ -369,8 +370,9 @@ def test_a_follower_refuses_to_truncate_below_its_high_watermark():
     h = follower()
     reply(h, take_fetch(h), records=batch(0, 5, 3), hw=3)
     h.flush()
-    with pytest.raises(RaftInvariantError, match="below the high watermark"):
+    with pytest.raises(TruncationRefusedError, match="to offset 1, below the committed offset 3"):
         reply(h, take_fetch(h), diverging=OffsetAndEpoch(1, 5))
+    assert h.log.end_offset == 3
 
 
 def test_a_follower_truncates_before_it_updates_its_high_watermark():

@@ -13,7 +13,13 @@ from raftcore.errors import (
 )
 from raftcore.log import SegmentedLog
 from raftcore.raft import OffsetAndEpoch, ReplicatedLog, truncate_to_end_offset
-from raftcore.raft.replicated_log import SnapshotLog, install_snapshot, validate_offset_and_epoch
+from raftcore.raft.replicated_log import (
+    SnapshotLog,
+    divergence_end_offset,
+    holds_snapshot_prefix,
+    install_snapshot,
+    validate_offset_and_epoch,
+)
 from raftcore.raft.values import ValidationKind
 from raftcore.records import encode_batch, iter_batches
 from raftcore.testing import InMemoryLog
@@ -80,6 +86,32 @@ def test_truncation_removes_whole_batches_and_epochs(log):
     assert log.last_fetched_epoch == 1
     assert truncate_to_end_offset(log, OffsetAndEpoch(2, 1)) == 2
     assert log.end_offset == 2
+
+
+def test_the_divergence_end_offset_is_where_truncation_cuts_and_cuts_nothing(log):
+    """The core checks a DivergingEpoch against its committed offset before truncating
+    (raftcore.raft.committed): both logs must name the same cut, and naming it changes
+    nothing."""
+    fill(log, [1, 1, 3, 5])  # epoch 1: 0..3, epoch 3: 4..5, epoch 5: 6..7
+    cases = {
+        OffsetAndEpoch(0, 0): 0,
+        OffsetAndEpoch(3, 1): 3,
+        OffsetAndEpoch(9, 1): 4,  # our epoch 1 ends first
+        OffsetAndEpoch(9, 2): 4,  # no epoch 2 here: the end of our largest epoch below it
+        OffsetAndEpoch(5, 3): 5,
+        OffsetAndEpoch(20, 5): 8,
+    }
+    assert {d: divergence_end_offset(log, d) for d in cases} == cases
+    assert (log.end_offset, log.last_fetched_epoch) == (8, 5)
+
+
+def test_a_log_holds_a_snapshot_prefix_when_it_reaches_its_end_with_its_epoch(log):
+    fill(log, [1, 1, 3])  # epoch 1: 0..3, epoch 3: 4..5
+    assert holds_snapshot_prefix(log, OffsetAndEpoch(4, 1))
+    assert holds_snapshot_prefix(log, OffsetAndEpoch(6, 3))
+    assert not holds_snapshot_prefix(log, OffsetAndEpoch(4, 7))  # another epoch there
+    assert not holds_snapshot_prefix(log, OffsetAndEpoch(7, 3))  # past the log end
+    assert not holds_snapshot_prefix(log, OffsetAndEpoch(0, 0))  # no snapshot at the start
 
 
 def test_initialize_leader_epoch_and_truncation_at_the_end(log):

@@ -183,3 +183,57 @@ def test_the_nemesis_loses_no_disk_while_the_logs_disagree_on_the_voters():
     scenario = Scenario.from_seed(1_073_222, 3, membership="on")
     result = Simulation(scenario).run()
     assert result.ok, result.violation
+
+
+# ---- a majority of the voters lose their disks (raftcore.sim.majority_wipe) -------------------
+
+
+@pytest.mark.parametrize("voters", [3, 5])
+@pytest.mark.parametrize("seed", range(4))
+def test_after_a_majority_wipe_no_survivor_truncates_below_its_committed_offset(voters, seed):
+    """Every voter stopped cleanly, a majority's disks replaced and started as before (an empty
+    log in the old voter set), their epoch past the survivors': each survivor, asked to
+    truncate by the new leader, refuses and stops with one line, every acknowledged record
+    still in a survivor's log."""
+    from raftcore.sim.majority_wipe import run_majority_wipe
+
+    report = run_majority_wipe(seed, voters)
+    assert report.ok, report.result.violation
+    assert len(report.wiped) == voters // 2 + 1 and len(report.survivors) == (voters - 1) // 2
+    assert report.acknowledged > 0
+    assert sorted(report.refusals) == report.survivors
+    for line in report.refusals.values():
+        assert f"in epoch {report.new_epoch} to truncate its log" in line
+        assert "a majority of the voters may have lost their disks" in line
+
+
+@pytest.mark.parametrize("voters", [3, 5])
+def test_the_majority_wipe_catches_a_survivor_that_truncates_below_its_committed_offset(
+    voters, monkeypatch
+):
+    """The plant ``truncate-below-committed`` (the refusal removed): the survivor truncates
+    its log to the new leader's, every acknowledged record gone -- ``committed-truncated``."""
+    from raftcore.raft.committed import CommittedOffset
+    from raftcore.sim import plants
+    from raftcore.sim.majority_wipe import run_majority_wipe
+
+    # undone after the test: the plant patches the class in this process
+    monkeypatch.setattr(CommittedOffset, "check", CommittedOffset.check)
+    monkeypatch.setattr(plants, "_APPLIED", set())
+    report = run_majority_wipe(0, voters, plant="truncate-below-committed")
+    assert report.result.violation is not None
+    assert report.result.violation.kind == "committed-truncated"
+    assert not report.refusals
+
+
+def test_the_majority_wipe_runs_from_the_command_line(tmp_path):
+    result = run_sim(
+        tmp_path, "--scenario", "majority-wipe", "--nodes", "3,5", "--seeds", "6", "--quiet"
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "6 majority wipes ok" in result.stdout
+    planted = run_sim(
+        tmp_path,
+        *("--scenario", "majority-wipe", "--seeds", "2", "--plant", "truncate-below-committed"),
+    )
+    assert planted.returncode == 1 and "committed-truncated" in planted.stdout, planted.stdout

@@ -57,6 +57,7 @@ def test_part_and_deleted_names_parse_with_their_kind():
         "00000000000000000000.index",
         "leader-epoch-checkpoint",
         "recovery-point-checkpoint",
+        "high-watermark-checkpoint",
         "quorum-state",
         "100-3.checkpoint",
         "0000000000000000010-0000000003.checkpoint",

@@ -10,6 +10,7 @@ Directory layout (see docs/storage-format.md)::
     leader-epoch-checkpoint      epoch -> start offset, Kafka's text format
     log-start-offset-checkpoint  the log start offset
     recovery-point-checkpoint    the clean point: bytes before it are durable and checked
+    high-watermark-checkpoint    the committed offset, written by a node (raftcore.raft.committed)
     <end offset>-<epoch>.checkpoint   a snapshot (raftcore.snapshot), beside the segments
     00000000000000004096.snapshot     producer state as of that offset (producer_snapshots)
     .lock                        held (flock) while the log is open

@@ -1,7 +1,10 @@
-"""The log's two checkpoint files: the log start offset and the clean point (recovery point).
+"""The log's checkpoint files: the log start offset, the clean point (recovery point) and the
+high watermark (the committed offset, raftcore.raft.committed).
 
-A checkpoint that cannot be read is reported and ignored: the log then starts at its first
-segment, or recovery checks every segment."""
+A log start or clean point checkpoint that cannot be read is reported and ignored: the log
+then starts at its first segment, or recovery checks every segment. A high watermark
+checkpoint that cannot be read raises: read as 0 it would let a leader truncate committed
+records (raftcore.node.committed_checkpoint)."""
 
 from __future__ import annotations
 
@@ -11,7 +14,12 @@ from pathlib import Path
 
 from raftcore.checkpoint import parse_ints, read_checkpoint, write_checkpoint
 from raftcore.errors import CorruptCheckpointError
-from raftcore.log.config import CHECKPOINT_VERSION, LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE
+from raftcore.log.config import (
+    CHECKPOINT_VERSION,
+    HIGH_WATERMARK_FILE,
+    LOG_START_OFFSET_FILE,
+    RECOVERY_POINT_FILE,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -65,3 +73,19 @@ def write_clean_point(directory: Path, c: _CleanPoint) -> None:
         CHECKPOINT_VERSION,
         [f"{c.offset} {c.segment_base} {c.position}"],
     )
+
+
+def read_high_watermark(directory: Path) -> int | None:
+    """The checkpointed high watermark, or None without the file. Raises
+    CorruptCheckpointError (naming the file) for one that cannot be read."""
+    path = directory / HIGH_WATERMARK_FILE
+    lines = read_checkpoint(path, CHECKPOINT_VERSION)
+    if lines is None:
+        return None
+    if len(lines) != 1:
+        raise CorruptCheckpointError(f"{path}: expected one line, got {len(lines)}")
+    return parse_ints(path, lines[0], 2, 1)[0]
+
+
+def write_high_watermark(directory: Path, offset: int) -> None:
+    write_checkpoint(directory / HIGH_WATERMARK_FILE, CHECKPOINT_VERSION, [str(offset)])

@@ -11,6 +11,9 @@ INDEX_SUFFIX = ".index"
 DELETED_SUFFIX = ".deleted"
 LOG_START_OFFSET_FILE = "log-start-offset-checkpoint"
 RECOVERY_POINT_FILE = "recovery-point-checkpoint"
+# the committed offset the replica knew (raftcore.raft.committed; Kafka's
+# replication-offset-checkpoint holds the same for each partition)
+HIGH_WATERMARK_FILE = "high-watermark-checkpoint"
 LOCK_FILE = ".lock"
 CHECKPOINT_VERSION = 0
 INT32_MAX = 0x7FFFFFFF

@@ -74,6 +74,10 @@ class NodeConfig:
       segments to find damage (raftcore.node.scrubber; 16 MiB/s; 0 turns it off);
     - ``log_scrub_interval_ms``: a scrub pass starts after the log opens and then this long
       after the last ended (24 h).
+    - ``replica_high_watermark_checkpoint_interval_ms``: how often the committed offset is
+      written to ``log/high-watermark-checkpoint`` (Kafka's
+      ``replica.high.watermark.checkpoint.interval.ms``, 5 s; also at a clean stop):
+      :mod:`raftcore.node.committed_checkpoint`.
     - ``retention``: retention by time and size and rolling by time (Kafka's
       ``retention.ms``, ``retention.bytes``, ``segment.ms``; off by default:
       :mod:`raftcore.raft.retention`). The log start moves only as KIP-630 lets it, so
@@ -126,6 +130,7 @@ class NodeConfig:
     admin_principals: frozenset[str] = frozenset()
     log_scrub_bytes_per_second: int = 16 * 1024 * 1024
     log_scrub_interval_ms: int = 24 * 3600 * 1000
+    replica_high_watermark_checkpoint_interval_ms: int = 5000
     retention: RetentionConfig = field(default_factory=RetentionConfig)
 
     def __post_init__(self) -> None:
@@ -155,6 +160,10 @@ class NodeConfig:
             )
         for name, value in (
             ("the scrub interval", self.log_scrub_interval_ms),
+            (
+                "replica.high.watermark.checkpoint.interval.ms",
+                self.replica_high_watermark_checkpoint_interval_ms,
+            ),
             ("max.connections", self.max_connections),
             ("max.connections.per.ip", self.max_connections_per_ip),
             ("connections.max.idle.ms", self.connections_max_idle_ms),

@@ -31,9 +31,11 @@ def start_core(
     listener_start_offset: int | None,
     directory_id: bytes | None,
     prefix: str,
+    committed_offset: int = 0,
 ) -> tuple[RaftCore, Output, bytes | None]:
     """The started core, its first output and the directory id it runs with. Raises what
-    the core's start raised when the replica cannot be itself."""
+    the core's start raised when the replica cannot be itself. ``committed_offset``: the
+    one checkpointed (raftcore.node.committed_checkpoint)."""
     store = FileQuorumStateStore(cfg.data_dir, cluster_id=cfg.cluster_id)
     assert cfg.advertised is not None  # NodeConfig makes it the listen address when not given
     endpoint = VoterEndpoint(cfg.listener_name, cfg.advertised.host, cfg.advertised.port)
@@ -49,6 +51,7 @@ def start_core(
             log_prefix=prefix,
             directory_id=directory_id,
             endpoint=endpoint,
+            committed_offset=committed_offset,
         )
         try:
             return core, core.start(now_ms()), directory_id

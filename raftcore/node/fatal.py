@@ -5,7 +5,8 @@ non-zero, with one line saying why").
 as the OS gave it (errno, what was written, the file), damage the core could not route around
 (a record it must parse does not; a damaged batch itself is repaired, raftcore.raft.damage)
 with the segment file, byte position and offset of the first batch that fails its CRC check,
-a broken invariant or a bug with its type. Faults of the environment (a disk that is full,
+a broken invariant or a bug with its type, a leader's request to truncate committed records
+(raftcore.raft.committed) with what to do. Faults of the environment (a disk that is full,
 failing or damaged) need no traceback; anything else is a bug, whose traceback the node logs
 too.
 """
@@ -16,7 +17,7 @@ import bisect
 import contextlib
 from typing import Any
 
-from raftcore.errors import CorruptRecordError, RaftInvariantError
+from raftcore.errors import CorruptRecordError, RaftInvariantError, TruncationRefusedError
 from raftcore.log.config import LOG_SUFFIX, segment_file_prefix
 
 __all__ = ["describe", "is_environment_fault"]
@@ -26,8 +27,9 @@ SEARCH_BYTES = 16 << 20
 
 
 def is_environment_fault(exc: BaseException) -> bool:
-    """A disk that is full, failing or damaged -- not a bug: no traceback is needed."""
-    return isinstance(exc, (OSError, CorruptRecordError))
+    """A disk that is full, failing or damaged, or lost with a majority of the voters' (a
+    leader asking to truncate committed records) -- not a bug: no traceback is needed."""
+    return isinstance(exc, (OSError, CorruptRecordError, TruncationRefusedError))
 
 
 def describe(exc: BaseException, log: Any = None, from_offset: int | None = None) -> str:
@@ -40,6 +42,8 @@ def describe(exc: BaseException, log: Any = None, from_offset: int | None = None
         return f"damaged log: {exc}" + (f" ({site})" if site else "")
     if isinstance(exc, RaftInvariantError):
         return f"invariant violated: {exc}"
+    if isinstance(exc, TruncationRefusedError):
+        return f"refusing to truncate committed records: {exc}"
     return f"{type(exc).__name__}: {exc}"
 
 

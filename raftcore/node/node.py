@@ -61,6 +61,7 @@ from raftcore.node.admin import AutoJoiner, ChangeWaiters
 from raftcore.node.appends import LeaderAppends
 from raftcore.node.applier import Applier, check_start_offset
 from raftcore.node.clock import now_ms
+from raftcore.node.committed_checkpoint import CommittedCheckpoint, read_committed_offset
 from raftcore.node.config import NodeConfig
 from raftcore.node.connection_limits import ConnectionLimits, RequestBudget
 from raftcore.node.connection_timeouts import ConnectionTimeouts
@@ -140,6 +141,8 @@ class RaftNode:
         self._auto_join = AutoJoiner(self) if config.auto_join else None
         self._housekeeping: asyncio.Task[None] | None = None
         self.scrubber: Scrubber | None = None  # re-reads sealed segments (node.scrubber)
+        # the committed offset on disk (raftcore.node.committed_checkpoint)
+        self.committed_checkpoint: CommittedCheckpoint | None = None
         self.retention: Retention | None = None  # retention.ms/bytes, segment.ms (node.retention)
         self._group_commit: GroupCommit | None = None  # fsyncs, and what waits for them
         self._poll_timer: PollTimer | None = None  # for the core's next deadline
@@ -194,6 +197,7 @@ class RaftNode:
         self.log = SegmentedLog.open(cfg.data_dir / LOG_DIR, config=cfg.log)
         try:
             self.producer_tracker.attach(self.log)
+            committed = read_committed_offset(self.log.directory)  # raftcore.raft.committed
         except Exception:
             self.log.close()
             raise
@@ -248,6 +252,7 @@ class RaftNode:
                 listener_start_offset=start_offset,
                 directory_id=self.directory_id,
                 prefix=self.prefix,
+                committed_offset=committed,
             )
         except LostQuorumStateError:
             self.log.close()
@@ -293,6 +298,14 @@ class RaftNode:
         self.scrubber.start()
         self.retention = Retention(self, cfg.retention)
         self.retention.start()
+        self.committed_checkpoint = CommittedCheckpoint(
+            self.log.directory,
+            lambda: core.committed_offset,
+            interval_ms=cfg.replica_high_watermark_checkpoint_interval_ms,
+            written=committed,
+            prefix=self.prefix,
+        )
+        self.committed_checkpoint.start()
         logger.info(
             "%s listening on %s://%s, directory id %s, voters %r (kraft.version %d), log %s",
             self.prefix,
@@ -353,6 +366,8 @@ class RaftNode:
             self.scrubber.close()
         if self.retention is not None:
             self.retention.close()
+        if self.committed_checkpoint is not None:
+            self.committed_checkpoint.stop()
         if self._auto_join is not None:
             await self._auto_join.close()
         if self._server is not None:
@@ -376,6 +391,8 @@ class RaftNode:
             if self._group_commit is not None:  # no fsync may run while the log closes
                 await loop.run_in_executor(None, self._group_commit.flusher.join)
             if self.failure is None:
+                if self.committed_checkpoint is not None:  # at a clean stop, the last one
+                    await self.committed_checkpoint.close()
                 await loop.run_in_executor(None, self.log.close)
             else:
                 # Nothing more is written after a failure: after a failed fsync the page cache

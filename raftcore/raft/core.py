@@ -43,6 +43,7 @@ from raftcore.raft import (
     reconfig,
     vote,
 )
+from raftcore.raft.committed import CommittedOffset
 from raftcore.raft.config import QuorumConfig
 from raftcore.raft.control_records import leader_change_record
 from raftcore.raft.damage import Damage, DamageTracker
@@ -128,7 +129,8 @@ class RaftCore(LeaderRequests):
     ``directory_id`` (16 bytes) names this replica's data directory (KIP-853): with the id it
     is the replica's key, so a wiped disk under an old id is a new replica. ``endpoint`` is
     where it listens, as it tells the leader (UpdateRaftVoter, and its fetches as an
-    observer)."""
+    observer). ``committed_offset``: the committed offset this replica checkpointed before
+    (0 for a new one); no leader makes it truncate below it (raftcore.raft.committed)."""
 
     def __init__(
         self,
@@ -143,6 +145,7 @@ class RaftCore(LeaderRequests):
         log_prefix: str | None = None,
         directory_id: bytes | None = None,
         endpoint: VoterEndpoint | None = None,
+        committed_offset: int = 0,
     ) -> None:
         self.node_id = node_id
         self.config = config
@@ -171,6 +174,8 @@ class RaftCore(LeaderRequests):
         )
         self.snapshots = SnapshotManager(self)
         self.damage = DamageTracker(log)  # damaged batches in the log (raftcore.raft.damage)
+        # no leader makes this replica truncate below it (raftcore.raft.committed)
+        self.committed = CommittedOffset(committed_offset)
         self._outbox: list[Outbound] = []
         self._completions: list[AppendOutcome] = []
         self._append_token = 0
@@ -223,6 +228,12 @@ class RaftCore(LeaderRequests):
         return self.quorum.state.high_watermark
 
     @property
+    def committed_offset(self) -> int:
+        """The offset below which this replica knows everything is committed, high watermarks
+        past and present (raftcore.raft.committed): what the node checkpoints."""
+        return self.committed.observe(self.quorum.state.high_watermark)
+
+    @property
     def listener(self) -> Listener | None:
         return self.feed.listener
 
@@ -249,6 +260,7 @@ class RaftCore(LeaderRequests):
     def start(self, now: int) -> Output:
         """Read the stored state and start (Kafka's initialize)."""
         self.snapshots.start(now)
+        self.committed.started(self.log.end_offset)
         reconfig.load_history(self)  # who votes, before anything asks
         self.quorum.initialize(now)
         self._started = True
@@ -577,6 +589,7 @@ class RaftCore(LeaderRequests):
         if not self._started:
             raise RaftcoreError(f"{self.prefix} call start() first")
         deadline = polling.poll(self, now)
+        self.committed.observe(self.quorum.state.high_watermark)  # before a new leader's None
         if self.feed.damaged is not None and not self.damage:
             self.feed.resume_after_repair()  # repaired (or truncated away): read on
         self.feed.update()

@@ -266,8 +266,8 @@ def repair_from(core: RaftCore, records: Any, source: int, now: int) -> bool:
         return False
     ours = log.epoch_for_offset(damage.offset)
     if epoch != ours:
-        hw = core.quorum.state.high_watermark
-        if hw is not None and damage.offset < hw:
+        # committed here, as far as this replica knows (raftcore.raft.committed): never cut
+        if damage.offset < core.committed.observe(core.quorum.state.high_watermark):
             tracker.unrepairable += 1
             logger.error(
                 "%s leader %d's batch at %d (offset %d, epoch %d) is not the committed one "

@@ -22,9 +22,10 @@ An answer with nothing to say waits (long poll) until records arrive, the high w
 passes what the fetcher knows, or MaxWaitMs ends.
 
 On the follower: the common checks (epoch, leader) first; then, in this order, truncation on
-DivergingEpoch (never below the high watermark, and before any high watermark update --
-KAFKA-14704), or the records appended (CRC-checked, no batch from a later epoch than the
-leader's -- KAFKA-18723) followed by high watermark = min(leader's, local end offset).
+DivergingEpoch (never below the committed offset, raftcore.raft.committed: the replica
+stops instead; and before any high watermark update -- KAFKA-14704), or the records appended
+(CRC-checked, no batch from a later epoch than the leader's -- KAFKA-18723) followed by high
+watermark = min(leader's, local end offset).
 """
 
 from __future__ import annotations
@@ -34,12 +35,16 @@ from typing import TYPE_CHECKING, Any
 
 from raftcore.batch_validation import check_well_formed
 from raftcore.error_codes import Errors
-from raftcore.errors import CorruptRecordError, InvalidAppendError, RaftInvariantError
+from raftcore.errors import CorruptRecordError, InvalidAppendError
 from raftcore.raft import fetch_snapshot
 from raftcore.raft.damage import read_intact, repair_from, repair_request_offset_and_epoch
 from raftcore.raft.leader_news import handle_common_response
 from raftcore.raft.messages import FetchRequest, FetchResponse
-from raftcore.raft.replicated_log import truncate_to_end_offset, validate_offset_and_epoch
+from raftcore.raft.replicated_log import (
+    divergence_end_offset,
+    truncate_to_end_offset,
+    validate_offset_and_epoch,
+)
 from raftcore.raft.states import FollowerState, LeaderState
 from raftcore.raft.values import OffsetAndEpoch, ValidationKind
 from raftcore.raft.voters import ReplicaKey
@@ -250,12 +255,15 @@ def handle_response(core: RaftCore, source: int, response: FetchResponse, now: i
         return True
     if response.diverging_epoch is not None:
         diverging = response.diverging_epoch
-        hw = state.high_watermark
-        if hw is not None and diverging.offset < hw:
-            raise RaftInvariantError(
-                f"{core.prefix} leader {source} asks to truncate to {diverging.offset}, below "
-                f"the high watermark {hw}"
-            )
+        # Never below the committed offset (raftcore.raft.committed): a leader that asks it
+        # was elected without the committed records, and the node stops with the log as it is.
+        core.committed.check(
+            min(divergence_end_offset(log, diverging), diverging.offset),
+            state.high_watermark,
+            leader=source,
+            epoch=state.epoch,
+            what="truncate its log",
+        )
         offset = truncate_to_end_offset(log, diverging)
         core.on_truncated(offset, now)  # a Voters record cut off gives the previous set back
         logger.info(

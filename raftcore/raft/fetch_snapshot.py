@@ -32,7 +32,7 @@ from raftcore.errors import CorruptSnapshotError, SnapshotError
 from raftcore.raft import reconfig
 from raftcore.raft.leader_news import handle_common_response
 from raftcore.raft.messages import FetchSnapshotRequest, FetchSnapshotResponse
-from raftcore.raft.replicated_log import install_snapshot, snapshot_log
+from raftcore.raft.replicated_log import holds_snapshot_prefix, install_snapshot, snapshot_log
 from raftcore.raft.states import FollowerState, LeaderState
 from raftcore.raft.values import OffsetAndEpoch
 from raftcore.raft.voters import ReplicaKey
@@ -127,6 +127,19 @@ def start_download(
             snapshot_id,
         )
         return False
+    if snapshot_id.offset >= core.log.log_start_offset and not holds_snapshot_prefix(
+        log, snapshot_id
+    ):
+        # Installing it would start the log at its end offset: never where that drops a
+        # committed record (raftcore.raft.committed). Checked before a byte is written, so a
+        # refused snapshot never lies in the log directory to be taken up at the next start.
+        core.committed.check(
+            snapshot_id.offset,
+            state.high_watermark,
+            leader=source,
+            epoch=state.epoch,
+            what="install a snapshot and start its log",
+        )
     state.drop_snapshot_download()
     try:
         writer = log.create_new_snapshot_unchecked(snapshot_id)

@@ -19,6 +19,8 @@ __all__ = [
     "ReplicatedLog",
     "SnapshotLog",
     "SnapshotWriter",
+    "divergence_end_offset",
+    "holds_snapshot_prefix",
     "install_snapshot",
     "snapshot_log",
     "truncate_to_end_offset",
@@ -184,22 +186,40 @@ def validate_offset_and_epoch(log: ReplicatedLog, offset: int, epoch: int) -> Va
     return ValidOffsetAndEpoch.valid(OffsetAndEpoch(offset, epoch))
 
 
-def truncate_to_end_offset(log: ReplicatedLog, diverging: OffsetAndEpoch) -> int:
-    """Truncate after the leader said our log diverges (Kafka's truncateToEndOffset).
+def divergence_end_offset(log: ReplicatedLog, diverging: OffsetAndEpoch) -> int:
+    """Where :func:`truncate_to_end_offset` would cut the log, without cutting it.
 
     ``diverging`` is the leader's (end offset, epoch) of the largest epoch <= ours it knows.
     If our log has that epoch, keep it up to the smaller of the two ends; if not, keep up to
     the end of our own largest epoch below it -- every record of a later epoch may be
-    divergent, and the next fetch narrows it further. Returns the truncation offset.
+    divergent, and the next fetch narrows it further.
     """
     epoch = diverging.epoch
     if epoch == 0:
-        offset = min(diverging.offset, log.end_offset)
-    else:
-        local_epoch, local_end = log.end_offset_for_epoch(epoch)
-        offset = min(local_end, diverging.offset) if local_epoch == epoch else local_end
+        return min(diverging.offset, log.end_offset)
+    local_epoch, local_end = log.end_offset_for_epoch(epoch)
+    return min(local_end, diverging.offset) if local_epoch == epoch else local_end
+
+
+def truncate_to_end_offset(log: ReplicatedLog, diverging: OffsetAndEpoch) -> int:
+    """Truncate after the leader said our log diverges (Kafka's truncateToEndOffset), at
+    :func:`divergence_end_offset`. Returns the truncation offset. (The core first refuses a
+    truncation below the committed offset: raftcore.raft.committed.)"""
+    offset = divergence_end_offset(log, diverging)
     log.truncate_to(offset)
     return offset
+
+
+def holds_snapshot_prefix(log: SnapshotLog, snapshot_id: OffsetAndEpoch) -> bool:
+    """Does the log already hold what ``snapshot_id`` covers -- it starts at that snapshot,
+    or it reaches the snapshot's end with the snapshot's epoch on the record before it? Such
+    a log is never truncated by :func:`install_snapshot`."""
+    rlog: Any = log
+    start, end = rlog.log_start_offset, rlog.end_offset
+    offset = snapshot_id.offset
+    if offset == start:
+        return log.earliest_snapshot_id() == snapshot_id
+    return start < offset <= end and log.epoch_for_offset(offset - 1) == snapshot_id.epoch
 
 
 def install_snapshot(log: SnapshotLog, snapshot_id: OffsetAndEpoch) -> bool:
@@ -216,17 +236,12 @@ def install_snapshot(log: SnapshotLog, snapshot_id: OffsetAndEpoch) -> bool:
     if log.truncate_to_latest_snapshot():
         return True
     rlog: Any = log
-    start, end = rlog.log_start_offset, rlog.end_offset
     offset = snapshot_id.offset
-    if offset < start:
+    if offset < rlog.log_start_offset:
         # The log starts past this snapshot (at a newer one): what it holds covers more, and
         # starting over at the older one would move the log start offset backwards.
         return False
-    if offset == start:
-        consistent = log.earliest_snapshot_id() == snapshot_id
-    else:
-        consistent = start < offset <= end and log.epoch_for_offset(offset - 1) == snapshot_id.epoch
-    if consistent:
+    if holds_snapshot_prefix(log, snapshot_id):
         return False
     rlog.truncate_fully_and_start_at(offset)
     return True

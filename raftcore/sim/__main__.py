@@ -14,6 +14,7 @@ import logging
 import multiprocessing
 import sys
 import time
+from typing import Any
 
 from raftcore.sim.cluster import Scenario, SimResult, Simulation
 
@@ -113,6 +114,14 @@ def main(argv: list[str] | None = None) -> int:
         help="full disks (a node's log and quorum-state refuse every write for a while, the "
         "leader's more often than not): drawn per seed (1 in 3 runs), always, or never",
     )
+    parser.add_argument(
+        "--scenario",
+        choices=["random", "majority-wipe"],
+        default="random",
+        help="random: the seeded faults above; majority-wipe: a majority of the voters lose "
+        "their disks and come back empty, and no survivor may truncate a committed record "
+        "(raftcore.sim.majority_wipe; --observers and the fault options do not apply)",
+    )
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     # The simulated network reorders and duplicates; the cores log what they survive.
@@ -120,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(n) for n in args.nodes.split(",")]
     if any(n < 1 for n in sizes) or args.seeds < 1:
         parser.error("--nodes and --seeds must be positive")
+    if args.scenario == "majority-wipe":
+        return _majority_wipes(args, sizes)
     jobs = [
         (
             seed,
@@ -195,6 +206,63 @@ def main(argv: list[str] | None = None) -> int:
     )
     for title, (runs, total) in tallies.items():
         print(f"{title} in {runs} runs: " + ", ".join(f"{n} {kind}" for kind, n in total.items()))
+    return 0
+
+
+def _run_wipe(args: tuple[int, int, str | None, bool]) -> Any:
+    from raftcore.sim.majority_wipe import run_majority_wipe
+
+    seed, voters, plant, trace = args
+    return run_majority_wipe(seed, voters, trace=trace, plant=plant)
+
+
+def _majority_wipes(args: argparse.Namespace, sizes: list[int]) -> int:
+    """``--scenario majority-wipe``: one wipe per seed; exits 1 at the first violation."""
+    start = args.start_seed
+    jobs = [
+        (seed, sizes[i % len(sizes)], args.plant, args.trace)
+        for i, seed in enumerate(range(start, start + args.seeds))
+    ]
+    if args.plant:
+        from raftcore.sim import plants
+
+        plants.apply(args.plant)
+    started = time.perf_counter()
+    done = refused = survivors = acknowledged = 0
+    pool = multiprocessing.get_context("fork").Pool(args.jobs) if args.jobs > 1 else None
+    reports = pool.imap(_run_wipe, jobs, chunksize=4) if pool else map(_run_wipe, jobs)
+    try:
+        for (seed, voters, _, _), report in zip(jobs, reports, strict=False):
+            done += 1
+            survivors += len(report.survivors)
+            refused += len(report.refusals)
+            acknowledged += report.acknowledged
+            result = report.result
+            if args.trace:
+                print("\n".join(result.trace))
+            if not result.ok:
+                print(f"VIOLATION at seed {seed} ({voters} voters): {result.violation}")
+                print(f"wiped {report.wiped}, survivors {report.survivors} at {report.protected}")
+                for line in result.trace[-40:]:
+                    print("  " + line)
+                cmd = (
+                    f"python -m raftcore.sim --scenario majority-wipe --nodes {voters} "
+                    f"--seeds 1 --start-seed {seed} --trace"
+                )
+                print("replay: " + cmd + (f" --plant {args.plant}" if args.plant else ""))
+                return 1
+            if not args.quiet and done % 100 == 0:
+                rate = done / (time.perf_counter() - started)
+                print(f"{done}/{len(jobs)} seeds ok ({rate:.1f} seeds/s)", file=sys.stderr)
+    finally:
+        if pool:
+            pool.terminate()
+    elapsed = time.perf_counter() - started
+    print(
+        f"{done} majority wipes ok (nodes {args.nodes}, seeds {start}..{start + done - 1}), "
+        f"{elapsed:.1f} s; {acknowledged} records acknowledged before the wipes, every one kept; "
+        f"{refused} of {survivors} survivors refused to truncate and stopped"
+    )
     return 0
 
 

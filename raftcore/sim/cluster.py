@@ -111,6 +111,9 @@ class SimNode:
     snapshot_busy: bool = False  # a snapshot is being taken (one at a time, as the node)
     generation: int = 0  # of its disk: a wipe gives it a new directory id
     write_refused_epoch: int = -1  # the last epoch in which it led and its log refused an append
+    # the committed offset as checkpointed on its disk (raftcore.node.committed_checkpoint):
+    # written at every flush here, a lower bound that lags the core's; read back at start
+    committed_checkpoint: int = 0
 
     @property
     def disk_full(self) -> bool:
@@ -131,6 +134,7 @@ class SimNode:
         self.generation += 1
         self.log = InMemoryLog()
         self.store = MemoryQuorumStateStore()
+        self.committed_checkpoint = 0
 
     def start(self, now: int) -> None:
         self.incarnation += 1
@@ -166,6 +170,7 @@ class SimNode:
                 listener=self.listener,
                 directory_id=self.directory_id,
                 endpoint=endpoint_of(self.node_id),
+                committed_offset=self.committed_checkpoint,
             )
             self.sim.invariants.on_start(self)
             try:
@@ -384,6 +389,9 @@ class Simulation(SnapshotDriver):
             return None
         node.flush_scheduled = False
         flushed = node.log.flush()
+        if not node.disk_full:  # (a full disk refuses the checkpoint too: the old one stays)
+            checkpoint = node.core.committed_offset  # type: ignore[union-attr]
+            node.committed_checkpoint = max(node.committed_checkpoint, checkpoint)
         ready = [o for o in node.pending if o.after_flush <= flushed]
         node.pending = [o for o in node.pending if o.after_flush > flushed]
         for out in ready:

@@ -284,7 +284,21 @@ def _leader_keeps_leading_on_a_full_disk() -> None:
     LeaderRequests.cannot_write = cannot_write  # type: ignore[method-assign]
 
 
+def _truncate_below_committed() -> None:
+    """A follower truncates wherever its leader's DivergingEpoch (or snapshot) says, below its
+    committed offset too (raftcore before the committed offset was checkpointed: the survivor
+    of a wiped majority truncated every acknowledged record away). The majority-wipe scenario
+    (raftcore.sim.majority_wipe) catches it; a healthy quorum never asks."""
+    from raftcore.raft.committed import CommittedOffset
+
+    def check(self, offset, high_watermark, *, leader, epoch, what):  # type: ignore[no-untyped-def]
+        self.observe(high_watermark)
+
+    CommittedOffset.check = check  # type: ignore[method-assign]
+
+
 PLANTS: dict[str, Callable[[], None]] = {
+    "truncate-below-committed": _truncate_below_committed,
     "serve-damaged": _serve_damaged,
     "repair-skipped": _repair_skipped,
     "damaged-leader-stays": _damaged_leader_stays,
