@@ -336,6 +336,7 @@ class SaslAuthenticator:
                 lambda name: self._scram_credential(mechanism, name, session),
                 fake_salt_key=self.users.salt_key,
                 fake_iterations=self.users.typical_iterations(mechanism),
+                fake_salt_bytes=self.users.typical_salt_bytes(mechanism),
             )
         answer = cls(error_code=Errors.NONE, mechanisms=self.mechanisms)
         return encode_response(ApiKey.SASL_HANDSHAKE, version, header.correlation_id, answer)
