@@ -232,7 +232,15 @@ async def fill_log(bootstrap: list[str], mib: int, security: Any = None) -> None
 # ---- the script --------------------------------------------------------------------------------
 
 
-ATTACKS = ("idle", "idle-12s", "unauthenticated", "large-frames", "slowloris", "fetch")
+ATTACKS = (
+    "idle",
+    "idle-12s",
+    "unauthenticated",
+    "unauthenticated-12s",
+    "large-frames",
+    "slowloris",
+    "fetch",
+)
 
 
 async def _measure(cluster: Any, protocol: str, users: dict[str, str], name: str) -> None:
@@ -257,8 +265,10 @@ async def _measure(cluster: Any, protocol: str, users: dict[str, str], name: str
         what = "500 idle connections" + (", 12 s later" if name == "idle-12s" else "")
         hold_s = 12.0 if name == "idle-12s" else 2.0
         make = lambda: idle(host, port, 500, tls=tls)  # noqa: E731
-    elif name == "unauthenticated":
+    elif name in ("unauthenticated", "unauthenticated-12s"):
         what = "200 connections, 500 KiB of a 512 KiB frame each, no login"
+        if name == "unauthenticated-12s":  # the login timeout (10 s) has closed them
+            what, hold_s = what + ", 12 s later", 12.0
         make = lambda: partial_frames(  # noqa: E731
             host, port, 200, 512 * 1024 - 4, 500 * 1024, tls=tls
         )
@@ -354,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
             node_args += ["--sasl-users", str(users_path)]
         print(f"{args.protocol}, a fresh 3-node cluster per attack, on its leader:")
         for name in args.attacks or ATTACKS:
-            if name == "idle-12s" and args.protocol == "PLAINTEXT":
+            if name.endswith("-12s") and args.protocol == "PLAINTEXT":
                 continue  # the login timeout is for SASL listeners
             where = directory / f"cluster-{name}"
             with LocalCluster(where, 3, node_args=node_args, tls_dir=tls_dir) as c:
