@@ -1,7 +1,9 @@
 """Connection attacks on a node, and its resident memory: shared by test_connection_memory.py and
 test_wire_fuzz.py, and run as a script for the figures in docs/security.md ("Bounds")::
 
-    PYTHONPATH=. python tests/connection_attacks.py [--protocol SASL_SSL] [--node-arg=--x=y ...]
+    PYTHONPATH=$PWD python tests/connection_attacks.py [--protocol SASL_SSL] [--node-arg=--x=y ...]
+
+(an absolute PYTHONPATH: the nodes run in their own directories, where "." is not the checkout)
 
 The script starts a 3-node cluster (``raftcore node`` processes, ended by their pids), runs each
 attack against the leader, and prints the leader's resident memory (VmRSS and its anonymous
