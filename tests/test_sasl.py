@@ -384,7 +384,8 @@ def test_requests_before_a_login_are_refused_in_one_line_per_host_and_interval_w
     tmp_path, caplog
 ):
     """Kafka's SaslServerAuthenticator closes a connection whose first request is neither
-    ApiVersions nor SaslHandshake, unanswered. 100 such connections were logged as 100 ERRORs of
+    ApiVersions nor SaslHandshake, unanswered (and one that sends another API than
+    SaslAuthenticate after the handshake). 100 such connections were logged as 100 ERRORs of
     26 lines each (a TypeError writing the missing answer): now one INFO line names the client
     and the request, the next ones are at DEBUG until the interval ends, and that interval's
     next line counts them."""
@@ -401,9 +402,16 @@ def test_requests_before_a_login_are_refused_in_one_line_per_host_and_interval_w
                 raw = await Raw.open(nodes[0])
                 assert await raw.ask(ApiKey.METADATA, 12, metadata_body()) is None
                 assert await raw.closed()
+            # after the handshake too (Kafka: "... during SASL authentication")
+            raw = await Raw.open(nodes[0])
+            assert (await raw.handshake("PLAIN")).error_code == Errors.NONE
+            assert await raw.ask(ApiKey.METADATA, 12, metadata_body()) is None
+            assert await raw.closed()
 
     run(main())
     noisy = [r for r in caplog.records if r.levelno >= logging.INFO and "METADATA" in r.message]
+    assert noisy[-1].message.endswith("unexpected METADATA request during SASL authentication")
+    noisy.pop()
     assert [r.levelname for r in noisy] == ["INFO", "INFO"]
     assert re.fullmatch(
         r".*closing connection from 127\.0\.0\.1:\d+: unexpected METADATA request during SASL "
