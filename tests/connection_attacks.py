@@ -1,7 +1,9 @@
 """Connection attacks on a node, and its resident memory: shared by test_connection_memory.py and
 test_wire_fuzz.py, and run as a script for the figures in docs/security.md ("Bounds")::
 
-    PYTHONPATH=. python tests/connection_attacks.py [--protocol SASL_SSL] [--node-arg=--x=y ...]
+    PYTHONPATH=$PWD python tests/connection_attacks.py [--protocol SASL_SSL] [--node-arg=--x=y ...]
+
+(an absolute PYTHONPATH: the nodes run in their own directories, where "." is not the checkout)
 
 The script starts a 3-node cluster (``raftcore node`` processes, ended by their pids), runs each
 attack against the leader, and prints the leader's resident memory (VmRSS and its anonymous
@@ -232,7 +234,15 @@ async def fill_log(bootstrap: list[str], mib: int, security: Any = None) -> None
 # ---- the script --------------------------------------------------------------------------------
 
 
-ATTACKS = ("idle", "idle-12s", "unauthenticated", "large-frames", "slowloris", "fetch")
+ATTACKS = (
+    "idle",
+    "idle-12s",
+    "unauthenticated",
+    "unauthenticated-12s",
+    "large-frames",
+    "slowloris",
+    "fetch",
+)
 
 
 async def _measure(cluster: Any, protocol: str, users: dict[str, str], name: str) -> None:
@@ -257,8 +267,10 @@ async def _measure(cluster: Any, protocol: str, users: dict[str, str], name: str
         what = "500 idle connections" + (", 12 s later" if name == "idle-12s" else "")
         hold_s = 12.0 if name == "idle-12s" else 2.0
         make = lambda: idle(host, port, 500, tls=tls)  # noqa: E731
-    elif name == "unauthenticated":
+    elif name in ("unauthenticated", "unauthenticated-12s"):
         what = "200 connections, 500 KiB of a 512 KiB frame each, no login"
+        if name == "unauthenticated-12s":  # the login timeout (10 s) has closed them
+            what, hold_s = what + ", 12 s later", 12.0
         make = lambda: partial_frames(  # noqa: E731
             host, port, 200, 512 * 1024 - 4, 500 * 1024, tls=tls
         )
@@ -354,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
             node_args += ["--sasl-users", str(users_path)]
         print(f"{args.protocol}, a fresh 3-node cluster per attack, on its leader:")
         for name in args.attacks or ATTACKS:
-            if name == "idle-12s" and args.protocol == "PLAINTEXT":
+            if name.endswith("-12s") and args.protocol == "PLAINTEXT":
                 continue  # the login timeout is for SASL listeners
             where = directory / f"cluster-{name}"
             with LocalCluster(where, 3, node_args=node_args, tls_dir=tls_dir) as c:

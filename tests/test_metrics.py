@@ -302,39 +302,40 @@ def test_the_metrics_server_answers_only_metrics_and_stops_with_the_node(tmp_pat
 
 
 async def one_past_the_bound(server, host: str, port: int) -> None:  # type: ignore[no-untyped-def]
-    """Hold MAX_CONNECTIONS idle connections to the metrics port until every one is being
-    served, then open one more and see it closed at once; the idle ones are closed after."""
+    """Hold MAX_CONNECTIONS idle connections to the metrics port until every one is counted,
+    then scrape: the scrape is answered, the oldest idle connection is closed to make room,
+    and no more than MAX_CONNECTIONS are ever counted. The idle ones are closed after."""
     from raftcore.node.metrics_http import MAX_CONNECTIONS
 
     idle = [await asyncio.open_connection(host, port) for _ in range(MAX_CONNECTIONS)]
     try:
-        deadline = time.monotonic() + 5
-        while len(server._handlers) < MAX_CONNECTIONS:  # every one accepted and served
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.01)
-        reader, writer = await asyncio.open_connection(host, port)
-        assert await asyncio.wait_for(reader.read(), 5) == b""  # closed at once
-        writer.close()
+        await wait_until(lambda: len(server._handlers) == MAX_CONNECTIONS, what="every one counted")
+        status, text = await http_get(f"http://{host}:{port}/metrics")
+        assert status == 200 and "raftcore" in text
+        assert len(server._handlers) <= MAX_CONNECTIONS
+        oldest, _ = idle[0]
+        assert await asyncio.wait_for(oldest.read(), 5) == b""  # closed for the scrape
+        for reader, _ in idle[1:]:  # the others are still open
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(reader.read(), 0.01)
     finally:
         for _, w in idle:
             w.close()
 
 
-def test_the_metrics_listener_serves_at_most_its_bound_of_connections_and_closes_the_next_at_once():
-    """Every resource has a bound: idle connections to the metrics port hold at most
-    MAX_CONNECTIONS handlers (and descriptors, which the Kafka listener needs); one more is
-    closed as soon as it is accepted; once they go, a scrape is answered again."""
-    from raftcore.node.metrics_http import MetricsServer
+def test_idle_metrics_connections_at_the_bound_make_room_for_a_scrape_oldest_first():
+    """Every resource has a bound: connections to the metrics port hold at most
+    MAX_CONNECTIONS handlers (and descriptors, which the Kafka listener needs). Sixteen idle
+    connections used to make every scrape fail; now a new connection at the bound closes the
+    oldest one that has not sent a request, and is served."""
+    from raftcore.node.metrics_http import MADE_ROOM, MetricsServer
 
     async def main():
         server = MetricsServer(lambda: b"raftcore_up 1\n")
         host, port = await server.start("127.0.0.1", 0)
         await one_past_the_bound(server, host, port)
-        assert server.refused == 1
-        deadline = time.monotonic() + 5
-        while server._handlers:
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.01)
+        assert server.closed[MADE_ROOM] == 1 and server.refused == 0
+        await wait_until(lambda: not server._handlers, what="the idle connections to end")
         status, text = await http_get(f"http://{host}:{port}/metrics")
         assert status == 200 and "raftcore_up 1" in text
         await server.close()
@@ -342,13 +343,72 @@ def test_the_metrics_listener_serves_at_most_its_bound_of_connections_and_closes
     run(main())
 
 
-def test_a_connection_the_metrics_port_refused_is_counted_in_the_node_s_metrics(tmp_path):
+def test_a_metrics_connection_that_sends_no_whole_request_in_time_is_closed():
+    """A connection that sent nothing, or only part of a request head, within the request
+    timeout is closed and counted: idle connections do not stay for the exchange timeout."""
+    from raftcore.node.metrics_http import REQUEST_TIMEOUT, MetricsServer
+
+    async def main():
+        server = MetricsServer(lambda: b"raftcore_up 1\n", request_timeout_s=0.2)
+        host, port = await server.start("127.0.0.1", 0)
+        silent = await asyncio.open_connection(host, port)
+        partial = await asyncio.open_connection(host, port)
+        partial[1].write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # no blank line yet
+        for reader, writer in (silent, partial):
+            assert await asyncio.wait_for(reader.read(), 5) == b""
+            writer.close()
+        assert server.closed[REQUEST_TIMEOUT] == 2
+        status, _ = await http_get(f"http://{host}:{port}/metrics")  # a prompt one is served
+        assert status == 200
+        await server.close()
+
+    run(main())
+
+
+def test_a_new_metrics_connection_is_refused_only_while_every_open_one_is_being_answered():
+    """The one refusal left: at the bound, with no connection waiting for its request to close,
+    the new one is closed as it is accepted and counted in refused. A client that asks and
+    does not read holds its connection in the answer (16 MiB here: more than the kernel's
+    buffers take, so the write waits for it)."""
+    from raftcore.node.metrics_http import MADE_ROOM, MetricsServer
+
+    body = b"#" * (16 * 1024 * 1024)
+
+    async def main():
+        server = MetricsServer(lambda: body, max_connections=1)
+        host, port = await server.start("127.0.0.1", 0)
+        _, writer = await asyncio.open_connection(host, port)
+        writer.write(b"GET /metrics HTTP/1.1\r\n\r\n")  # and never read
+        await wait_until(lambda: server._handlers and not server._waiting, what="it to be answered")
+        other, other_writer = await asyncio.open_connection(host, port)
+        assert await asyncio.wait_for(other.read(), 5) == b""
+        other_writer.close()
+        assert server.refused == 1 and server.closed[MADE_ROOM] == 0
+        writer.close()  # the answer's write fails, its slot is free again
+        await wait_until(lambda: not server._handlers, what="the reader-less connection to end")
+        server.render = lambda: b"raftcore_up 1\n"
+        status, _ = await http_get(f"http://{host}:{port}/metrics")
+        assert status == 200
+        await server.close()
+
+    run(main())
+
+
+def test_metrics_connections_closed_for_a_scrape_or_refused_are_counted_in_the_node_s_metrics(
+    tmp_path,
+):
     async def main():
         async with cluster(tmp_path, size=1) as (node,):
             server = node.metrics_server
             assert server is not None
-            assert value(scrape(node), "raftcore_metrics_connections_refused_total") == 0
+            made_room = "raftcore_metrics_connections_closed_total"
+            assert value(scrape(node), made_room, reason="made_room") == 0
             await one_past_the_bound(server, *node.metrics_address)
+            m = scrape(node)
+            assert value(m, made_room, reason="made_room") == 1
+            assert value(m, made_room, reason="request_timeout") == 0
+            assert value(m, "raftcore_metrics_connections_refused_total") == 0
+            server.refused += 1  # what a refusal counts (the test above makes one)
             assert value(scrape(node), "raftcore_metrics_connections_refused_total") == 1
 
     run(main())
@@ -570,7 +630,7 @@ def test_snapshots_taken_and_loaded_are_counted_and_timed(tmp_path):
             for i in range(0, 1000, 50):
                 await node.append([(b"k%d" % j, b"v") for j in range(i, i + 50)], wait=True)
             assert node.snapshotter is not None
-            await wait_until(lambda: node.snapshotter.taken >= 2, 20, "two snapshots")
+            await wait_until(lambda: node.snapshotter.taken >= 2, 20, what="two snapshots")
             m = scrape(node)
             taken = node.snapshotter.taken
             assert value(m, "raftcore_snapshots_taken_total") == taken

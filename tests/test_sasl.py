@@ -378,3 +378,45 @@ def test_a_sasl_listener_that_would_leave_raft_rpcs_unauthenticated_is_refused(t
                 security=ListenerSecurity(protocol="SASL_PLAINTEXT", sasl_node_password="x"),
             )
         )
+
+
+def test_requests_before_a_login_are_refused_in_one_line_per_host_and_interval_without_traceback(
+    tmp_path, caplog
+):
+    """Kafka's SaslServerAuthenticator closes a connection whose first request is neither
+    ApiVersions nor SaslHandshake, unanswered (and one that sends another API than
+    SaslAuthenticate after the handshake). 100 such connections were logged as 100 ERRORs of
+    26 lines each (a TypeError writing the missing answer): now one INFO line names the client
+    and the request, the next ones are at DEBUG until the interval ends, and that interval's
+    next line counts them."""
+    caplog.set_level(logging.DEBUG)
+
+    async def main():
+        async with cluster(tmp_path, security(tmp_path)) as nodes:
+            auth = nodes[0].sasl
+            clock = [0.0]
+            auth.refusal_lines.clock = lambda: clock[0]
+            for i in range(21):
+                if i == 20:
+                    clock[0] += auth.refusal_lines.every_s  # the interval ends
+                raw = await Raw.open(nodes[0])
+                assert await raw.ask(ApiKey.METADATA, 12, metadata_body()) is None
+                assert await raw.closed()
+            # after the handshake too (Kafka: "... during SASL authentication")
+            raw = await Raw.open(nodes[0])
+            assert (await raw.handshake("PLAIN")).error_code == Errors.NONE
+            assert await raw.ask(ApiKey.METADATA, 12, metadata_body()) is None
+            assert await raw.closed()
+
+    run(main())
+    noisy = [r for r in caplog.records if r.levelno >= logging.INFO and "METADATA" in r.message]
+    assert noisy[-1].message.endswith("unexpected METADATA request during SASL authentication")
+    noisy.pop()
+    assert [r.levelname for r in noisy] == ["INFO", "INFO"]
+    assert re.fullmatch(
+        r".*closing connection from 127\.0\.0\.1:\d+: unexpected METADATA request during SASL "
+        r"handshake",
+        noisy[0].message,
+    )
+    assert noisy[1].message.endswith("(and 19 more from 127.0.0.1 since)")
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]

@@ -7,9 +7,12 @@ the move of a running cluster to per-node credentials: tests/test_sasl_per_node.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import dataclasses
 import hashlib
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -38,7 +41,7 @@ from raftcore.security import scram as scram_module
 from raftcore.security.certs import make_certs
 from raftcore.security.config import ClientSecurity, ListenerSecurity
 from raftcore.security.sasl import SaslConfigError
-from raftcore.security.scram import ScramClient
+from raftcore.security.scram import ScramClient, make_credential
 from raftcore.security.tls import client_context
 from raftcore.security.users import UsersFile, make_node_user, make_user, write_users_file
 
@@ -377,6 +380,57 @@ def test_an_unknown_scram_user_gets_the_users_iteration_count_and_the_same_proof
                     seen.append((attrs["i"], len(attrs["s"]), list(compared)))
                 assert seen[0] == seen[1], (mechanism, seen)
                 assert seen[0][0] == "8192"
+
+    run(main())
+
+
+def test_an_unknown_scram_user_s_server_first_message_has_a_real_user_s_shape_per_mechanism(
+    tmp_path,
+):
+    """Users could be listed before logging in: a real user's SCRAM-SHA-256 and SCRAM-SHA-512
+    salts differ (each credential has its own), an unknown user's were the same bytes. Per
+    mechanism, an unknown user's server-first message now has the shape of a real one's (the
+    nonce's length, the salt's length, the iteration count), with a salt of its own for each
+    mechanism that stays the same from one login to the next. The users here have 20-byte
+    salts and 4096 iterations for SHA-512 (a file made elsewhere), 32 bytes and 8192 for
+    SHA-256."""
+    users = tmp_path / "users.json"
+
+    def user(name: str, password: str) -> Any:
+        made = make_user(name, password, mechanisms=("SCRAM-SHA-256",))
+        sha512 = make_credential("SCRAM-SHA-512", password, iterations=4096, salt=os.urandom(20))
+        return dataclasses.replace(made, scram={**made.scram, "SCRAM-SHA-512": sha512})
+
+    write_users_file(users, UsersFile({n: user(n, p) for n, p in USERS.items()}))
+
+    async def server_first(node: RaftNode, mechanism: str, name: str) -> dict[str, str]:
+        raw = await Raw.open(node)
+        await raw.handshake(mechanism)
+        first = await raw.authenticate(ScramClient(mechanism, name, "guess").first())
+        raw.close()
+        text = bytes(first.auth_bytes).decode()
+        return dict(p.split("=", 1) for p in text.split(","))
+
+    async def main():
+        async with one_node(tmp_path, users) as node:
+            salts: dict[str, dict[str, bytes]] = {}
+            for name in ("alice", "mallory"):
+                for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+                    attrs = await server_first(node, mechanism, name)
+                    again = await server_first(node, mechanism, name)
+                    assert again["s"] == attrs["s"] and again["i"] == attrs["i"]
+                    salt = base64.b64decode(attrs["s"])
+                    shape = (len(attrs["r"]), len(salt), attrs["i"])
+                    salts.setdefault(name, {})[mechanism] = salt
+                    expected = (
+                        (len(attrs["r"]), 32, "8192")
+                        if mechanism == "SCRAM-SHA-256"
+                        else (len(attrs["r"]), 20, "4096")
+                    )
+                    assert shape == expected, (name, mechanism, shape)
+            for name, by_mechanism in salts.items():
+                assert by_mechanism["SCRAM-SHA-256"] != by_mechanism["SCRAM-SHA-512"], name
+                assert by_mechanism["SCRAM-SHA-512"] not in by_mechanism["SCRAM-SHA-256"], name
 
     run(main())
 

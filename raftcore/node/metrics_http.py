@@ -11,10 +11,14 @@ time to render the text (about a millisecond).
 One request per connection (``Connection: close``), as Prometheus is happy with. Anything but
 ``GET /metrics`` (or ``/``, which names the path) is answered 404 or 405.
 
-Bounded: a request's head is at most ``MAX_HEAD_BYTES``, the whole exchange at most
-``EXCHANGE_TIMEOUT_S``, and at most ``MAX_CONNECTIONS`` connections are served at once; one more
-is closed as soon as it is accepted, so that a flood of scrapes (or of idle connections) holds
-neither memory nor the node's file descriptors, which its Kafka listener needs.
+Bounded: a request's head is at most ``MAX_HEAD_BYTES``, and must be complete within
+``REQUEST_TIMEOUT_S`` of the accept (Prometheus sends it at once); the whole exchange takes at
+most ``EXCHANGE_TIMEOUT_S``; at most ``MAX_CONNECTIONS`` connections are open at once, so that a
+flood of scrapes (or of idle connections) holds neither memory nor the node's file descriptors,
+which its Kafka listener needs. Idle connections cannot keep a scraper out: at the bound, the
+oldest connection still waiting for its request is closed to make room for the new one; the new
+one is refused (closed as it is accepted) only when every open connection is answering a
+request, which takes no longer than writing one scrape.
 """
 
 from __future__ import annotations
@@ -42,8 +46,10 @@ __all__ = ["MetricsServer", "bind_metrics", "serve_metrics"]
 logger = logging.getLogger(__name__)
 
 MAX_HEAD_BYTES = 16 * 1024
-EXCHANGE_TIMEOUT_S = 10.0
+REQUEST_TIMEOUT_S = 5.0  # from the accept to the request's last head byte
+EXCHANGE_TIMEOUT_S = 10.0  # from the accept to the answer's last byte handed to the kernel
 MAX_CONNECTIONS = 16  # Prometheus scrapes one at a time; a few more for people and probes
+REQUEST_TIMEOUT, MADE_ROOM = "request_timeout", "made_room"  # why a connection was closed
 
 
 def bind_metrics(config: NodeConfig) -> socket.socket | None:
@@ -84,14 +90,34 @@ async def serve_metrics(node: RaftNode) -> MetricsServer:
 
 
 class MetricsServer:
-    """Serves ``render()`` (the exposition text) at ``/metrics``."""
+    """Serves ``render()`` (the exposition text) at ``/metrics``.
 
-    def __init__(self, render: Callable[[], bytes], prefix: str = "") -> None:
+    Counted for the node's metrics: ``refused``, new connections closed as they were accepted
+    (every open one answering a request); ``closed``, open connections closed before they sent
+    a request, by reason: :data:`REQUEST_TIMEOUT` (none within ``request_timeout_s``) or
+    :data:`MADE_ROOM` (the oldest such, for a new connection at the bound)."""
+
+    def __init__(
+        self,
+        render: Callable[[], bytes],
+        prefix: str = "",
+        *,
+        max_connections: int = MAX_CONNECTIONS,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
+        exchange_timeout_s: float = EXCHANGE_TIMEOUT_S,
+    ) -> None:
         self.render = render
         self.prefix = prefix
+        self.max_connections = max_connections
+        self.request_timeout_s = request_timeout_s
+        self.exchange_timeout_s = exchange_timeout_s
         self._server: asyncio.Server | None = None
+        # the open connections counted against the bound, and those of them still waiting for
+        # their request, oldest first (a dict keeps insertion order)
         self._handlers: set[asyncio.Task[None]] = set()
-        self.refused = 0  # connections closed at once, MAX_CONNECTIONS being served
+        self._waiting: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self.refused = 0
+        self.closed = {REQUEST_TIMEOUT: 0, MADE_ROOM: 0}
 
     async def start(
         self, host: str, port: int, sock: socket.socket | None = None
@@ -114,17 +140,37 @@ class MetricsServer:
                 await self._server.wait_closed()
             self._server = None
 
+    def _make_room(self) -> bool:
+        """At the bound: close the oldest connection that has not sent its request, and say
+        whether there was one (its task ends on its own; it no longer counts from now)."""
+        if not self._waiting:
+            return False
+        task, writer = next(iter(self._waiting.items()))
+        del self._waiting[task]
+        self._handlers.discard(task)
+        self.closed[MADE_ROOM] += 1
+        writer.transport.abort()  # its read ends at once; nothing was owed to it
+        return True
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if len(self._handlers) >= MAX_CONNECTIONS:
+        if len(self._handlers) >= self.max_connections and not self._make_room():
             self.refused += 1
-            writer.close()  # at the bound: no task, no buffer, the descriptor back at once
+            writer.close()  # every slot answering: no task, no buffer, the descriptor back
             return
         task = asyncio.current_task()
-        if task is not None:
-            self._handlers.add(task)
+        assert task is not None  # start_server runs each connection in a task of its own
+        self._handlers.add(task)
+        self._waiting[task] = writer
         try:
-            async with asyncio.timeout(EXCHANGE_TIMEOUT_S):
-                head = await reader.readuntil(b"\r\n\r\n")
+            async with asyncio.timeout(self.exchange_timeout_s):
+                try:
+                    async with asyncio.timeout(self.request_timeout_s):
+                        head = await reader.readuntil(b"\r\n\r\n")
+                except asyncio.TimeoutError:
+                    self.closed[REQUEST_TIMEOUT] += 1
+                    return
+                if self._waiting.pop(task, None) is None:  # closed to make room meanwhile
+                    return
                 status, body, content_type = self._answer(head)
                 writer.write(
                     f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
@@ -142,8 +188,8 @@ class MetricsServer:
         except asyncio.CancelledError:
             pass  # the node stops
         finally:
-            if task is not None:
-                self._handlers.discard(task)
+            self._handlers.discard(task)
+            self._waiting.pop(task, None)
             writer.close()
 
     def _answer(self, head: bytes) -> tuple[str, bytes, str]:

@@ -15,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from raftcore.node.clock import now_ms
 from raftcore.node.metrics import INBOUND, PEER
+from raftcore.node.metrics_http import MADE_ROOM, REQUEST_TIMEOUT
 from raftcore.raft.states import LeaderState
 
 if TYPE_CHECKING:
@@ -124,11 +125,20 @@ class StateCollector:
         scrapes = CounterMetricFamily(
             "raftcore_metrics_connections_refused",
             "Connections to the metrics port closed as they were accepted, its bound of "
-            "connections being served",
+            "connections all answering requests",
         )
         server = node.metrics_server
         scrapes.add_metric([], 0 if server is None else server.refused)
         yield scrapes
+        dropped = CounterMetricFamily(
+            "raftcore_metrics_connections_closed",
+            "Connections to the metrics port closed before they sent a request: "
+            "request_timeout, made_room (the oldest such, for a new connection at the bound)",
+            labels=["reason"],
+        )
+        for reason in (REQUEST_TIMEOUT, MADE_ROOM):
+            dropped.add_metric([reason], 0 if server is None else server.closed[reason])
+        yield dropped
         timed_out = CounterMetricFamily(
             "raftcore_connections_timed_out",
             "Connections closed for a timeout: idle (connections.max.idle.ms), "

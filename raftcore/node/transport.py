@@ -267,7 +267,8 @@ class ServerConnection:
             last = getattr(result, "reason", None)  # AnswerThenClose (raftcore.security.sasl)
             if last is not None:
                 level = result.log_level  # DEBUG when sasl logged it (once per 30 s per host)
-                write_frame(self.writer, result.parts)  # small: a login's refusal
+                if result.parts is not None:  # None: closed unanswered (Kafka's rule for it)
+                    write_frame(self.writer, result.parts)  # small: a login's refusal
                 logger.log(
                     level, "%s closing connection from %s: %s", self.name, self.address, last
                 )

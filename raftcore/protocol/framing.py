@@ -288,6 +288,10 @@ class FrameReceiver(asyncio.BufferedProtocol):
             self.on_frame = self.on_lost = _ignore
             self.on_writable = self.admit = None
             self.max_bytes = 0
+            # and the transport: asyncio's TLS protocol keeps this receiver's get_buffer and
+            # buffer_updated after the end (Python 3.11), so through it the TLS layer's
+            # buffers (a 256 KiB read buffer, OpenSSL's) were in a cycle too
+            self.transport = None
             try:
                 on_lost(exc)
             finally:

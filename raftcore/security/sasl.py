@@ -239,7 +239,7 @@ class SaslAuthenticator:
         self._sessions: weakref.WeakKeyDictionary[Any, _Session] = weakref.WeakKeyDictionary()
         self.logins = 0
         self.failures = 0
-        self._failed_logins = RepeatLimiter(LOGIN_FAILURE_LOG_EVERY_S)
+        self.refusal_lines = RepeatLimiter(LOGIN_FAILURE_LOG_EVERY_S)
         self.max_frame_bytes = 100 * 1024 * 1024  # the node's, once logged in (for_node)
         self._warn_at_start()
 
@@ -336,6 +336,7 @@ class SaslAuthenticator:
                 lambda name: self._scram_credential(mechanism, name, session),
                 fake_salt_key=self.users.salt_key,
                 fake_iterations=self.users.typical_iterations(mechanism),
+                fake_salt_bytes=self.users.typical_salt_bytes(mechanism),
             )
         answer = cls(error_code=Errors.NONE, mechanisms=self.mechanisms)
         return encode_response(ApiKey.SASL_HANDSHAKE, version, header.correlation_id, answer)
@@ -494,7 +495,7 @@ class SaslAuthenticator:
     def _log_limited(self, conn: Any, mechanism: str, reason: str, line: str) -> None:
         address = _address(conn)
         host = address.rpartition(":")[0] or address
-        left_out = self._failed_logins.admit((host, mechanism, reason))
+        left_out = self.refusal_lines.admit((host, mechanism, reason))
         if left_out is None:  # a client retrying a wrong password: once per 30 s
             logger.debug("%s %s", self.prefix, line)
         else:

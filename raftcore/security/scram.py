@@ -31,6 +31,7 @@ __all__ = [
     "DEFAULT_ITERATIONS",
     "MECHANISMS",
     "MIN_ITERATIONS",
+    "SALT_BYTES",
     "ScramClient",
     "ScramCredential",
     "ScramError",
@@ -43,6 +44,7 @@ __all__ = [
 MECHANISMS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512", "SCRAM-SHA-1": "sha1"}
 MIN_ITERATIONS = 4096  # KIP-84 (and RFC 7677's recommendation): the fewest accepted
 DEFAULT_ITERATIONS = 8192  # what new credentials get (raftcore users add)
+SALT_BYTES = 32  # the salt new credentials get
 MAX_ITERATIONS = 1_000_000  # a client will not spend longer than this for a server
 
 
@@ -81,6 +83,16 @@ def _h(mechanism: str, data: bytes) -> bytes:
     return hashlib.new(_hash(mechanism), data).digest()
 
 
+def _expand(key: bytes, label: bytes, size: int) -> bytes:
+    """``size`` bytes of HMAC-SHA-256(key, label || counter) blocks (HKDF-Expand's shape)."""
+    out = b""
+    block = 0
+    while len(out) < size:
+        block += 1
+        out += hmac.new(key, label + block.to_bytes(4, "big"), "sha256").digest()
+    return out[:size]
+
+
 def _xor(a: bytes, b: bytes) -> bytes:
     return bytes(x ^ y for x, y in zip(a, b, strict=True))
 
@@ -104,10 +116,10 @@ def make_credential(
     iterations: int = DEFAULT_ITERATIONS,
     salt: bytes | None = None,
 ) -> ScramCredential:
-    """A new credential for ``password`` (a random 32-byte salt unless given)."""
+    """A new credential for ``password`` (a random salt of :data:`SALT_BYTES` unless given)."""
     if iterations < MIN_ITERATIONS:
         raise ScramError(f"{iterations} iterations is below the minimum {MIN_ITERATIONS} (KIP-84)")
-    salt = secrets.token_bytes(32) if salt is None else salt
+    salt = secrets.token_bytes(SALT_BYTES) if salt is None else salt
     salted = salted_password(mechanism, password, salt, iterations)
     return credential_from_salted(mechanism, salted, salt, iterations)
 
@@ -209,9 +221,12 @@ class ScramServer:
     """One server side of one exchange. ``step(client_first)`` gives the server-first message,
     ``step(client_final)`` the server-final one (and sets ``username``); any failure raises
     ScramError. ``lookup(username)`` gives the user's ScramCredential or None; an unknown user
-    gets a made-up credential (a salt derived from ``fake_salt_key`` and the name, the iteration
-    count ``fake_iterations``, which should be what the users have) and fails only at the
-    proof, after the same work as a wrong password: the exchange does not tell who exists.
+    gets a made-up credential and fails only at the proof, after the same work as a wrong
+    password: the exchange does not tell who exists. The made-up salt is an HMAC, keyed by
+    ``fake_salt_key``, of the mechanism and the name: the same at every exchange (and on every
+    node holding the key), and different for each mechanism, as a real user's salts are. It is
+    ``fake_salt_bytes`` long and comes with ``fake_iterations``, which should be what the
+    users of the mechanism have.
     """
 
     def __init__(
@@ -222,6 +237,7 @@ class ScramServer:
         nonce: str | None = None,
         fake_salt_key: bytes | None = None,
         fake_iterations: int = DEFAULT_ITERATIONS,
+        fake_salt_bytes: int = SALT_BYTES,
     ) -> None:
         _hash(mechanism)
         self.mechanism = mechanism
@@ -229,6 +245,7 @@ class ScramServer:
         self._server_nonce = nonce if nonce is not None else secrets.token_urlsafe(24)
         self._fake_key = fake_salt_key if fake_salt_key is not None else secrets.token_bytes(32)
         self._fake_iterations = max(MIN_ITERATIONS, fake_iterations)
+        self._fake_salt_bytes = max(1, fake_salt_bytes)
         self._first: ClientFirst | None = None
         self._server_first = ""
         self._credential: ScramCredential | None = None
@@ -265,7 +282,8 @@ class ScramServer:
         """A credential nobody's password matches, shaped like a real one: the proof is
         checked with the same work and fails at the comparison."""
         name = username.encode()
-        salt = _hmac("SCRAM-SHA-256", self._fake_key, b"salt\x00" + name)
+        label = b"salt\x00" + self.mechanism.encode() + b"\x00" + name
+        salt = _expand(self._fake_key, label, self._fake_salt_bytes)
         size = len(_h(self.mechanism, b""))
         stored = _hmac(self.mechanism, self._fake_key, b"stored\x00" + name)[:size]
         server = _hmac(self.mechanism, self._fake_key, b"server\x00" + name)[:size]

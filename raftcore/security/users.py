@@ -56,6 +56,7 @@ from raftcore.errors import RaftcoreError
 from raftcore.security.scram import (
     DEFAULT_ITERATIONS,
     MIN_ITERATIONS,
+    SALT_BYTES,
     ScramCredential,
     make_credential,
 )
@@ -334,7 +335,7 @@ class UserStore:
         self.path = Path(path)
         self.prefix = prefix
         self._contents = read_users_file(self.path)
-        self._typical = _typical_iterations(self._contents)
+        self._typical = _typical_shapes(self._contents)
         self._salt_key = self._contents.salt_key or secrets.token_bytes(32)
         self._stamp = self._stat()
         warning = loose_mode(self.path)
@@ -358,7 +359,7 @@ class UserStore:
             logger.error("%s keeping the previous users: %s", self.prefix, exc)
         else:
             self._contents = contents
-            self._typical = _typical_iterations(contents)
+            self._typical = _typical_shapes(contents)
             if contents.salt_key is not None:
                 self._salt_key = contents.salt_key
             nodes = len(contents.users) - len(contents.clients)
@@ -397,17 +398,24 @@ class UserStore:
     def typical_iterations(self, mechanism: str) -> int:
         """The iteration count most of the file's ``mechanism`` credentials have (what an
         unknown user's made-up credential gets, so that it looks and costs the same)."""
-        return self._typical.get(mechanism, DEFAULT_ITERATIONS)
+        return self._typical.get(mechanism, (DEFAULT_ITERATIONS, SALT_BYTES))[0]
+
+    def typical_salt_bytes(self, mechanism: str) -> int:
+        """The salt length those credentials have (an unknown user's made-up salt gets it)."""
+        return self._typical.get(mechanism, (DEFAULT_ITERATIONS, SALT_BYTES))[1]
 
     def __len__(self) -> int:
         return len(self._contents.clients)
 
 
-def _typical_iterations(contents: UsersFile) -> dict[str, int]:
-    counts: dict[str, Counter[int]] = {}
+def _typical_shapes(contents: UsersFile) -> dict[str, tuple[int, int]]:
+    """Per mechanism, the (iteration count, salt length) most of the file's credentials have."""
+    counts: dict[str, Counter[tuple[int, int]]] = {}
     for user in contents.users.values():
         if user.plain is not None:
-            counts.setdefault("PLAIN", Counter())[user.plain.iterations] += 1
+            shape = (user.plain.iterations, len(user.plain.salt))
+            counts.setdefault("PLAIN", Counter())[shape] += 1
         for mechanism, credential in user.scram.items():
-            counts.setdefault(mechanism, Counter())[credential.iterations] += 1
+            shape = (credential.iterations, len(credential.salt))
+            counts.setdefault(mechanism, Counter())[shape] += 1
     return {m: c.most_common(1)[0][0] for m, c in counts.items()}
