@@ -39,16 +39,22 @@ def unsupported_version(broker: Broker, header: Any) -> list[bytes | memoryview]
     return encode_response(ApiKey.API_VERSIONS, 0, header.correlation_id, body)
 
 
-async def handle(broker: Broker, header: Any, body: Any) -> list[bytes | memoryview] | None:
+async def handle(
+    broker: Broker, header: Any, body: Any, *, directory_ids: bool = True
+) -> list[bytes | memoryview] | None:
     """The encoded answer to a client request (None: Produce with acks=0 is not answered);
-    InvalidRequest for an API not served here."""
+    InvalidRequest for an API not served here. ``directory_ids``: whether DescribeQuorum
+    names the replicas' directory ids to this caller (raftcore.node.listeners)."""
     key = header.request_api_key
     version = header.request_api_version
     handler = HANDLERS.get(key)
     if handler is None:
         raise InvalidRequest(f"API {key} is not served here")
     started = time.perf_counter()
-    response = handler(broker, body, version)
+    if key == ApiKey.DESCRIBE_QUORUM:
+        response = describe_quorum(broker, body, version, directory_ids=directory_ids)
+    else:
+        response = handler(broker, body, version)
     if asyncio.iscoroutine(response):
         response = await response
     broker.metrics.kafka_request(key)(time.perf_counter() - started)
