@@ -6,6 +6,7 @@ RaftNodes on loopback, as tests/test_node.py."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from pathlib import Path
@@ -13,9 +14,13 @@ from typing import Any
 
 import pytest
 from cluster_helpers import consume_all, key, produce
+from test_cli_node_startup import refused, voters_argv
 from test_node import FAST, Collector, _produce_body, leader_of, run
 
+from raftcore.cli import main
+from raftcore.client import describe_quorum
 from raftcore.client.connection import Connection
+from raftcore.client.voters import add_voter, remove_voter
 from raftcore.endpoints import Endpoint
 from raftcore.error_codes import Errors
 from raftcore.node import raft_wire
@@ -107,8 +112,6 @@ async def _dynamic(leader: RaftNode) -> None:
 
 
 async def _sleep() -> None:
-    import asyncio
-
     await asyncio.sleep(0.02)
 
 
@@ -338,3 +341,69 @@ def test_a_node_whose_node_listener_is_plaintext_off_loopback_warns_once_at_star
         assert lines[0].levelno == logging.WARNING
 
     run(main())
+
+
+# ---- raftcore's own quorum tools on a client listener -------------------------------------------
+
+
+def test_quorum_tools_work_through_client_listeners_without_directory_ids(tmp_path):
+    """``raftcore quorum describe``, ``remove-voter`` and ``add-voter`` pointed at client
+    listeners, as a caller who is no administrator: the table names no directory ids, a voter
+    is removed by its id alone, and added back by its id (the leader names the directory that
+    fetches as it)."""
+
+    async def main() -> None:
+        async with listener_cluster(tmp_path) as nodes:
+            leader = await leader_of(nodes)
+            await _dynamic(leader)
+            bootstrap = [str(n.config.listen) for n in nodes]
+            info = await describe_quorum(bootstrap, timeout_s=10)
+            assert {v.replica_id for v in info.voters} == {1, 2, 3}
+            assert all(v.directory_id is None for v in info.voters)
+            gone = next(n for n in nodes if n is not leader)
+            removed = await remove_voter(bootstrap, gone.node_id, timeout_s=10)
+            assert removed.ok, removed.line
+            assert gone.node_id not in leader.core.voter_set  # type: ignore[union-attr]
+            for _ in range(250):  # add-voter needs it fetching as an observer
+                if (await add_voter(bootstrap, gone.node_id, timeout_s=10)).ok:
+                    break
+                await _sleep()
+            back = leader.core.voter_set.key_of(gone.node_id)  # type: ignore[union-attr]
+            assert back is not None and back.directory_id == gone.directory_id
+
+    run(main())
+
+
+# ---- raftcore node's options ------------------------------------------------------------------
+
+
+def test_node_listen_options_reach_the_config_and_a_client_listener_on_the_voter_entry_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--voters`` name node listeners once ``--node-listen`` is given: a ``--listen`` at this
+    node's own entry would send the other nodes' Raft RPCs to a listener that refuses them."""
+    import raftcore.node.runner
+
+    configs: list[NodeConfig] = []
+    monkeypatch.setattr(
+        raftcore.node.runner, "run_node", lambda config, **kw: configs.append(config) or 0
+    )
+    ports = free_ports(4)
+    data = tmp_path / "d"
+    own = f"127.0.0.1:{ports[0]}"
+    client = f"127.0.0.1:{ports[3]}"
+    argv = voters_argv(data, 1, ports[:3], f"--listen={client}", f"--node-listen={own}")
+    assert main(argv) == 0
+    assert configs[0].listen == configs[0].advertised == Endpoint("127.0.0.1", ports[3])
+    assert configs[0].node_listen == configs[0].node_advertised == Endpoint("127.0.0.1", ports[0])
+    line = refused(
+        voters_argv(data, 1, ports[:3], f"--listen={own}", f"--node-listen=0.0.0.0:{ports[0]}"),
+        capsys,
+        monkeypatch,
+    )
+    assert f"--listen {own} is node 1's entry in --voters" in line, line
+    line = refused(voters_argv(data, 1, ports[:3], f"--node-listen={own}"), capsys, monkeypatch)
+    assert "needs a client listener too" in line, line
+    line = refused(voters_argv(data, 1, ports[:3], f"--node-advertised={own}"), capsys, monkeypatch)
+    assert "--node-advertised is for a node listener" in line, line
+    assert not data.exists()
