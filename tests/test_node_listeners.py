@@ -16,9 +16,10 @@ import pytest
 from cluster_helpers import consume_all, key, produce
 from test_cli_node_startup import refused, voters_argv
 from test_node import FAST, Collector, _produce_body, leader_of, run
+from test_tls import as_node, client_tls, node_tls
 
 from raftcore.cli import main
-from raftcore.client import describe_quorum
+from raftcore.client import Producer, describe_quorum
 from raftcore.client.connection import Connection
 from raftcore.client.voters import add_voter, remove_voter
 from raftcore.endpoints import Endpoint
@@ -31,15 +32,20 @@ from raftcore.node.node import RaftNode
 from raftcore.protocol.api import ApiKey, decode_request, request_spec
 from raftcore.raft.messages import FetchRequest, Outbound, VoteRequest
 from raftcore.records import encode_batch
+from raftcore.security import ListenerSecurity
+from raftcore.security.certs import make_certs
+from raftcore.security.tls import client_context
 
 pytestmark = pytest.mark.timeout(60)
 
 CLUSTER_ID = "listener-tests-cluster"
 
 
-def listener_configs(tmp_path: Path, **kw: Any) -> list[NodeConfig]:
+def listener_configs(
+    tmp_path: Path, security: dict[int, ListenerSecurity] | None = None, **kw: Any
+) -> list[NodeConfig]:
     """Three nodes, each with a client listener and a node listener; ``--voters`` name the
-    node listeners."""
+    node listeners. ``security``: each node's, both listeners' (default PLAINTEXT)."""
     ports = free_ports(6)
     nodes = {i + 1: Endpoint("127.0.0.1", p) for i, p in enumerate(ports[:3])}
     clients = {i + 1: Endpoint("127.0.0.1", p) for i, p in enumerate(ports[3:])}
@@ -52,6 +58,7 @@ def listener_configs(tmp_path: Path, **kw: Any) -> list[NodeConfig]:
             quorum=FAST,
             listen=clients[i],
             node_listen=nodes[i],
+            **({} if security is None else {"security": security[i]}),
             **kw,
         )
         for i in nodes
@@ -59,8 +66,11 @@ def listener_configs(tmp_path: Path, **kw: Any) -> list[NodeConfig]:
 
 
 @contextlib.asynccontextmanager
-async def listener_cluster(tmp_path: Path, **kw: Any):  # type: ignore[no-untyped-def]
-    nodes = [RaftNode(cfg, listener=Collector()) for cfg in listener_configs(tmp_path, **kw)]
+async def listener_cluster(  # type: ignore[no-untyped-def]
+    tmp_path: Path, security: dict[int, ListenerSecurity] | None = None, **kw: Any
+):
+    configs = listener_configs(tmp_path, security, **kw)
+    nodes = [RaftNode(cfg, listener=Collector()) for cfg in configs]
     try:
         for n in nodes:
             await n.start()
@@ -70,8 +80,11 @@ async def listener_cluster(tmp_path: Path, **kw: Any):  # type: ignore[no-untype
             await n.stop(timeout_s=0.5)
 
 
-async def request_at(address: Endpoint, key: int, version: int, body: Any) -> Any:
-    conn = await Connection.open(address.host, address.port)
+async def request_at(
+    address: Endpoint, key: int, version: int, body: Any, security: Any = None
+) -> Any:
+    ctx = None if security is None else client_context(security)
+    conn = await Connection.open(address.host, address.port, ssl=ctx, security=security)
     try:
         return await conn.request(key, version, body, timeout_s=5)
     finally:
@@ -370,6 +383,58 @@ def test_quorum_tools_work_through_client_listeners_without_directory_ids(tmp_pa
                 await _sleep()
             back = leader.core.voter_set.key_of(gone.node_id)  # type: ignore[union-attr]
             assert back is not None and back.directory_id == gone.directory_id
+
+    run(main())
+
+
+# ---- TLS on both listeners -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("tls")
+    make_certs(d, [1, 2, 3], clients=["alice"])
+    return d
+
+
+def test_a_mutual_tls_cluster_replicates_over_node_listeners_and_refuses_raft_on_client_ones(
+    tmp_path: Path, certs: Path
+) -> None:
+    """Both listeners are SSL: the voters replicate over their node listeners with their
+    certificates, a client with its certificate writes through the client listeners, and on a
+    client listener even a node's own certificate may not send Raft RPCs."""
+    security = {i: node_tls(certs, i) for i in (1, 2, 3)}
+
+    async def main() -> None:
+        async with listener_cluster(tmp_path, security) as nodes:
+            leader = await leader_of(nodes)
+            bootstrap = [str(n.config.listen) for n in nodes]
+            sec = client_tls(certs)
+            async with Producer(bootstrap, security=sec, request_timeout_ms=5000) as producer:
+                first, last = await producer.send([(b"k%d" % i, b"v") for i in range(20)])
+            assert last - first == 19
+            for _ in range(250):
+                if all(n.high_watermark == leader.high_watermark for n in nodes):
+                    break
+                await _sleep()
+            assert all(n.high_watermark is not None and n.high_watermark > last for n in nodes)
+            follower = next(n for n in nodes if n is not leader)
+            fetch = FetchRequest(
+                cluster_id=CLUSTER_ID,
+                replica_id=follower.node_id,
+                fetch_offset=leader.log.end_offset + 1000,  # type: ignore[union-attr]
+                last_fetched_epoch=leader.leader_and_epoch.epoch,
+                current_leader_epoch=leader.leader_and_epoch.epoch,
+                max_wait_ms=0,
+                replica_directory_id=follower.directory_id,
+            )
+            key, version, body = forged(follower, fetch)
+            assert leader.config.listen is not None
+            answer = await request_at(
+                leader.config.listen, key, version, body, as_node(certs, follower.node_id)
+            )
+            assert answer.error_code == Errors.CLUSTER_AUTHORIZATION_FAILED
+            assert leader.messaging.raft_refusals.refused == 1
 
     run(main())
 
