@@ -387,6 +387,55 @@ def test_quorum_tools_work_through_client_listeners_without_directory_ids(tmp_pa
     run(main())
 
 
+def test_a_node_that_joins_through_node_listeners_is_added_with_its_node_listener(tmp_path):
+    """A fourth node joins through the voters' node listeners (``--bootstrap``) with listeners
+    of its own; added by its id through a client listener, the voter set records its node
+    listener (where the others reach it), and Metadata names its client listener."""
+
+    async def main() -> None:
+        async with listener_cluster(tmp_path) as nodes:
+            leader = await leader_of(nodes)
+            await _dynamic(leader)
+            node_port, client_port = free_ports(2)
+            new = RaftNode(
+                NodeConfig(
+                    node_id=4,
+                    voters={},
+                    bootstrap=tuple(n.config.node_listen for n in nodes),  # type: ignore[misc]
+                    data_dir=tmp_path / "node-4",
+                    cluster_id=CLUSTER_ID,
+                    quorum=FAST,
+                    listen=Endpoint("127.0.0.1", client_port),
+                    node_listen=Endpoint("127.0.0.1", node_port),
+                ),
+                listener=Collector(),
+            )
+            await new.start()
+            try:
+                bootstrap = [str(n.config.listen) for n in nodes]
+                for _ in range(250):  # once it fetches as an observer
+                    if (await add_voter(bootstrap, 4, timeout_s=10)).ok:
+                        break
+                    await _sleep()
+                recorded = leader.core.voter_set.endpoint_of(4)  # type: ignore[union-attr]
+                assert recorded is not None
+                assert (recorded.host, recorded.port) == ("127.0.0.1", node_port)
+                meta_cls = request_spec(ApiKey.METADATA).cls
+                body = meta_cls(topics=[meta_cls.MetadataRequestTopic(name="raftcore")])
+                assert leader.config.listen is not None
+                for _ in range(250):
+                    answer = await request_at(leader.config.listen, ApiKey.METADATA, 12, body)
+                    brokers = {b.node_id: (b.host, b.port) for b in answer.brokers}
+                    if 4 in brokers:
+                        break
+                    await _sleep()
+                assert brokers[4] == ("127.0.0.1", client_port)
+            finally:
+                await new.stop(timeout_s=0.5)
+
+    run(main())
+
+
 # ---- TLS on both listeners -------------------------------------------------------------------
 
 
