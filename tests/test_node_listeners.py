@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cluster_helpers import consume_all, key, produce
-from test_cli_node_startup import refused, voters_argv
+from test_cli_node_startup import contents, finish, node_argv, refused, start_node, voters_argv
 from test_node import FAST, Collector, _produce_body, leader_of, run
 from test_tls import as_node, client_tls, node_tls
 
@@ -434,6 +436,64 @@ def test_a_node_that_joins_through_node_listeners_is_added_with_its_node_listene
                 await new.stop(timeout_s=0.5)
 
     run(main())
+
+
+# ---- raftcore node, as a process ----------------------------------------------------------------
+
+
+def test_a_node_listener_port_in_use_fails_with_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    """Both listeners are bound before anything is written into the data directory."""
+    data = tmp_path / "data"
+    (client,) = free_ports(1)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        listeners = (f"--listen=127.0.0.1:{client}", f"--node-listen=127.0.0.1:{port}")
+        argv = node_argv(data, port, *listeners)
+        code, err = finish(start_node(argv, tmp_path))
+    assert code != 0
+    assert err.strip().splitlines() == [
+        f"raftcore node: cannot listen on 127.0.0.1:{port}: address already in use"
+    ], err
+    assert contents(data) is None
+
+
+def test_a_node_with_a_node_listener_names_both_and_serves_clients_on_the_client_one(
+    tmp_path: Path,
+) -> None:
+    node_port, client_port = free_ports(2)
+    argv = node_argv(
+        tmp_path / "data",
+        node_port,
+        f"--listen=127.0.0.1:{client_port}",
+        f"--node-listen=127.0.0.1:{node_port}",
+    )
+    proc = start_node(argv, tmp_path)
+    try:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 20
+        line = ""
+        while not line.startswith("raftcore node 1 listening on"):
+            assert time.monotonic() < deadline and proc.poll() is None, "no listening line"
+            line = proc.stderr.readline()
+        assert (
+            f"listening on 127.0.0.1:{client_port} (clients), 127.0.0.1:{node_port} (nodes)" in line
+        ), line
+
+        async def write_and_describe() -> None:
+            offsets = await produce([f"127.0.0.1:{client_port}"], 0, 3)
+            assert len(offsets) == 3
+            body = _describe_body()
+            on_client = await request_at(
+                Endpoint("127.0.0.1", client_port), ApiKey.DESCRIBE_QUORUM, 2, body
+            )
+            assert set(_voter_directories(on_client).values()) == {bytes(16)}
+
+        run(write_and_describe())
+    finally:
+        proc.terminate()
+        finish(proc)
 
 
 # ---- TLS on both listeners -------------------------------------------------------------------

@@ -73,8 +73,9 @@ async def _serve(
 
 def _listening_line(config: NodeConfig) -> str:
     loop = type(asyncio.get_running_loop()).__module__.split(".")[0]  # asyncio, uvloop
+    nodes = "" if config.node_listen is None else f" (clients), {config.node_listen} (nodes)"
     return (
-        f"raftcore node {config.node_id} listening on {config.listen} "
+        f"raftcore node {config.node_id} listening on {config.listen}{nodes} "
         f"({_peers_text(config)}, "
         f"data {config.data_dir}, cluster {config.cluster_id}, event loop {loop})"
     )
