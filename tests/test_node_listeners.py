@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from cluster_helpers import consume_all, key, produce
 from test_cli_node_startup import contents, finish, node_argv, refused, start_node, voters_argv
-from test_node import FAST, Collector, _produce_body, leader_of, run
+from test_node import CLUSTER_ID as CLUSTER_ID_SHARED
+from test_node import FAST, Collector, _produce_body, cluster, leader_of, run
 from test_tls import as_node, client_tls, node_tls
 
 from raftcore.cli import main
@@ -434,6 +435,68 @@ def test_a_node_that_joins_through_node_listeners_is_added_with_its_node_listene
                 assert brokers[4] == ("127.0.0.1", client_port)
             finally:
                 await new.stop(timeout_s=0.5)
+
+    run(main())
+
+
+def test_a_client_endpoint_told_on_a_shared_plaintext_listener_is_not_believed(tmp_path):
+    """On the one listener of a PLAINTEXT cluster anyone may send a replica Fetch: the client
+    endpoint it tells must not send clients elsewhere. Metadata goes on naming each voter by
+    the listener it shares with its peers."""
+
+    async def main() -> None:
+        async with cluster(tmp_path) as nodes:
+            leader = await leader_of(nodes)
+            follower = next(n for n in nodes if n is not leader)
+            await follower.stop(timeout_s=0.5)  # its own fetches would set things right
+            fetch = FetchRequest(
+                cluster_id=CLUSTER_ID_SHARED,
+                replica_id=follower.node_id,
+                fetch_offset=0,
+                last_fetched_epoch=0,
+                current_leader_epoch=leader.leader_and_epoch.epoch,
+                max_wait_ms=0,
+                replica_directory_id=follower.directory_id,
+            )
+            key, version, body = forged(follower, fetch)
+            body.client_endpoint = type(body.client_endpoint)(host="203.0.113.9", port=9999)
+            assert leader.config.listen is not None
+            await request_at(leader.config.listen, key, version, body)
+            meta_cls = request_spec(ApiKey.METADATA).cls
+            meta = meta_cls(topics=[meta_cls.MetadataRequestTopic(name="raftcore")])
+            answer = await request_at(leader.config.listen, ApiKey.METADATA, 12, meta)
+            brokers = {b.node_id: (b.host, b.port) for b in answer.brokers}
+            real = follower.config.listen
+            assert real is not None
+            assert brokers[follower.node_id] == (real.host, real.port)
+
+    run(main())
+
+
+def test_client_endpoints_are_kept_for_voters_only(tmp_path):
+    """Fetches naming any id may reach a node listener; the client endpoints kept, and told to
+    every fetcher, are the voters' alone (as many as voters)."""
+
+    async def main() -> None:
+        async with listener_cluster(tmp_path) as nodes:
+            leader = await leader_of(nodes)
+            follower = next(n for n in nodes if n is not leader)
+            assert leader.config.node_listen is not None
+            for replica in range(100, 120):
+                fetch = FetchRequest(
+                    cluster_id=CLUSTER_ID,
+                    replica_id=replica,
+                    fetch_offset=0,
+                    last_fetched_epoch=0,
+                    current_leader_epoch=leader.leader_and_epoch.epoch,
+                    max_wait_ms=0,
+                )
+                key, version, body = forged(follower, fetch)
+                body.client_endpoint = type(body.client_endpoint)(host="203.0.113.9", port=9999)
+                await request_at(leader.config.node_listen, key, version, body)
+            told = dict(leader.address_book.told_client_endpoints())
+            assert set(told) <= {n.node_id for n in nodes}
+            assert set(leader.address_book.clients_learned) <= {n.node_id for n in nodes}
 
     run(main())
 

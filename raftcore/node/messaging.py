@@ -504,10 +504,14 @@ class Messaging:
             refused = authorization.refuse_unless_that_node(self, conn, header, source)
             if refused is not None:
                 return refused
-            if api_key == ApiKey.FETCH:  # where the fetching replica takes clients
-                told = raft_wire.client_endpoint(body)
-                if told is not None:
-                    self.address_book.learn_client(source, *told)
+            told = raft_wire.client_endpoint(body) if api_key == ApiKey.FETCH else None
+            if told is not None and (
+                conn.listener_role is Role.NODE or conn.principal.kind == "node"
+            ):
+                # where the fetching replica takes clients, from a node listener or a node's
+                # own connection only: on a shared PLAINTEXT listener anyone could send clients
+                # elsewhere (there the node endpoints serve clients too)
+                self.address_book.learn_client(source, *told)
         # The core's answer comes now (most requests) or later (a parked fetch); either way
         # _send hands it to the connection, which writes it in its turn: no task waits.
         later = Later()

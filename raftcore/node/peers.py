@@ -102,8 +102,12 @@ class AddressBook:
             logger.debug("[node %d] node %d listens at %s", self.config.node_id, node_id, endpoint)
 
     def learn_client(self, node_id: int, host: str, port: int) -> None:
-        """``node_id`` said (or the leader said for it) where it takes client requests."""
-        if node_id < 0 or node_id == self.config.node_id or not host or not 0 < port < 65536:
+        """``node_id`` said (or the leader said for it) where it takes client requests. Kept
+        for voters only (Metadata names the voters, the leader and this node): as many entries
+        as voters, whatever ids fetches name."""
+        if node_id == self.config.node_id or not host or not 0 < port < 65536:
+            return
+        if node_id not in self.voter_set():
             return
         self.clients_learned[node_id] = Endpoint(host, port)
 
@@ -127,11 +131,12 @@ class AddressBook:
         return out
 
     def told_client_endpoints(self) -> list[tuple[int, Endpoint]]:
-        """What a leader tells its fetchers: this node's client endpoint and every one it
+        """What a leader tells its fetchers: this node's client endpoint and every voter's it
         learned, by id."""
         own = self.config.advertised
         assert own is not None  # NodeConfig makes it the listen address when not given
-        known = dict(self.clients_learned)
+        voters = self.voter_set()
+        known = {i: ep for i, ep in self.clients_learned.items() if i in voters}
         known[self.config.node_id] = own
         return sorted(known.items())
 
