@@ -32,7 +32,7 @@ from raftcore.node.config import NodeConfig
 from raftcore.node.listeners import Role, open_node_listener_warning
 from raftcore.node.local_cluster import free_ports
 from raftcore.node.node import RaftNode
-from raftcore.protocol.api import ApiKey, decode_request, request_spec
+from raftcore.protocol.api import RAFT_ONLY_APIS, ApiKey, decode_request, request_spec
 from raftcore.raft.messages import FetchRequest, Outbound, VoteRequest
 from raftcore.records import encode_batch
 from raftcore.security import ListenerSecurity
@@ -190,6 +190,29 @@ def test_raft_rpcs_on_a_client_listener_are_refused_and_never_reach_the_core(tmp
             key, version, body = forged(follower, vote)
             answer = await request_at(node_listener, key, version, body)
             assert answer.error_code == Errors.NONE
+
+    run(main())
+
+
+def test_api_versions_on_a_client_listener_leaves_out_the_raft_rpcs(tmp_path):
+    """As Kafka's broker listeners list no controller RPC: on a client listener ApiVersions
+    lists Fetch, Produce and the rest, and none of Vote, BeginQuorumEpoch, EndQuorumEpoch,
+    FetchSnapshot, UpdateRaftVoter; the node listener lists them."""
+
+    async def main() -> None:
+        async with listener_cluster(tmp_path) as nodes:
+            node = nodes[0]
+            cls = request_spec(ApiKey.API_VERSIONS).cls
+            body = cls(client_software_name="test", client_software_version="1")
+            assert node.config.listen is not None and node.config.node_listen is not None
+            on_client = await request_at(node.config.listen, ApiKey.API_VERSIONS, 3, body)
+            on_node = await request_at(node.config.node_listen, ApiKey.API_VERSIONS, 3, body)
+            client_keys = {k.api_key for k in on_client.api_keys}
+            node_keys = {k.api_key for k in on_node.api_keys}
+            assert not client_keys & RAFT_ONLY_APIS
+            assert node_keys >= RAFT_ONLY_APIS
+            assert {ApiKey.FETCH, ApiKey.PRODUCE, ApiKey.METADATA} <= client_keys
+            assert node_keys - client_keys == RAFT_ONLY_APIS
 
     run(main())
 

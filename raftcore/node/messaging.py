@@ -35,6 +35,7 @@ from raftcore.node.peer_apis import PeerApis
 from raftcore.node.tls_listener import serve_tls
 from raftcore.node.transport import CloseConnection, Later, ServerConnection
 from raftcore.protocol.api import (
+    RAFT_ONLY_APIS,
     ApiKey,
     UnknownApiKeyError,
     UnsupportedVersionError,
@@ -61,15 +62,7 @@ __all__ = ["RAFT_APIS", "Messaging"]
 
 logger = logging.getLogger("raftcore.node.node")
 
-RAFT_APIS = frozenset(
-    {
-        ApiKey.VOTE,
-        ApiKey.BEGIN_QUORUM_EPOCH,
-        ApiKey.END_QUORUM_EPOCH,
-        ApiKey.FETCH_SNAPSHOT,
-        ApiKey.UPDATE_RAFT_VOTER,
-    }
-)
+RAFT_APIS = RAFT_ONLY_APIS  # and a Fetch naming a replica
 
 Step = Callable[[int], "Output"]  # one step of the core, given the time in ms
 
@@ -430,7 +423,9 @@ class Messaging:
             header, body = decode_request(frame)
         except UnsupportedVersionError as exc:
             try:
-                return kafka_server.unsupported_version(self.kafka, exc.header)
+                return kafka_server.unsupported_version(
+                    self.kafka, exc.header, raft_apis=conn.listener_role is not Role.CLIENT
+                )
             except InvalidRequest as invalid:
                 raise CloseConnection(str(invalid)) from None
         except UnknownApiKeyError as exc:
@@ -460,9 +455,14 @@ class Messaging:
             return encode_response(
                 api_key, header.request_api_version, header.correlation_id, answer
             )
-        directory_ids = sees_directory_ids(conn, self.config.admin_principals)
         try:
-            return await kafka_server.handle(self.kafka, header, body, directory_ids=directory_ids)
+            return await kafka_server.handle(
+                self.kafka,
+                header,
+                body,
+                raft_apis=conn.listener_role is not Role.CLIENT,
+                directory_ids=sees_directory_ids(conn, self.config.admin_principals),
+            )
         except InvalidRequest as exc:
             raise CloseConnection(str(exc)) from None
 
