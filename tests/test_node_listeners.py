@@ -465,7 +465,7 @@ def test_a_node_that_joins_through_node_listeners_is_added_with_its_node_listene
 def test_a_client_endpoint_told_on_a_shared_plaintext_listener_is_not_believed(tmp_path):
     """On the one listener of a PLAINTEXT cluster anyone may send a replica Fetch: the client
     endpoint it tells must not send clients elsewhere. Metadata goes on naming each voter by
-    the listener it shares with its peers."""
+    the listener it shares with its peers, and the leader tells no fetcher the forged one."""
 
     async def main() -> None:
         async with cluster(tmp_path) as nodes:
@@ -492,6 +492,9 @@ def test_a_client_endpoint_told_on_a_shared_plaintext_listener_is_not_believed(t
             real = follower.config.listen
             assert real is not None
             assert brokers[follower.node_id] == (real.host, real.port)
+            # nor is it passed on to the fetchers (a node with a node listener would use it)
+            told = dict(leader.address_book.told_client_endpoints())
+            assert told.get(follower.node_id) != Endpoint("203.0.113.9", 9999)
 
     run(main())
 

@@ -20,8 +20,9 @@ Where a node takes client requests is another question when the nodes have liste
 their own (``NodeConfig.node_listen``): the endpoints above are node listeners, never told to
 clients. A node's client endpoint is its own ``advertised`` address, or what the node said
 itself in its Fetch (to the leader) and the leader then tells every fetcher; without a node
-listener of its own, this node takes the others' node endpoints for their client endpoints
-too, as one listener serves both (:meth:`AddressBook.client_endpoint_of`).
+listener of its own, this node names the others by their node endpoints to clients too, as
+one listener serves both (:meth:`AddressBook.client_endpoint_of`; a node listener of another
+node serves clients too, whole).
 
 On TLS a peer must show the certificate of the node it is addressed as (``node-<id>``); a
 bootstrap server is any node of the cluster, so any node's certificate will do there. A SASL
@@ -116,10 +117,11 @@ class AddressBook:
         that has a separate one (see the module docstring)."""
         if node_id == self.config.node_id:
             return self.config.advertised
-        learned = self.clients_learned.get(node_id)
-        if learned is not None or self.config.separate_node_listener or node_id < 0:
-            return learned
-        return self.endpoint_of(node_id)
+        if not self.config.separate_node_listener:
+            # One listener here: the others' node endpoints, as today, never a learned one
+            # (it could outlive a voter that moved; a node listener serves clients too).
+            return self.endpoint_of(node_id)
+        return self.clients_learned.get(node_id)
 
     def client_endpoints(self) -> list[tuple[int, Endpoint]]:
         """(id, client endpoint) of every voter whose client endpoint is known, by id."""
