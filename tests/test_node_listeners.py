@@ -9,19 +9,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cluster_helpers import consume_all, key, produce
-from test_cli_node_startup import contents, finish, node_argv, refused, start_node, voters_argv
 from test_node import CLUSTER_ID as CLUSTER_ID_SHARED
 from test_node import FAST, Collector, _produce_body, cluster, leader_of, run
 from test_tls import as_node, client_tls, node_tls
 
-from raftcore.cli import main
 from raftcore.client import Producer, describe_quorum
 from raftcore.client.connection import Connection
 from raftcore.client.voters import add_voter, remove_voter
@@ -527,64 +523,6 @@ def test_client_endpoints_are_kept_for_voters_only(tmp_path):
     run(main())
 
 
-# ---- raftcore node, as a process ----------------------------------------------------------------
-
-
-def test_a_node_listener_port_in_use_fails_with_one_line_and_writes_nothing(tmp_path: Path) -> None:
-    """Both listeners are bound before anything is written into the data directory."""
-    data = tmp_path / "data"
-    (client,) = free_ports(1)
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen(1)
-        port = taken.getsockname()[1]
-        listeners = (f"--listen=127.0.0.1:{client}", f"--node-listen=127.0.0.1:{port}")
-        argv = node_argv(data, port, *listeners)
-        code, err = finish(start_node(argv, tmp_path))
-    assert code != 0
-    assert err.strip().splitlines() == [
-        f"raftcore node: cannot listen on 127.0.0.1:{port}: address already in use"
-    ], err
-    assert contents(data) is None
-
-
-def test_a_node_with_a_node_listener_names_both_and_serves_clients_on_the_client_one(
-    tmp_path: Path,
-) -> None:
-    node_port, client_port = free_ports(2)
-    argv = node_argv(
-        tmp_path / "data",
-        node_port,
-        f"--listen=127.0.0.1:{client_port}",
-        f"--node-listen=127.0.0.1:{node_port}",
-    )
-    proc = start_node(argv, tmp_path)
-    try:
-        assert proc.stderr is not None
-        deadline = time.monotonic() + 20
-        line = ""
-        while not line.startswith("raftcore node 1 listening on"):
-            assert time.monotonic() < deadline and proc.poll() is None, "no listening line"
-            line = proc.stderr.readline()
-        assert (
-            f"listening on 127.0.0.1:{client_port} (clients), 127.0.0.1:{node_port} (nodes)" in line
-        ), line
-
-        async def write_and_describe() -> None:
-            offsets = await produce([f"127.0.0.1:{client_port}"], 0, 3)
-            assert len(offsets) == 3
-            body = _describe_body()
-            on_client = await request_at(
-                Endpoint("127.0.0.1", client_port), ApiKey.DESCRIBE_QUORUM, 2, body
-            )
-            assert set(_voter_directories(on_client).values()) == {bytes(16)}
-
-        run(write_and_describe())
-    finally:
-        proc.terminate()
-        finish(proc)
-
-
 # ---- TLS on both listeners -------------------------------------------------------------------
 
 
@@ -635,38 +573,3 @@ def test_a_mutual_tls_cluster_replicates_over_node_listeners_and_refuses_raft_on
             assert leader.messaging.raft_refusals.refused == 1
 
     run(main())
-
-
-# ---- raftcore node's options ------------------------------------------------------------------
-
-
-def test_node_listen_options_reach_the_config_and_a_client_listener_on_the_voter_entry_is_refused(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``--voters`` name node listeners once ``--node-listen`` is given: a ``--listen`` at this
-    node's own entry would send the other nodes' Raft RPCs to a listener that refuses them."""
-    import raftcore.node.runner
-
-    configs: list[NodeConfig] = []
-    monkeypatch.setattr(
-        raftcore.node.runner, "run_node", lambda config, **kw: configs.append(config) or 0
-    )
-    ports = free_ports(4)
-    data = tmp_path / "d"
-    own = f"127.0.0.1:{ports[0]}"
-    client = f"127.0.0.1:{ports[3]}"
-    argv = voters_argv(data, 1, ports[:3], f"--listen={client}", f"--node-listen={own}")
-    assert main(argv) == 0
-    assert configs[0].listen == configs[0].advertised == Endpoint("127.0.0.1", ports[3])
-    assert configs[0].node_listen == configs[0].node_advertised == Endpoint("127.0.0.1", ports[0])
-    line = refused(
-        voters_argv(data, 1, ports[:3], f"--listen={own}", f"--node-listen=0.0.0.0:{ports[0]}"),
-        capsys,
-        monkeypatch,
-    )
-    assert f"--listen {own} is node 1's entry in --voters" in line, line
-    line = refused(voters_argv(data, 1, ports[:3], f"--node-listen={own}"), capsys, monkeypatch)
-    assert "needs a client listener too" in line, line
-    line = refused(voters_argv(data, 1, ports[:3], f"--node-advertised={own}"), capsys, monkeypatch)
-    assert "--node-advertised is for a node listener" in line, line
-    assert not data.exists()
