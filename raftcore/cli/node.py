@@ -251,7 +251,7 @@ def add_node_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
         type=types.endpoint,
         default=None,
         help="host:port to listen on (default: this node's entry in --voters; required with "
-        "--bootstrap)",
+        "--bootstrap, and with --node-listen, where it takes clients only)",
     )
     p.add_argument(
         "--advertised",
