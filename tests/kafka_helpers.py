@@ -138,6 +138,9 @@ class FakePartition:
     def endpoint_of(self, node_id: int) -> Endpoint | None:
         return Endpoint("127.0.0.1", 9090 + node_id) if node_id in (1, 2, 3) else None
 
+    def voter_endpoints(self) -> list[tuple[int, Endpoint]]:
+        return self.replica_endpoints()
+
     def quorum(self) -> Any:
         return None
 

@@ -51,7 +51,7 @@ def test_an_exception_out_of_a_core_step_stops_the_node_with_one_critical_line(t
             assert isinstance(failed.value.__cause__, OSError)
             assert follower.failure is failed.value
             await asyncio.wait_for(follower.stop(), 5)  # waits for the close begun
-            assert follower._server is None or not follower._server.is_serving()
+            assert not any(s.is_serving() for s in follower._servers)
             # The others go on.
             others = [n for n in nodes if n is not follower]
             await leader_of(others)

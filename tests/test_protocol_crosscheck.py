@@ -124,6 +124,8 @@ RAFTCORE_ONLY = {
     ("FetchPartition", "is_follower"),
     ("FetchPartition", "repair"),
     ("FetchRequest", "replica_endpoint"),
+    ("FetchRequest", "client_endpoint"),
+    ("FetchResponse", "client_endpoints"),
     ("PartitionData", "k_raft_version"),
     ("PartitionData", "pending_voter_change"),
     ("ReplicaState", "listener"),
@@ -165,7 +167,8 @@ def ids(cases):
 def content(name: str, version: int, payload_size: int = 130, nulls: bool = False) -> Any:
     """A raftcore object with a non-default value in every field, minus what kafka-python
     cannot carry: raftcore's own tags (FetchRequest's HighWatermark 100, IsFollower 101,
-    Repair 103, ReplicaEndpoint; DescribeQuorumResponse's KRaftVersion 100,
+    Repair 103, ReplicaEndpoint, ClientEndpoint; FetchResponse's ClientEndpoints;
+    DescribeQuorumResponse's KRaftVersion 100,
     PendingVoterChange 101, Listener 102) stay at their defaults, and ApiVersionsResponse has
     no error (kafka-python reads an ApiVersions answer with an error as v0, see
     test_api_versions_error_answer_is_read_as_v0)."""
@@ -179,6 +182,10 @@ def content(name: str, version: int, payload_size: int = 130, nulls: bool = Fals
                 partition.repair = False
         endpoint = next(f for f in spec.root.fields if f.attr == "replica_endpoint")
         obj.replica_endpoint = endpoint.struct.cls()  # its default: a tag not written
+        client = next(f for f in spec.root.fields if f.attr == "client_endpoint")
+        obj.client_endpoint = client.struct.cls()
+    if name == "FetchResponse":
+        obj.client_endpoints = []  # its default: a tag not written
     if name == "DescribeQuorumResponse":
         for topic in obj.topics:
             for partition in topic.partitions:
@@ -345,6 +352,8 @@ RAFTCORE_ONLY_PATHS = {
     "FetchRequest.Topics.Partitions.IsFollower",
     "FetchRequest.Topics.Partitions.Repair",
     "FetchRequest.ReplicaEndpoint",
+    "FetchRequest.ClientEndpoint",
+    "FetchResponse.ClientEndpoints",
     "DescribeQuorumResponse.Topics.Partitions.KRaftVersion",
     "DescribeQuorumResponse.Topics.Partitions.PendingVoterChange",
     "DescribeQuorumResponse.Topics.Partitions.CurrentVoters.Listener",

@@ -46,14 +46,22 @@ def _cmd_node(args: argparse.Namespace) -> int:
         tls_listen, security = node_listener(args, len(voters) or 2)
         listen = parse_endpoint(tls_listen) if tls_listen else listen
         advertised = parse_endpoint(args.advertised) if args.advertised else None
+        node_listen = parse_endpoint(args.node_listen) if args.node_listen else None
+        node_advertised = parse_endpoint(args.node_advertised) if args.node_advertised else None
+        if node_advertised is not None and node_listen is None:
+            raise ValueError("--node-advertised is for a node listener: give --node-listen too")
+        client_option = "--listeners" if tls_listen else "--listen"
         check_identity(
             args,
             voters,
             {
-                "--listeners" if tls_listen else "--listen": listen,
+                client_option: listen,
                 "--advertised": advertised,
+                "--node-listen": node_listen,
+                "--node-advertised": node_advertised,
             },
         )
+        check_node_listener(args.id, voters, node_listen, {client_option: listen})
         quorum = QuorumConfig(
             election_timeout_ms=args.election_timeout_ms,
             fetch_timeout_ms=args.fetch_timeout_ms,
@@ -76,6 +84,8 @@ def _cmd_node(args: argparse.Namespace) -> int:
             cluster_id=args.cluster_id,
             listen=listen,
             advertised=advertised,
+            node_listen=node_listen,
+            node_advertised=node_advertised,
             topic=args.topic,
             quorum=quorum,
             log=log,
@@ -173,6 +183,27 @@ def check_identity(
                 )
 
 
+def check_node_listener(
+    node_id: int,
+    voters: dict[int, Endpoint],
+    node_listen: Endpoint | None,
+    client: dict[str, Endpoint | None],
+) -> None:
+    """ValueError (one line) when the client listener is this node's own entry in
+    ``--voters``, which names its node listener once it has one: the other nodes would send
+    their Raft RPCs to a listener that refuses them."""
+    own = voters.get(node_id)
+    if node_listen is None or own is None:
+        return
+    for option, address in client.items():
+        if address is not None and _same_address(address, own):
+            raise ValueError(
+                f"{option} {address} is node {node_id}'s entry in --voters, which names its "
+                "node listener when --node-listen is given: give the client listener another "
+                "port"
+            )
+
+
 def _same_address(a: Endpoint, b: Endpoint) -> bool:
     return a.port == b.port and a.host.lower() == b.host.lower()
 
@@ -220,13 +251,30 @@ def add_node_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
         type=types.endpoint,
         default=None,
         help="host:port to listen on (default: this node's entry in --voters; required with "
-        "--bootstrap)",
+        "--bootstrap, and with --node-listen, where it takes clients only)",
     )
     p.add_argument(
         "--advertised",
         type=types.endpoint,
         default=None,
         help="host:port clients are told (default: listen)",
+    )
+    p.add_argument(
+        "--node-listen",
+        type=types.endpoint,
+        default=None,
+        metavar="HOST:PORT",
+        help="a listener of its own for the Raft traffic between nodes (Kafka's "
+        "controller.listener.names): --voters then name node listeners, --listen takes clients "
+        "only and refuses the Raft RPCs (default: one listener serves both)",
+    )
+    p.add_argument(
+        "--node-advertised",
+        type=types.endpoint,
+        default=None,
+        metavar="HOST:PORT",
+        help="host:port the other nodes are told for the node listener (default: this node's "
+        "entry in --voters, else --node-listen)",
     )
     p.add_argument(
         "--data-dir",

@@ -106,9 +106,10 @@ async def _refused_by_release(
     cluster: ClusterClient, conn: Any, key: int, deadline: float
 ) -> Any | None:
     """UNSUPPORTED_VERSION, as the answer of API ``key``, when the leader runs the release
-    before dynamic voters: its ApiVersions lists no UpdateRaftVoter (TransferLeadership is
-    never listed), and it would close the connection of a request it does not know, leaving
-    the caller to wait out its timeout not knowing whether anything changed. None otherwise."""
+    before dynamic voters: its ApiVersions lists no AddRaftVoter (TransferLeadership is never
+    listed, nor UpdateRaftVoter on a client listener: raftcore.node.listeners), and it would
+    close the connection of a request it does not know, leaving the caller to wait out its
+    timeout not knowing whether anything changed. None otherwise."""
     cls = request_spec(ApiKey.API_VERSIONS).cls
     versions = await conn.request(
         ApiKey.API_VERSIONS,
@@ -117,7 +118,7 @@ async def _refused_by_release(
         timeout_s=max(0.02, deadline - time.monotonic()),
     )
     served = {k.api_key for k in versions.api_keys}
-    if versions.error_code != Errors.NONE or ApiKey.UPDATE_RAFT_VOTER in served:
+    if versions.error_code != Errors.NONE or ApiKey.ADD_RAFT_VOTER in served:
         return None
     leader = "?" if cluster.leader is None else cluster.leader.leader_id
     return response_spec(key).cls(

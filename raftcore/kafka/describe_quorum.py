@@ -3,6 +3,10 @@ replica's progress (KIP-595, KIP-836), each replica named by id and directory id
 endpoints (v2, KIP-853), and raftcore's own tagged fields: the kraft.version in force, the
 voter change or leadership transfer not done yet, and where each observer listens.
 
+Asked without ``directory_ids`` (a caller on a client listener who is not an administrator:
+:mod:`raftcore.node.listeners`), every directory id is Kafka's zero uuid: a voter's directory
+id is what a forged replica needs to speak for it.
+
 A node that does not lead answers NOT_LEADER_OR_FOLLOWER (as Kafka's do): only the leader
 knows how far each replica has fetched. An observer silent for five minutes is not listed
 (Kafka's observer session): a removed voter or a replaced disk drops out of the table.
@@ -28,7 +32,7 @@ __all__ = ["OBSERVER_SESSION_MS", "describe_quorum", "pending_change"]
 OBSERVER_SESSION_MS = 300_000
 
 
-def describe_quorum(broker: Broker, body: Any, version: int) -> Any:
+def describe_quorum(broker: Broker, body: Any, version: int, *, directory_ids: bool = True) -> Any:
     cls = response_spec(ApiKey.DESCRIBE_QUORUM).cls
     topics = []
     for topic in body.topics:
@@ -44,7 +48,9 @@ def describe_quorum(broker: Broker, body: Any, version: int) -> Any:
             elif core is None or not isinstance(core.state, LeaderState):
                 resp.error_code = Errors.NOT_LEADER_OR_FOLLOWER
             else:
-                _describe(partition.now_ms(), core, core.state, resp, cls)
+                _describe(
+                    partition.now_ms(), core, core.state, resp, cls, directory_ids=directory_ids
+                )
             parts.append(resp)
         topics.append(cls.TopicData(topic_name=topic.topic_name, partitions=parts))
     response = cls(error_code=Errors.NONE, topics=topics)
@@ -53,7 +59,7 @@ def describe_quorum(broker: Broker, body: Any, version: int) -> Any:
         core = group.quorum()
         name = broker.listener_name
         response.nodes = []
-        for voter_id, ep in group.replica_endpoints():
+        for voter_id, ep in group.voter_endpoints():
             voter = None if core is None else core.voter_set.get(voter_id)
             if voter is not None and voter.endpoints:
                 name = voter.endpoints[0].name
@@ -66,7 +72,15 @@ def describe_quorum(broker: Broker, body: Any, version: int) -> Any:
     return response
 
 
-def _describe(now_mono: int, core: RaftCore, state: LeaderState, resp: Any, cls: Any) -> None:
+def _describe(
+    now_mono: int,
+    core: RaftCore,
+    state: LeaderState,
+    resp: Any,
+    cls: Any,
+    *,
+    directory_ids: bool,
+) -> None:
     now_wall = int(time.time() * 1000)
 
     def wall(t: int) -> int:
@@ -76,15 +90,16 @@ def _describe(now_mono: int, core: RaftCore, state: LeaderState, resp: Any, cls:
     resp.leader_epoch = state.epoch
     resp.high_watermark = -1 if state.high_watermark is None else state.high_watermark
     resp.k_raft_version = core.kraft_version
-    resp.pending_voter_change = pending_change(core, state)
+    resp.pending_voter_change = pending_change(core, state, directory_ids=directory_ids)
     zero = bytes(16)
 
     def replica(s: Any, observer: bool) -> Any:
-        directory = s.directory_id or zero
+        directory = (s.directory_id or zero) if directory_ids else zero
         if s.replica_id == state.local_id and s.key.admits(core.local_key):
+            own = core.local_key.directory_id if directory_ids else None
             entry = cls.ReplicaState(
                 replica_id=s.replica_id,
-                replica_directory_id=core.local_key.directory_id or zero,
+                replica_directory_id=own or zero,
                 log_end_offset=core.log.end_offset,
                 last_fetch_timestamp=now_wall,
                 last_caught_up_timestamp=now_wall,
@@ -115,8 +130,9 @@ def _order(key: ReplicaKey) -> tuple[int, bytes]:
     return key.id, key.directory_id or b""
 
 
-def pending_change(core: RaftCore, state: LeaderState) -> str | None:
-    """The voter change or leadership transfer not done yet, in words (None: none)."""
+def pending_change(core: RaftCore, state: LeaderState, *, directory_ids: bool = True) -> str | None:
+    """The voter change or leadership transfer not done yet, in words (None: none); the
+    replicas by id alone without ``directory_ids``."""
     transfer = state.transfer
     if transfer is not None:
         return f"handing leadership to node {transfer.key.id}"  # type: ignore[attr-defined]
@@ -129,17 +145,20 @@ def pending_change(core: RaftCore, state: LeaderState) -> str | None:
     if history.kraft_version_at(offset - 1) < history.kraft_version:
         what = f"moving the voter set into the log (kraft.version {history.kraft_version})"
     else:
-        what = _difference(history.at(offset - 1), latest)
+        what = _difference(history.at(offset - 1), latest, directory_ids)
     return f"{what} at offset {offset}, not committed yet (high watermark {hw})"
 
 
-def _difference(before: VoterSet, after: VoterSet) -> str:
-    added = [v.key for v in after.values() if not before.is_voter(v.key)]
-    removed = [v.key for v in before.values() if not after.is_voter(v.key)]
+def _difference(before: VoterSet, after: VoterSet, directory_ids: bool) -> str:
+    def named(key: ReplicaKey) -> str:
+        return str(key) if directory_ids else str(key.id)
+
+    added = [named(v.key) for v in after.values() if not before.is_voter(v.key)]
+    removed = [named(v.key) for v in before.values() if not after.is_voter(v.key)]
     if added and not removed:
-        return "adding " + ", ".join(map(str, added))
+        return "adding " + ", ".join(added)
     if removed and not added:
-        return "removing " + ", ".join(map(str, removed))
+        return "removing " + ", ".join(removed)
     if added or removed:
-        return f"replacing {', '.join(map(str, removed))} by {', '.join(map(str, added))}"
+        return f"replacing {', '.join(removed)} by {', '.join(added)}"
     return "updating the voter set"

@@ -167,11 +167,16 @@ class Partition(Protocol):
         ...
 
     def replica_endpoints(self) -> list[tuple[int, Endpoint]]:
-        """(id, endpoint) of every voter whose address is known, by id."""
+        """(id, client endpoint) of every voter whose client endpoint is known, by id."""
         ...
 
     def endpoint_of(self, node_id: int) -> Endpoint | None:
         """Where ``node_id`` takes client requests, if known (KIP-951's NodeEndpoints)."""
+        ...
+
+    def voter_endpoints(self) -> list[tuple[int, Endpoint]]:
+        """(id, endpoint) of every voter whose node listener is known, by id (where the other
+        nodes reach it: DescribeQuorum's voter endpoints, KIP-853)."""
         ...
 
     def quorum(self) -> RaftCore | None:

@@ -26,7 +26,9 @@ if TYPE_CHECKING:
 __all__ = ["HANDLERS", "handle", "unsupported_version"]
 
 
-def unsupported_version(broker: Broker, header: Any) -> list[bytes | memoryview]:
+def unsupported_version(
+    broker: Broker, header: Any, *, raft_apis: bool = True
+) -> list[bytes | memoryview]:
     """An ApiVersions request at a version we do not speak is answered at v0 with
     UNSUPPORTED_VERSION and our list, so the client retries lower (KIP-511); other APIs at an
     unsupported version are an InvalidRequest (the connection closes)."""
@@ -34,21 +36,30 @@ def unsupported_version(broker: Broker, header: Any) -> list[bytes | memoryview]
         raise InvalidRequest(
             f"API {header.request_api_key} version {header.request_api_version} is not supported"
         )
-    body = api_versions_body(0, broker.uses_sasl)
+    body = api_versions_body(0, broker.uses_sasl, raft=raft_apis)
     body.error_code = Errors.UNSUPPORTED_VERSION
     return encode_response(ApiKey.API_VERSIONS, 0, header.correlation_id, body)
 
 
-async def handle(broker: Broker, header: Any, body: Any) -> list[bytes | memoryview] | None:
+async def handle(
+    broker: Broker, header: Any, body: Any, *, raft_apis: bool = True, directory_ids: bool = True
+) -> list[bytes | memoryview] | None:
     """The encoded answer to a client request (None: Produce with acks=0 is not answered);
-    InvalidRequest for an API not served here."""
+    InvalidRequest for an API not served here. As the listener says (raftcore.node.listeners):
+    ``raft_apis``, whether ApiVersions lists the Raft RPCs; ``directory_ids``, whether
+    DescribeQuorum names the replicas' directory ids to this caller."""
     key = header.request_api_key
     version = header.request_api_version
     handler = HANDLERS.get(key)
     if handler is None:
         raise InvalidRequest(f"API {key} is not served here")
     started = time.perf_counter()
-    response = handler(broker, body, version)
+    if key == ApiKey.DESCRIBE_QUORUM:
+        response = describe_quorum(broker, body, version, directory_ids=directory_ids)
+    elif key == ApiKey.API_VERSIONS:
+        response = api_versions_body(version, broker.uses_sasl, raft=raft_apis)
+    else:
+        response = handler(broker, body, version)
     if asyncio.iscoroutine(response):
         response = await response
     broker.metrics.kafka_request(key)(time.perf_counter() - started)

@@ -55,6 +55,13 @@ class NodeConfig:
       voters and hand leadership over (``User:alice``: Kafka's ``super.users``);
     - ``listen`` / ``advertised``: where this node accepts connections and what it tells
       clients and the other nodes (default: the listen address, or its entry in ``voters``);
+    - ``node_listen`` / ``node_advertised``: a separate listener for the other nodes (Kafka's
+      ``controller.listener.names``): the Raft RPCs (Vote, Begin/EndQuorumEpoch, a replica's
+      Fetch, FetchSnapshot, UpdateRaftVoter) are served there only, and ``listen`` becomes
+      the client listener, which refuses them (:mod:`raftcore.node.listeners`). The entries
+      of ``voters`` then name node listeners; ``node_advertised`` defaults to this node's
+      entry there, else ``node_listen``. Both listeners have ``security``'s protocol and
+      files. Without it (the default) one listener serves both;
     - ``topic``: the one topic-partition (partition 0) this cluster serves to Kafka clients;
     - ``flush``: ``"always"`` (default: every append is fsynced before it is acknowledged,
       as KRaft requires) or ``"interval"`` (fsync every ``flush_interval_ms``; acknowledges
@@ -108,6 +115,8 @@ class NodeConfig:
     cluster_id: str
     listen: Endpoint | None = None
     advertised: Endpoint | None = None
+    node_listen: Endpoint | None = None
+    node_advertised: Endpoint | None = None
     topic: str = "raftcore"
     quorum: QuorumConfig = field(default_factory=QuorumConfig)
     log: LogConfig = field(default_factory=LogConfig)
@@ -148,10 +157,20 @@ class NodeConfig:
             )
         if not self.voters and not self.bootstrap:
             raise ValueError("give the voters of a new cluster or the servers to join through")
+        if self.node_listen is not None and self.listen is None:
+            raise ValueError(
+                "a separate node listener needs a client listener too: give --listen "
+                "HOST:PORT (the voters' endpoints name node listeners)"
+            )
         listen = self.listen or self.voters.get(self.node_id)
         if listen is None:
             raise ValueError(f"node {self.node_id} is not a voter: give it a listen address")
         object.__setattr__(self, "listen", listen)
+        if self.node_listen is not None and self.node_listen == listen:
+            raise ValueError(
+                f"the node listener and the client listener are both {listen}: give them "
+                "different ports (or leave --node-listen out to share one listener)"
+            )
         if self.fetch_max_bytes < 1:
             raise ValueError(f"fetch.max.bytes must be at least 1, got {self.fetch_max_bytes}")
         if self.log_scrub_bytes_per_second < 0:
@@ -175,8 +194,17 @@ class NodeConfig:
                 raise ValueError(f"{name} must be at least 1, got {value}")
         if self.metrics_port is not None and not 0 <= self.metrics_port < 65536:
             raise ValueError(f"metrics port must be 0..65535, got {self.metrics_port}")
-        if self.advertised is None:
-            object.__setattr__(self, "advertised", self.voters.get(self.node_id, listen))
+        if self.node_listen is None:  # one listener: the nodes are told what clients are
+            if self.advertised is None:
+                object.__setattr__(self, "advertised", self.voters.get(self.node_id, listen))
+            object.__setattr__(self, "node_advertised", self.advertised)
+        else:
+            if self.advertised is None:
+                object.__setattr__(self, "advertised", listen)
+            if self.node_advertised is None:
+                object.__setattr__(
+                    self, "node_advertised", self.voters.get(self.node_id, self.node_listen)
+                )
         object.__setattr__(
             self,
             "quorum",
@@ -198,13 +226,18 @@ class NodeConfig:
 
     @property
     def listener_name(self) -> str:
-        """The name of this node's one listener, as the voter set records it (KIP-853's
-        endpoints are named): its security protocol."""
+        """The name of the listener the other nodes reach, as the voter set records it
+        (KIP-853's endpoints are named): its security protocol."""
         return self.security.protocol
 
+    @property
+    def separate_node_listener(self) -> bool:
+        """Raft traffic has a listener of its own, and ``listen`` takes clients only."""
+        return self.node_listen is not None
+
     def endpoint_of(self, node_id: int) -> Endpoint | None:
-        """This node's advertised address, or a static voter's (the address book,
-        :mod:`raftcore.node.peers`, knows every node's)."""
+        """Where the other nodes reach this node (its advertised node listener), or a static
+        voter (the address book, :mod:`raftcore.node.peers`, knows every node's)."""
         if node_id == self.node_id:
-            return self.advertised
+            return self.node_advertised
         return self.voters.get(node_id)

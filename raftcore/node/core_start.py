@@ -37,8 +37,10 @@ def start_core(
     the core's start raised when the replica cannot be itself. ``committed_offset``: the
     one checkpointed (raftcore.node.committed_checkpoint)."""
     store = FileQuorumStateStore(cfg.data_dir, cluster_id=cfg.cluster_id)
-    assert cfg.advertised is not None  # NodeConfig makes it the listen address when not given
-    endpoint = VoterEndpoint(cfg.listener_name, cfg.advertised.host, cfg.advertised.port)
+    # the voter set records where the other nodes reach this one: its node listener
+    node_ep = cfg.node_advertised
+    assert node_ep is not None  # NodeConfig makes it the listen address when not given
+    endpoint = VoterEndpoint(cfg.listener_name, node_ep.host, node_ep.port)
     for attempt in range(2):
         core = RaftCore(
             cfg.node_id,

@@ -30,10 +30,12 @@ from raftcore.node.connection_limits import (
     resolve_hosts,
 )
 from raftcore.node.connection_timeouts import ConnectionTimeouts
+from raftcore.node.listeners import RaftRefusals, Role, sees_directory_ids
 from raftcore.node.peer_apis import PeerApis
 from raftcore.node.tls_listener import serve_tls
 from raftcore.node.transport import CloseConnection, Later, ServerConnection
 from raftcore.protocol.api import (
+    RAFT_ONLY_APIS,
     ApiKey,
     UnknownApiKeyError,
     UnsupportedVersionError,
@@ -60,15 +62,7 @@ __all__ = ["RAFT_APIS", "Messaging"]
 
 logger = logging.getLogger("raftcore.node.node")
 
-RAFT_APIS = frozenset(
-    {
-        ApiKey.VOTE,
-        ApiKey.BEGIN_QUORUM_EPOCH,
-        ApiKey.END_QUORUM_EPOCH,
-        ApiKey.FETCH_SNAPSHOT,
-        ApiKey.UPDATE_RAFT_VOTER,
-    }
-)
+RAFT_APIS = RAFT_ONLY_APIS  # and a Fetch naming a replica
 
 Step = Callable[[int], "Output"]  # one step of the core, given the time in ms
 
@@ -104,6 +98,9 @@ class Messaging:
         self.peers: Peers | None = None  # the connections to the other nodes, from listen()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tls_context: Any = None  # the listener's ssl.SSLContext, or None (PLAINTEXT)
+        self.servers: list[Any] = []  # asyncio.Server or TlsServer: one, or client and node
+        # Raft RPCs that came in on a client listener, refused (raftcore.node.listeners)
+        self.raft_refusals = RaftRefusals(prefix)
         self.connections: set[ServerConnection] = set()  # accepted, open
         self.closed = False  # close() ran: a connection accepted just before is not served
         # raft requests sent to peers, not answered yet: (peer, correlation id) -> (key, version)
@@ -136,10 +133,15 @@ class Messaging:
     # ---- lifecycle -------------------------------------------------------------------------------
 
     async def listen(
-        self, peers: Peers, tls_context: Any, listen_socket: socket.socket | None
-    ) -> Any:
+        self,
+        peers: Peers,
+        tls_context: Any,
+        listen_socket: socket.socket | None,
+        node_listen_socket: socket.socket | None = None,
+    ) -> list[Any]:
         """Use ``peers`` for the node's requests, and start accepting connections (over TLS
-        with ``tls_context``), on ``listen_socket`` or the listen address; the server
+        with ``tls_context``) on the listen address (or ``listen_socket``, bound to it), and on
+        the node listener's (or ``node_listen_socket``) when the node has one; the servers
         (``close()`` stops accepting)."""
         self.peers = peers
         self._loop = asyncio.get_running_loop()
@@ -150,24 +152,38 @@ class Messaging:
         check_fd_limit(cfg.max_connections, self.prefix)
         voter_hosts = await resolve_hosts(e.host for e in cfg.voters.values())
         self.limits.protected = frozenset(voter_hosts)
-        server: Any
-        if tls_context is not None:  # TLS before the first byte is read (tls_listener)
-            server = await serve_tls(
-                self._accept,
-                tls_context,
+        if cfg.node_listen is None:
+            self.servers = [await self._serve(Role.SHARED, listen, listen_socket)]
+        else:
+            self.servers = [await self._serve(Role.CLIENT, listen, listen_socket)]
+            try:
+                self.servers.append(
+                    await self._serve(Role.NODE, cfg.node_listen, node_listen_socket)
+                )
+            except BaseException:
+                self.servers[0].close()
+                raise
+        self.timeouts.start()
+        return self.servers
+
+    async def _serve(self, role: Role, address: Any, sock: socket.socket | None) -> Any:
+        """A server for one listener, whose connections serve as ``role`` says."""
+        cfg = self.config
+        if self._tls_context is not None:  # TLS before the first byte is read (tls_listener)
+            return await serve_tls(
+                functools.partial(self._accept, role=role),
+                self._tls_context,
                 self.prefix,
-                sock=listen_socket,
-                host=listen.host,
-                port=listen.port,
+                sock=sock,
+                host=address.host,
+                port=address.port,
                 limits=self.limits,
                 handshake_timeout_s=cfg.login_timeout_ms / 1000,
             )
-        elif listen_socket is not None:
-            server = await asyncio.start_server(self._accept_plain, sock=listen_socket)
-        else:
-            server = await asyncio.start_server(self._accept_plain, listen.host, listen.port)
-        self.timeouts.start()
-        return server
+        accept = functools.partial(self._accept_plain, role=role)
+        if sock is not None:
+            return await asyncio.start_server(accept, sock=sock)
+        return await asyncio.start_server(accept, address.host, address.port)
 
     async def close(self) -> None:
         """Close the accepted connections (the server stopped accepting) and forget the raft
@@ -335,7 +351,11 @@ class Messaging:
     # ---- inbound connections ---------------------------------------------------------------------
 
     async def _accept_plain(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        role: Role = Role.SHARED,
     ) -> None:
         """A new connection on a PLAINTEXT or SASL_PLAINTEXT listener: admitted by the
         connection limits (the TLS listener asks them itself, before the handshake)."""
@@ -344,7 +364,7 @@ class Messaging:
             writer.transport.abort()
             return
         try:
-            await self._accept(reader, writer)
+            await self._accept(reader, writer, role=role)
         finally:
             self.limits.release(host)
 
@@ -353,9 +373,11 @@ class Messaging:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         principal: Principal = ANONYMOUS,
+        *,
+        role: Role = Role.SHARED,
     ) -> None:
-        """A new connection; on a TLS listener, after its handshake, with the principal its
-        certificate proved (raftcore.node.tls_listener)."""
+        """A new connection on the listener ``role`` names; on a TLS listener, after its
+        handshake, with the principal its certificate proved (raftcore.node.tls_listener)."""
         if self.closed:
             # Accepted in the loop iteration before the server closed, started after close()
             # closed the others: it would wait for a close that never comes, and be cancelled
@@ -371,6 +393,7 @@ class Messaging:
             budget=self.request_budget,
         )
         conn.principal = principal
+        conn.listener_role = role
         sasl.on_accept(self, conn)
         if self.sasl is not None and principal.kind != "node":  # a login is due
             conn.expect_login(time.monotonic() + self.config.login_timeout_ms / 1000)
@@ -400,7 +423,9 @@ class Messaging:
             header, body = decode_request(frame)
         except UnsupportedVersionError as exc:
             try:
-                return kafka_server.unsupported_version(self.kafka, exc.header)
+                return kafka_server.unsupported_version(
+                    self.kafka, exc.header, raft_apis=conn.listener_role is not Role.CLIENT
+                )
             except InvalidRequest as invalid:
                 raise CloseConnection(str(invalid)) from None
         except UnknownApiKeyError as exc:
@@ -414,7 +439,9 @@ class Messaging:
             return gated
         api_key = header.request_api_key
         if api_key in RAFT_APIS or (api_key == ApiKey.FETCH and raft_wire.is_replica_fetch(body)):
-            refused = authorization.refuse_unless_node(self, conn, header)
+            refused = self.raft_refusals.refuse(conn, header)  # not on a client listener
+            if refused is None:
+                refused = authorization.refuse_unless_node(self, conn, header)
             if refused is not None:
                 return refused
             return await self._handle_raft_request(header, body, conn)
@@ -429,7 +456,13 @@ class Messaging:
                 api_key, header.request_api_version, header.correlation_id, answer
             )
         try:
-            return await kafka_server.handle(self.kafka, header, body)
+            return await kafka_server.handle(
+                self.kafka,
+                header,
+                body,
+                raft_apis=conn.listener_role is not Role.CLIENT,
+                directory_ids=sees_directory_ids(conn, self.config.admin_principals),
+            )
         except InvalidRequest as exc:
             raise CloseConnection(str(exc)) from None
 
@@ -471,6 +504,14 @@ class Messaging:
             refused = authorization.refuse_unless_that_node(self, conn, header, source)
             if refused is not None:
                 return refused
+            told = raft_wire.client_endpoint(body) if api_key == ApiKey.FETCH else None
+            if told is not None and (
+                conn.listener_role is Role.NODE or conn.principal.kind == "node"
+            ):
+                # where the fetching replica takes clients, from a node listener or a node's
+                # own connection only: on a shared PLAINTEXT listener anyone could send clients
+                # elsewhere (there the node endpoints serve clients too)
+                self.address_book.learn_client(source, *told)
         # The core's answer comes now (most requests) or later (a parked fetch); either way
         # _send hands it to the connection, which writes it in its turn: no task waits.
         later = Later()

@@ -73,6 +73,7 @@ from raftcore.node.data_dir import (
 )
 from raftcore.node.group_commit import GroupCommit
 from raftcore.node.iteration import IterationEnd
+from raftcore.node.listeners import open_node_listener_warning
 from raftcore.node.messaging import Messaging
 from raftcore.node.metrics import NodeMetrics
 from raftcore.node.metrics_http import MetricsServer, serve_metrics
@@ -132,7 +133,7 @@ class RaftNode:
         self.producer_tracker = ProducerStateTracker(self.producers, prefix=self.prefix)
         self.leader_changes = 0
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._server: Any = None  # asyncio.Server, or a TlsServer
+        self._servers: list[Any] = []  # asyncio.Server or TlsServer: one, or client and node
         # where the other nodes listen, and the connections to them (raftcore.node.peers)
         self.address_book = AddressBook(config)
         self.peers: Peers | None = None
@@ -183,9 +184,15 @@ class RaftNode:
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
-    async def start(self, *, listen_socket: socket.socket | None = None) -> None:
-        """Open the data directory and the log, connect to the peers, listen. ``listen_socket``:
-        a socket already bound to the listen address (:mod:`raftcore.node.preflight`)."""
+    async def start(
+        self,
+        *,
+        listen_socket: socket.socket | None = None,
+        node_listen_socket: socket.socket | None = None,
+    ) -> None:
+        """Open the data directory and the log, connect to the peers, listen. ``listen_socket``
+        / ``node_listen_socket``: sockets already bound to the listen address and the node
+        listener's (:mod:`raftcore.node.preflight`)."""
         cfg = self.config
         server_tls = peer_tls = None
         if cfg.security.uses_tls:  # before anything is opened: a ValueError naming the file
@@ -276,7 +283,9 @@ class RaftNode:
             tls_context=peer_tls,
             login=None if self.sasl is None else self.sasl.peer_login,
         )
-        self._server = await self.messaging.listen(self.peers, server_tls, listen_socket)
+        self._servers = await self.messaging.listen(
+            self.peers, server_tls, listen_socket, node_listen_socket
+        )
         if cfg.metrics_port is not None:  # a port in use closes all this and fails the start
             try:
                 self.metrics_server = await serve_metrics(self)
@@ -306,11 +315,15 @@ class RaftNode:
             prefix=self.prefix,
         )
         self.committed_checkpoint.start()
+        open_warning = open_node_listener_warning(cfg)
+        if open_warning is not None:
+            logger.warning("%s %s", self.prefix, open_warning)
         logger.info(
-            "%s listening on %s://%s, directory id %s, voters %r (kraft.version %d), log %s",
+            "%s listening on %s://%s%s, directory id %s, voters %r (kraft.version %d), log %s",
             self.prefix,
             cfg.security.protocol,
             cfg.listen,
+            "" if cfg.node_listen is None else f" (clients), {cfg.node_listen} (nodes)",
             directory_id_text(self.directory_id),
             core.voter_set,
             core.kraft_version,
@@ -370,8 +383,8 @@ class RaftNode:
             self.committed_checkpoint.stop()
         if self._auto_join is not None:
             await self._auto_join.close()
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         await self.messaging.close()
         if self.peers is not None:
             await self.peers.close()

@@ -169,10 +169,13 @@ class NodePartition:
         return sorted(self._node.address_book.voter_set())
 
     def replica_endpoints(self) -> list[tuple[int, Endpoint]]:
-        return self._node.address_book.voter_endpoints()
+        return self._node.address_book.client_endpoints()
 
     def endpoint_of(self, node_id: int) -> Endpoint | None:
-        return self._node.address_book.endpoint_of(node_id)
+        return self._node.address_book.client_endpoint_of(node_id)
+
+    def voter_endpoints(self) -> list[tuple[int, Endpoint]]:
+        return self._node.address_book.voter_endpoints()
 
     def quorum(self) -> RaftCore | None:
         return self._node.core

@@ -16,6 +16,14 @@ A connection is opened the first time the core sends to an id, and closed once t
 needed: not a voter, not the leader, and nothing sent to it for ``IDLE_CLOSE_S``. An id whose
 address changed (a voter replaced at another address) gets a new connection.
 
+Where a node takes client requests is another question when the nodes have listeners of
+their own (``NodeConfig.node_listen``): the endpoints above are node listeners, never told to
+clients. A node's client endpoint is its own ``advertised`` address, or what the node said
+itself in its Fetch (to the leader) and the leader then tells every fetcher; without a node
+listener of its own, this node names the others by their node endpoints to clients too, as
+one listener serves both (:meth:`AddressBook.client_endpoint_of`; a node listener of another
+node serves clients too, whole).
+
 On TLS a peer must show the certificate of the node it is addressed as (``node-<id>``); a
 bootstrap server is any node of the cluster, so any node's certificate will do there. A SASL
 login is the same everywhere: this node's name and the inter-node password.
@@ -62,6 +70,7 @@ class AddressBook:
         self.static = dict(config.voters)
         self.bootstrap = {bootstrap_id(i): ep for i, ep in enumerate(config.bootstrap)}
         self.learned: dict[int, Endpoint] = {}
+        self.clients_learned: dict[int, Endpoint] = {}  # where other nodes take clients
         static = VoterSet.static(config.voters)
         self.voters: Callable[[], VoterSet] = lambda: static
 
@@ -70,7 +79,7 @@ class AddressBook:
 
     def endpoint_of(self, node_id: int) -> Endpoint | None:
         if node_id == self.config.node_id:
-            return self.config.advertised
+            return self.config.node_advertised
         if node_id < 0:
             return self.bootstrap.get(node_id)
         ep = self.voter_set().endpoint_of(node_id)
@@ -92,6 +101,46 @@ class AddressBook:
         if self.learned.get(node_id) != endpoint:
             self.learned[node_id] = endpoint
             logger.debug("[node %d] node %d listens at %s", self.config.node_id, node_id, endpoint)
+
+    def learn_client(self, node_id: int, host: str, port: int) -> None:
+        """``node_id`` said (or the leader said for it) where it takes client requests. Kept
+        for voters only (Metadata names the voters, the leader and this node): as many entries
+        as voters, whatever ids fetches name."""
+        if node_id == self.config.node_id or not host or not 0 < port < 65536:
+            return
+        if node_id not in self.voter_set():
+            return
+        self.clients_learned[node_id] = Endpoint(host, port)
+
+    def client_endpoint_of(self, node_id: int) -> Endpoint | None:
+        """Where ``node_id`` takes client requests, if known: never a node listener of a node
+        that has a separate one (see the module docstring)."""
+        if node_id == self.config.node_id:
+            return self.config.advertised
+        if not self.config.separate_node_listener:
+            # One listener here: the others' node endpoints, as today, never a learned one
+            # (it could outlive a voter that moved; a node listener serves clients too).
+            return self.endpoint_of(node_id)
+        return self.clients_learned.get(node_id)
+
+    def client_endpoints(self) -> list[tuple[int, Endpoint]]:
+        """(id, client endpoint) of every voter whose client endpoint is known, by id."""
+        out = []
+        for voter_id in sorted(self.voter_set()):
+            ep = self.client_endpoint_of(voter_id)
+            if ep is not None:
+                out.append((voter_id, ep))
+        return out
+
+    def told_client_endpoints(self) -> list[tuple[int, Endpoint]]:
+        """What a leader tells its fetchers: this node's client endpoint and every voter's it
+        learned, by id."""
+        own = self.config.advertised
+        assert own is not None  # NodeConfig makes it the listen address when not given
+        voters = self.voter_set()
+        known = {i: ep for i, ep in self.clients_learned.items() if i in voters}
+        known[self.config.node_id] = own
+        return sorted(known.items())
 
     def voter_endpoints(self) -> list[tuple[int, Endpoint]]:
         """(id, endpoint) of every voter whose address is known, by id."""

@@ -16,10 +16,13 @@ v1; Kafka's zero uuid is the core's None (not known). Every address another node
 leader endpoints of a request, the NodeEndpoints of an answer) goes into the node's address
 book (:mod:`raftcore.node.peers`), which is also where the endpoints this node tells come from.
 
-Three fields are ours, tagged where Kafka 3.9 has none: on a Fetch partition ``HighWatermark``
+Some fields are ours, tagged where Kafka 3.9 has none: on a Fetch partition ``HighWatermark``
 (tag 100, the fetcher's known high watermark, which Kafka added in Fetch v18) and
 ``IsFollower`` (tag 101, KIP-595's draft field); on the Fetch itself ``ReplicaEndpoint`` (tag
-102, where the fetching replica listens: the leader needs it to add an observer as a voter).
+102, where the fetching replica listens: the leader needs it to add an observer as a voter)
+and ``ClientEndpoint`` (tag 103, where it takes client requests); on the Fetch answer
+``ClientEndpoints`` (tag 100, where each node the answering node knows takes client requests:
+how a follower's Metadata names the other nodes' client listeners, not their node listeners).
 Kafka brokers skip unknown tags.
 """
 
@@ -67,6 +70,7 @@ __all__ = [
     "encode_request",
     "encode_response",
     "error_response",
+    "client_endpoint",
     "is_replica_fetch",
 ]
 
@@ -153,6 +157,9 @@ def encode_request(node: WireNode, out: Outbound) -> tuple[int, int, bytes]:
         ep = message.replica_endpoint
         if ep is not None:
             body.replica_endpoint = cls.ReplicaEndpoint(name=ep.name, host=ep.host, port=ep.port)
+        own = cfg.advertised  # where this replica takes clients, for the leader to tell
+        if own is not None:
+            body.client_endpoint = cls.ClientEndpoint(host=own.host, port=own.port)
     elif isinstance(message, FetchSnapshotRequest):
         key = ApiKey.FETCH_SNAPSHOT
         cls = request_spec(key).cls
@@ -249,7 +256,7 @@ def encode_request(node: WireNode, out: Outbound) -> tuple[int, int, bytes]:
 
 def _leader_endpoints(node: WireNode, cls: Any) -> list[Any]:
     cfg = node.config
-    ep = cfg.advertised
+    ep = cfg.node_advertised  # KIP-853: the leader's endpoints are its node listener's
     assert ep is not None
     return [cls.LeaderEndpoint(name=cfg.listener_name, host=ep.host, port=ep.port)]
 
@@ -270,6 +277,14 @@ def _replica_id(body: Any) -> int:
     if state is not None and state.replica_id >= 0:
         return state.replica_id
     return getattr(body, "replica_id", -1)
+
+
+def client_endpoint(body: Any) -> tuple[str, int] | None:
+    """(host, port) where the replica of a Fetch says it takes client requests, or None."""
+    ep = getattr(body, "client_endpoint", None)
+    if ep is None or not ep.host:
+        return None
+    return ep.host, ep.port
 
 
 def is_replica_fetch(body: Any) -> bool:
@@ -432,6 +447,10 @@ def encode_response(node: WireNode, out: Outbound, api_key: int, version: int) -
         )
         if version >= 16:
             body.node_endpoints = node_endpoints(node, cls.NodeEndpoint, leader)
+        body.client_endpoints = [
+            cls.ClientEndpoint(node_id=i, host=ep.host, port=ep.port)
+            for i, ep in node.address_book.told_client_endpoints()
+        ]
         return body
     if isinstance(message, FetchSnapshotResponse):
         leader = message.current_leader
@@ -516,6 +535,8 @@ def decode_response(node: WireNode, api_key: int, version: int, frame: bytes) ->
     _, body = decode_frame(api_key, version, frame)
     for ep in getattr(body, "node_endpoints", None) or ():  # KIP-951: where the leader is
         node.address_book.learn(ep.node_id, ep.host, ep.port)
+    for ep in getattr(body, "client_endpoints", None) or ():  # where each node takes clients
+        node.address_book.learn_client(ep.node_id, ep.host, ep.port)
     if api_key == ApiKey.UPDATE_RAFT_VOTER:
         cl = body.current_leader
         if cl is None:

@@ -58,13 +58,14 @@ async def _serve(
     map_size: int,
     *,
     listen_socket: socket.socket | None = None,
+    node_listen_socket: socket.socket | None = None,
     metrics_socket: socket.socket | None = None,
 ) -> int:
     machine = open_state_machine(config, state_machine, map_size)
     try:
         node = RaftNode(config, state_machine=machine)
         node.metrics_socket = metrics_socket
-        return await _serve_node(node, config, ready_file, listen_socket)
+        return await _serve_node(node, config, ready_file, listen_socket, node_listen_socket)
     finally:
         if machine is not None:
             machine.close()
@@ -72,8 +73,9 @@ async def _serve(
 
 def _listening_line(config: NodeConfig) -> str:
     loop = type(asyncio.get_running_loop()).__module__.split(".")[0]  # asyncio, uvloop
+    nodes = "" if config.node_listen is None else f" (clients), {config.node_listen} (nodes)"
     return (
-        f"raftcore node {config.node_id} listening on {config.listen} "
+        f"raftcore node {config.node_id} listening on {config.listen}{nodes} "
         f"({_peers_text(config)}, "
         f"data {config.data_dir}, cluster {config.cluster_id}, event loop {loop})"
     )
@@ -90,9 +92,10 @@ async def _serve_node(
     config: NodeConfig,
     ready_file: str | None,
     listen_socket: socket.socket | None = None,
+    node_listen_socket: socket.socket | None = None,
 ) -> int:
     """Serve until a signal (status 0) or a failure of the node (status 1)."""
-    await node.start(listen_socket=listen_socket)
+    await node.start(listen_socket=listen_socket, node_listen_socket=node_listen_socket)
     tune_gc()
     print(_listening_line(config), file=sys.stderr, flush=True)  # bound and serving now
     if ready_file:
@@ -193,14 +196,19 @@ def run_node(
 
     The listen address is bound first, before anything is written into the data directory:
     a port in use ends here with ListenError (``cannot listen on HOST:PORT: address already
-    in use``) and the directory as it was; so does the metrics port."""
+    in use``) and the directory as it was; so do the node listener's and the metrics port."""
     assert config.listen is not None
     run = _runner(event_loop)
     sock = bind_listener(config.listen)
+    node_sock = metrics_sock = None
     try:
+        if config.node_listen is not None:
+            node_sock = bind_listener(config.node_listen)
         metrics_sock = bind_metrics(config)
     except BaseException:
         sock.close()
+        if node_sock is not None:
+            node_sock.close()
         raise
     status = 0
     try:
@@ -212,11 +220,14 @@ def run_node(
                     state_machine,
                     state_map_size,
                     listen_socket=sock,
+                    node_listen_socket=node_sock,
                     metrics_socket=metrics_sock,
                 )
             )
     finally:
         sock.close()
+        if node_sock is not None:
+            node_sock.close()
         if metrics_sock is not None:
             metrics_sock.close()
     return status

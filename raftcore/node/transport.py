@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from raftcore.connect_errors import host_port
 from raftcore.node.answer_writer import PIECE_BYTES, frame_pieces, write_frame
+from raftcore.node.listeners import Role
 from raftcore.protocol.framing import FrameReceiver, FrameTooLarge, take_over, too_large
 from raftcore.security.config import ANONYMOUS, Principal
 
@@ -111,6 +112,8 @@ class ServerConnection:
         self.name = name
         # who the connection proved to be (a TLS certificate, a SASL login): raftcore.security
         self.principal: Principal = ANONYMOUS
+        # the listener it came in on: what may be asked on it (raftcore.node.listeners)
+        self.listener_role = Role.SHARED
         # (slot of the answer, size of the request), in request order
         self._order: deque[tuple[asyncio.Future[Any], int]] = deque()
         self._order_bytes = 0

@@ -25,6 +25,7 @@ from raftcore.protocol.schema import MessageSpec, ProtocolError, Reader, Writer,
 
 __all__ = [
     "SUPPORTED_VERSIONS",
+    "RAFT_ONLY_APIS",
     "UNADVERTISED",
     "ApiKey",
     "ProtocolError",
@@ -113,6 +114,20 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
 
 # Served but never listed in ApiVersions: raftcore's own APIs, which no Kafka client knows.
 UNADVERTISED = frozenset({ApiKey.TRANSFER_LEADERSHIP})
+
+# The Raft RPCs between nodes (with a Fetch naming a replica): served on a node listener, or a
+# listener shared by nodes and clients, never on a client listener (raftcore.node.listeners),
+# which does not list them in ApiVersions either (Kafka's broker listeners leave out the
+# controller's RPCs).
+RAFT_ONLY_APIS = frozenset(
+    {
+        ApiKey.VOTE,
+        ApiKey.BEGIN_QUORUM_EPOCH,
+        ApiKey.END_QUORUM_EPOCH,
+        ApiKey.FETCH_SNAPSHOT,
+        ApiKey.UPDATE_RAFT_VOTER,
+    }
+)
 
 
 def request_spec(key: int) -> MessageSpec:
