@@ -47,10 +47,13 @@ class ApiKey(enum.IntEnum):
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
+    FIND_COORDINATOR = 10
     SASL_HANDSHAKE = 17
     API_VERSIONS = 18
+    CREATE_TOPICS = 19
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
+    DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
     VOTE = 52
     BEGIN_QUORUM_EPOCH = 53
@@ -71,10 +74,13 @@ _NAMES = {
     ApiKey.FETCH: "Fetch",
     ApiKey.LIST_OFFSETS: "ListOffsets",
     ApiKey.METADATA: "Metadata",
+    ApiKey.FIND_COORDINATOR: "FindCoordinator",
     ApiKey.SASL_HANDSHAKE: "SaslHandshake",
     ApiKey.API_VERSIONS: "ApiVersions",
+    ApiKey.CREATE_TOPICS: "CreateTopics",
     ApiKey.DELETE_RECORDS: "DeleteRecords",
     ApiKey.INIT_PRODUCER_ID: "InitProducerId",
+    ApiKey.DESCRIBE_CONFIGS: "DescribeConfigs",
     ApiKey.SASL_AUTHENTICATE: "SaslAuthenticate",
     ApiKey.VOTE: "Vote",
     ApiKey.BEGIN_QUORUM_EPOCH: "BeginQuorumEpoch",
@@ -94,10 +100,13 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.FETCH: (4, 17),
     ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.METADATA: (0, 12),
+    ApiKey.FIND_COORDINATOR: (0, 4),
     ApiKey.SASL_HANDSHAKE: (0, 1),  # advertised only by SASL listeners
     ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.CREATE_TOPICS: (0, 7),
     ApiKey.DELETE_RECORDS: (0, 2),
     ApiKey.INIT_PRODUCER_ID: (0, 4),
+    ApiKey.DESCRIBE_CONFIGS: (0, 4),
     ApiKey.SASL_AUTHENTICATE: (0, 2),  # advertised only by SASL listeners
     ApiKey.VOTE: (0, 2),
     ApiKey.BEGIN_QUORUM_EPOCH: (0, 1),
