@@ -265,7 +265,7 @@ def test_on_a_tls_listener_only_a_node_or_an_administrator_may_change_the_voters
     assert "the connection is User:mallory, not a node or an administrator" in caplog.text
 
 
-def test_on_a_sasl_listener_only_a_node_or_an_administrator_may_change_the_voters_and_the_refusal_names_admin_principals(
+def test_on_a_sasl_listener_only_a_node_or_an_administrator_may_change_the_voters_told_why(
     tmp_path,
 ):
     def login(user: str, password: str) -> ClientSecurity:
