@@ -10,8 +10,8 @@ once committed and applied on this replica, so a read here sees them. Reads:
   possibly behind the leader;
 - ``get(key, linearizable=True)``: asks the leader for its read index (the offset everything
   committed before the read is below), waits until this replica has applied up to it, then
-  reads. Leader only: elsewhere it raises
-  :class:`~raftcore.node.reads.NotLeaderForReadError` naming the leader and its endpoint;
+  reads. On any replica: one that does not lead asks the leader (ReadIndex,
+  :func:`raftcore.node.reads.read_index_anywhere`), as etcd's followers do;
 - ``range(start, end)`` / ``prefix(p)``: the pairs in key order, from one read transaction
   of this replica's state;
 - ``watch(prefix, from_offset)``: every change (offset, key, value; a None value is a delete)
@@ -197,14 +197,14 @@ class KeyValueStore:
         self, key: bytes, *, linearizable: bool = False, timeout_s: float = 5.0
     ) -> bytes | None:
         """``key``'s value: this replica's (default), or, with ``linearizable``, one that
-        reflects every write committed before the call (leader only; see the module
+        reflects every write committed before the call (on any replica; see the module
         docstring)."""
         if linearizable:
             await self._linearizable(timeout_s)
         return self.state.get(key)
 
     async def _linearizable(self, timeout_s: float) -> None:
-        index = await self.node.read_index(timeout_s)
+        index = await self.node.linearizable_read_index(timeout_s)
         await self.node.wait_applied(index, timeout_s)
 
     async def range(

@@ -60,6 +60,25 @@ def test_a_put_on_a_follower_is_forwarded_to_the_leader_and_refused_only_when_as
     run(main())
 
 
+def test_a_linearizable_read_on_a_follower_sees_every_write_acknowledged_before_it(tmp_path):
+    """The follower asks the leader for its read index (ReadIndex) and waits until it has
+    applied that far: a write acknowledged by the leader a moment ago is seen at once."""
+
+    async def main() -> None:
+        async with stores(tmp_path) as (kvs, leader):
+            for follower in followers(kvs, leader):
+                for n in range(20):
+                    await leader.put(b"k", b"%d" % n)
+                    assert await follower.get(b"k", linearizable=True) == b"%d" % n
+                    assert await follower.prefix(b"k", linearizable=True) == [(b"k", b"%d" % n)]
+            follower = followers(kvs, leader)[0]
+            offset = await leader.put(b"last", b"1")
+            read = await follower.node.read(offset, linearizable=True)
+            assert [(r.key, r.value) for r in read] == [(b"last", b"1")]
+
+    run(main())
+
+
 def test_a_node_reads_its_own_committed_log_and_names_the_log_start_below_it(tmp_path):
     async def main() -> None:
         nodes = [RaftNode(cfg) for cfg in configs(tmp_path)]

@@ -396,6 +396,8 @@ def build_body(key: ApiKey, version: int, cluster_id: str, rng: random.Random, *
         return cls(cluster_id=raft_cluster, voter_id=source, voter_directory_id=bytes(16))
     if key == ApiKey.TRANSFER_LEADERSHIP:
         return cls(cluster_id=raft_cluster, timeout_ms=100, target_id=source)
+    if key == ApiKey.READ_INDEX:
+        return cls(cluster_id=raft_cluster, timeout_ms=100)
     raise AssertionError(f"no template for {key!r}")
 
 

@@ -4,8 +4,9 @@ a connection to its own process.
 A **local** read (the default; etcd's serializable read) returns what this replica knows to be
 committed: records below its high watermark, possibly behind the leader's. A **linearizable**
 read first asks the leader for a read index (:mod:`raftcore.node.reads`: confirmed by a quorum
-round), so it sees every write acknowledged before it began; only the leader can give one, and
-any other replica raises :class:`~raftcore.node.reads.NotLeaderForReadError` naming the leader.
+round; a replica that does not lead asks the leader with ReadIndex), then waits until this
+replica knows everything below it committed, so it sees every write acknowledged before it
+began.
 Control batches (the leaders' LeaderChange records) are skipped, as a consumer skips them.
 """
 
@@ -68,7 +69,7 @@ async def read(
 ) -> list[Record]:
     """RaftNode.read: see the module docstring. An empty list at the committed end."""
     if linearizable:
-        index = await node.read_index(timeout_s)
+        index = await node.linearizable_read_index(timeout_s)
         await wait_committed_to(node, index, timeout_s)
     return read_below(node, from_offset, committed_end(node), max_bytes)
 

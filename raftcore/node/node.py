@@ -461,6 +461,11 @@ class RaftNode:
         """The offset a linearizable read waits for (leader only: see :mod:`.reads`)."""
         return await reads.read_index(self, self._reads, timeout_s)
 
+    async def linearizable_read_index(self, timeout_s: float = 5.0) -> int:
+        """The offset a linearizable read waits for, on any replica: the leader's read index,
+        asked of it when this node does not lead (:func:`.reads.read_index_anywhere`)."""
+        return await reads.read_index_anywhere(self, timeout_s)
+
     def _pause_listener(self, paused: bool) -> None:
         if self.core is not None:
             self.core.feed.paused = paused
@@ -521,7 +526,7 @@ class RaftNode:
     ) -> list[Record]:
         """Committed records of this replica's log from ``from_offset`` (whole batches up to
         ``max_bytes``, at least one; control records skipped); empty at the committed end.
-        ``linearizable``: first asks for a read index (leader only, see
+        ``linearizable``: first the leader's read index (on any replica, see
         :mod:`raftcore.node.committed_reads`). OffsetOutOfRangeError names the log start."""
         return await committed_reads.read(
             self, from_offset, max_bytes, linearizable=linearizable, timeout_s=timeout_s

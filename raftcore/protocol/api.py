@@ -67,6 +67,7 @@ class ApiKey(enum.IntEnum):
     # raftcore's own (see TransferLeadershipRequest.json): far above Kafka's keys, and never
     # listed in ApiVersions
     TRANSFER_LEADERSHIP = 10000
+    READ_INDEX = 10001
 
 
 _NAMES = {
@@ -92,6 +93,7 @@ _NAMES = {
     ApiKey.REMOVE_RAFT_VOTER: "RemoveRaftVoter",
     ApiKey.UPDATE_RAFT_VOTER: "UpdateRaftVoter",
     ApiKey.TRANSFER_LEADERSHIP: "TransferLeadership",
+    ApiKey.READ_INDEX: "ReadIndex",
 }
 
 # What a node serves (inclusive ranges).
@@ -118,10 +120,11 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.REMOVE_RAFT_VOTER: (0, 0),
     ApiKey.UPDATE_RAFT_VOTER: (0, 0),
     ApiKey.TRANSFER_LEADERSHIP: (0, 0),  # served, not advertised (UNADVERTISED)
+    ApiKey.READ_INDEX: (0, 0),  # served, not advertised (UNADVERTISED)
 }
 
 # Served but never listed in ApiVersions: raftcore's own APIs, which no Kafka client knows.
-UNADVERTISED = frozenset({ApiKey.TRANSFER_LEADERSHIP})
+UNADVERTISED = frozenset({ApiKey.TRANSFER_LEADERSHIP, ApiKey.READ_INDEX})
 
 
 def request_spec(key: int) -> MessageSpec:
