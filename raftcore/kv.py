@@ -31,6 +31,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from raftcore.errors import RaftcoreError
 from raftcore.node.config import NodeConfig
 from raftcore.node.node import RaftNode
 from raftcore.raft import Appended
@@ -117,13 +118,16 @@ class KeyValueStore:
                 self.state.close()
 
     async def _listen(self, listener: Callable[[Change], object]) -> None:
-        async for change in self.watch(b""):
-            try:
-                listener(change)
-            except Exception:
-                logger.exception(
-                    "[node %d] the listener failed on offset %d", self.node_id, change.offset
-                )
+        try:
+            async for change in self.watch(b""):
+                try:
+                    listener(change)
+                except Exception:
+                    logger.exception(
+                        "[node %d] the listener failed on offset %d", self.node_id, change.offset
+                    )
+        except RaftcoreError:
+            return  # the node stopped (by itself: wait_closed says why)
 
     async def __aenter__(self) -> KeyValueStore:
         await self.start()
