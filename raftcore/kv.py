@@ -1,30 +1,55 @@
 """An embedded, replicated key/value store: one :class:`~raftcore.node.RaftNode` driving one
 :class:`~raftcore.statemachine.LmdbStateMachine` (in ``<data-dir>/state/``).
 
-Writes go through the leader's log (``put``, ``delete``, ``put_many``) and return once they
-are committed and applied on this replica, so a read here sees them. Reads:
+Writes go through the leader's log (``put``, ``delete``, ``put_many``), from any replica: a
+follower forwards them to the leader (:mod:`raftcore.node.forwarding`; ``forward=False``
+refuses instead, with :class:`~raftcore.raft.NotLeaderError` naming the leader). They return
+once committed and applied on this replica, so a read here sees them. Reads:
 
 - ``get_local(key)`` / ``get(key)``: this replica's state, as of its applied offset -- fast,
   possibly behind the leader;
 - ``get(key, linearizable=True)``: asks the leader for its read index (the offset everything
   committed before the read is below), waits until this replica has applied up to it, then
-  reads. Leader only: elsewhere it raises
-  :class:`~raftcore.node.reads.NotLeaderForReadError` naming the leader and its endpoint.
+  reads. On any replica: one that does not lead asks the leader (ReadIndex,
+  :func:`raftcore.node.reads.read_index_anywhere`), as etcd's followers do;
+- ``range(start, end)`` / ``prefix(p)``: the pairs in key order, from one read transaction
+  of this replica's state;
+- ``watch(prefix, from_offset)``: every change (offset, key, value; a None value is a delete)
+  to the keys under ``prefix`` from a committed offset on, each once this replica has applied
+  it; ``listener=`` gets every change the same way, called on the event loop.
+
+Every write is a record whose key is the key and whose value the value (None deletes): a Kafka
+consumer of the cluster reads the store's history, and a Kafka producer may write to it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
+from raftcore.errors import RaftcoreError
 from raftcore.node.config import NodeConfig
 from raftcore.node.node import RaftNode
 from raftcore.raft import Appended
 from raftcore.statemachine.api import MAX_KEY_SIZE
 from raftcore.statemachine.lmdb_kv import DEFAULT_MAP_SIZE, LmdbStateMachine
 
-__all__ = ["KeyValueStore"]
+__all__ = ["Change", "KeyValueStore"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One committed write: ``value`` None is a delete."""
+
+    offset: int
+    key: bytes
+    value: bytes | None
 
 
 def _check_key(key: Any) -> None:
@@ -44,8 +69,15 @@ class KeyValueStore:
         *,
         map_size: int = DEFAULT_MAP_SIZE,
         sync: bool = True,
+        listener: Callable[[Change], object] | None = None,
     ) -> None:
+        """``listener``: called on the event loop with every change applied on this replica
+        from its applied offset at start on, in offset order (an exception it raises is logged
+        and the next change still comes)."""
         self.config = config
+        self.listener = listener
+        self._listening: asyncio.Task[None] | None = None
+        self._closed = False
         self.state = LmdbStateMachine(
             config.data_dir / "state",
             map_size=map_size,
@@ -67,14 +99,35 @@ class KeyValueStore:
         try:
             await self.node.start()
         except BaseException:
+            self._closed = True
             self.state.close()
             raise
+        if self.listener is not None:
+            self._listening = asyncio.ensure_future(self._listen(self.listener))
 
     async def stop(self) -> None:
+        if self._listening is not None:
+            self._listening.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listening
         try:
             await self.node.stop()
         finally:
-            self.state.close()
+            if not self._closed:  # a second stop is a no-op, as the node's
+                self._closed = True
+                self.state.close()
+
+    async def _listen(self, listener: Callable[[Change], object]) -> None:
+        try:
+            async for change in self.watch(b""):
+                try:
+                    listener(change)
+                except Exception:
+                    logger.exception(
+                        "[node %d] the listener failed on offset %d", self.node_id, change.offset
+                    )
+        except RaftcoreError:
+            return  # the node stopped (by itself: wait_closed says why)
 
     async def __aenter__(self) -> KeyValueStore:
         await self.start()
@@ -96,29 +149,47 @@ class KeyValueStore:
                 raise TimeoutError(f"no leader known to node {self.node_id} in {timeout_s} s")
             await asyncio.sleep(0.02)
 
-    # ---- writes (leader only; NotLeaderError names the leader) -------------------------------
+    # ---- writes (from any replica: forwarded to the leader) -----------------------------------
 
-    async def put_many(self, pairs: Iterable[tuple[bytes, bytes | None]]) -> Appended:
+    async def put_many(
+        self,
+        pairs: Iterable[tuple[bytes, bytes | None]],
+        *,
+        timeout_s: float = 10.0,
+        forward: bool = True,
+    ) -> Appended:
         """Write the pairs as one batch (a None value deletes); returns once committed and
-        applied here."""
+        applied here. ``forward=False``: NotLeaderError on a replica that does not lead.
+        TimeoutError after ``timeout_s`` (a write sent may still be committed)."""
         batch = list(pairs)
         for key, value in batch:
             _check_key(key)
             if value is not None and not isinstance(value, bytes):
                 raise ValueError(f"a value is bytes or None, got {type(value).__name__}")
-        appended = await self.node.append(batch, wait=True)
-        await self.node.wait_applied(appended.last_offset + 1)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        appended = await self.node.write(batch, timeout_s=timeout_s, forward=forward)
+        await self.node.wait_applied(appended.last_offset + 1, max(0.0, deadline - loop.time()))
         return appended
 
-    async def put(self, key: bytes, value: bytes) -> int:
+    async def put(
+        self, key: bytes, value: bytes, *, timeout_s: float = 10.0, forward: bool = True
+    ) -> int:
         """Set ``key``; returns the record's offset once committed and applied here."""
         if value is None:
             raise ValueError("put takes a value; use delete to remove a key")
-        return (await self.put_many([(key, value)])).last_offset
+        appended = await self.put_many([(key, value)], timeout_s=timeout_s, forward=forward)
+        return appended.last_offset
 
-    async def delete(self, key: bytes) -> int:
+    async def delete(self, key: bytes, *, timeout_s: float = 10.0, forward: bool = True) -> int:
         """Remove ``key`` (a record with a null value); returns its offset."""
-        return (await self.put_many([(key, None)])).last_offset
+        appended = await self.put_many([(key, None)], timeout_s=timeout_s, forward=forward)
+        return appended.last_offset
+
+    async def wait_applied(self, offset: int, timeout_s: float | None = 10.0) -> None:
+        """Until this replica has applied the write at ``offset`` (an offset a put returned,
+        on any replica): a local read then sees it."""
+        await self.node.wait_applied(offset + 1, timeout_s)
 
     # ---- reads ---------------------------------------------------------------------------------
 
@@ -130,9 +201,69 @@ class KeyValueStore:
         self, key: bytes, *, linearizable: bool = False, timeout_s: float = 5.0
     ) -> bytes | None:
         """``key``'s value: this replica's (default), or, with ``linearizable``, one that
-        reflects every write committed before the call (leader only; see the module
+        reflects every write committed before the call (on any replica; see the module
         docstring)."""
         if linearizable:
-            index = await self.node.read_index(timeout_s)
-            await self.node.wait_applied(index, timeout_s)
+            await self._linearizable(timeout_s)
         return self.state.get(key)
+
+    async def _linearizable(self, timeout_s: float) -> None:
+        index = await self.node.linearizable_read_index(timeout_s)
+        await self.node.wait_applied(index, timeout_s)
+
+    async def range(
+        self,
+        start: bytes = b"",
+        end: bytes | None = None,
+        *,
+        limit: int | None = None,
+        linearizable: bool = False,
+        timeout_s: float = 5.0,
+    ) -> list[tuple[bytes, bytes]]:
+        """The pairs with ``start <= key < end`` (no ``end``: to the last key), in key order,
+        at most ``limit``: this replica's (default), or after the leader's read index."""
+        if linearizable:
+            await self._linearizable(timeout_s)
+        return self.state.range(start, end, limit=limit)
+
+    async def prefix(
+        self,
+        prefix: bytes,
+        *,
+        limit: int | None = None,
+        linearizable: bool = False,
+        timeout_s: float = 5.0,
+    ) -> list[tuple[bytes, bytes]]:
+        """The pairs whose key starts with ``prefix``, in key order (as :meth:`range`)."""
+        return await self.range(
+            prefix,
+            prefix_end(prefix),
+            limit=limit,
+            linearizable=linearizable,
+            timeout_s=timeout_s,
+        )
+
+    def watch(self, prefix: bytes = b"", from_offset: int | None = None) -> AsyncIterator[Change]:
+        """Every change to a key starting with ``prefix`` at or after ``from_offset`` (default:
+        this replica's applied offset at the call, i.e. the changes still to come), in offset
+        order, each once this replica has applied it. Ends with RaftcoreError when the node
+        stops; OffsetOutOfRangeError names the log start when ``from_offset`` is below it (the
+        older changes are in a snapshot, not in the log)."""
+        start = self.applied_offset if from_offset is None else from_offset
+        return self._changes(prefix, start)
+
+    async def _changes(self, prefix: bytes, start: int) -> AsyncIterator[Change]:
+        async for record in self.node.records(start):
+            key = record.key
+            if key is None or not key.startswith(prefix) or not 1 <= len(key) <= MAX_KEY_SIZE:
+                continue  # a key the state machine skips is no change either
+            await self.node.wait_applied(record.offset + 1)
+            yield Change(record.offset, key, record.value)
+
+
+def prefix_end(prefix: bytes) -> bytes | None:
+    """The least key above every key starting with ``prefix`` (None: there is none)."""
+    trimmed = prefix.rstrip(b"\xff")
+    if not trimmed:
+        return None
+    return trimmed[:-1] + bytes([trimmed[-1] + 1])

@@ -322,3 +322,23 @@ def test_consume_stops_at_the_high_watermark_saying_how_many_and_follows_with_fo
             if follower.poll() is None:
                 follower.kill()
                 follower.wait(10)
+
+
+def _timeout_help(command):
+    import argparse
+
+    from raftcore.cli import build_parser
+
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    (action,) = [a for a in sub.choices[command]._actions if "--timeout-ms" in a.option_strings]
+    return action.help
+
+
+def test_the_timeout_help_of_consume_and_describe_quorum_describes_their_own_waits():
+    """Both once described produce's: a record's verdict, what was not written."""
+    for command in ("consume", "describe-quorum"):
+        text = _timeout_help(command)
+        assert "verdict" not in text and "written" not in text and "produce" not in text, text
+    assert "serve a fetch" in _timeout_help("consume")
+    assert "the leader's answer" in _timeout_help("describe-quorum")
+    assert "verdict" in _timeout_help("produce")

@@ -153,3 +153,26 @@ def test_kafka_pythons_admin_client_deletes_records(tmp_path):
             await stop_all(nodes)
 
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_a_consumer_below_the_log_start_is_told_where_the_log_starts(tmp_path):
+    """It used to say only OFFSET_OUT_OF_RANGE (``raftcore consume --from 5``)."""
+    from raftcore.client import ConsumeError, Consumer
+
+    async def main():
+        nodes = await started(tmp_path)
+        try:
+            leader = await leader_of(nodes)
+            for _ in range(5):
+                await leader.append([(b"k%d" % j, b"v") for j in range(10)], wait=True)
+            error, low = answer(await raw_request(leader, ApiKey.DELETE_RECORDS, 2, body(30)))
+            assert error == Errors.NONE
+            async with Consumer([str(leader.config.listen)], start=5) as consumer:
+                with pytest.raises(ConsumeError) as err:
+                    await consumer.poll()
+            assert err.value.error_code == Errors.OFFSET_OUT_OF_RANGE
+            assert f"offset 5 is below the log start offset {low}" in str(err.value)
+        finally:
+            await stop_all(nodes)
+
+    asyncio.run(asyncio.wait_for(main(), 60))

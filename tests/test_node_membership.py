@@ -265,7 +265,9 @@ def test_on_a_tls_listener_only_a_node_or_an_administrator_may_change_the_voters
     assert "the connection is User:mallory, not a node or an administrator" in caplog.text
 
 
-def test_on_a_sasl_listener_only_a_node_or_an_administrator_may_change_the_voters(tmp_path):
+def test_on_a_sasl_listener_only_a_node_or_an_administrator_may_change_the_voters_told_why(
+    tmp_path,
+):
     def login(user: str, password: str) -> ClientSecurity:
         return ClientSecurity(
             protocol="SASL_PLAINTEXT",
@@ -282,6 +284,12 @@ def test_on_a_sasl_listener_only_a_node_or_an_administrator_may_change_the_voter
             for key, body in _admin_requests():
                 refused = await _ask(lead, key, body, login("bob", "bob-secret"))
                 assert refused.error_code == Errors.CLUSTER_AUTHORIZATION_FAILED
+                # the command prints the answer's message: it names the option to set
+                assert refused.error_message.startswith(
+                    "User:bob may not change the voters or the leader"
+                ), refused.error_message
+                assert "--admin-principals may (node" in refused.error_message
+                assert refused.error_message.endswith("names User:alice)")
                 for allowed in (login("alice", "alice-secret"), login("node-2", NODE_PASSWORD)):
                     answer = await _ask(lead, key, body, allowed)
                     assert answer.error_code == AUTHORIZED[key], answer.error_message

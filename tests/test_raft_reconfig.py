@@ -421,3 +421,17 @@ def test_a_snapshot_download_does_not_make_a_lagging_replica_count_as_caught_up(
     h.core.add_voter(ReplicaKey(4, DIR[4]), None, 10_000, h.now)
     h.poll()
     assert h.changes[-1].error == Errors.REQUEST_TIMED_OUT, h.changes[-1]
+
+
+def test_a_voter_removed_on_purpose_says_so_in_words_that_do_not_read_as_a_failure(caplog):
+    """The line used to be ``voter set now ... (a voter)`` on the replica just removed."""
+    h = dynamic_leader()
+    with caplog.at_level("INFO", logger="raftcore.raft.reconfig"):
+        h.core.remove_voter(key(1), 10_000, h.now)
+        h.poll()
+        catch_up(h, 2, 3)
+    lines = [r.getMessage() for r in caplog.records if "voter set now" in r.getMessage()]
+    assert lines[0].endswith(
+        "this node is removed from the voters; it votes until the removal is committed"
+    )
+    assert not any("(a voter)" in line for line in lines)

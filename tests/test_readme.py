@@ -312,6 +312,49 @@ def test_the_readme_tls_demo_runs_over_mutual_tls(workdir, ports):
     assert "every acknowledged record exactly once" in out
 
 
+@pytest.mark.spark
+@pytest.mark.slow
+def test_the_readme_spark_block_run_by_a_venv_python_not_on_path_finds_the_source(
+    tmp_path_factory, workdir, ports
+):
+    """``.venv/bin/python app.py`` without an activated virtualenv: Spark's Python workers ran
+    the python3 on PATH, which has no raftcore, and the read failed (DATA_SOURCE_NOT_FOUND, or
+    an import error where PYTHONPATH reaches a checkout). Here the first python3 on PATH is
+    one that cannot import raftcore, and PYSPARK_PYTHON is unset."""
+    from spark_helpers import java_problem
+
+    if (problem := java_problem()) is not None:
+        pytest.skip(problem)
+    pytest.importorskip("pyspark")
+    from raftcore.node.local_cluster import LocalCluster
+
+    shims = tmp_path_factory.mktemp("path-python")
+    (shims / "python3").write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
+    (shims / "python3").chmod(0o755)  # -S: no site-packages, so no raftcore, no pyarrow
+    spark_ports = {**ports, "9091": str(free_ports(1)[0])}
+    code = on_free_ports(python_block("spark"), spark_ports)
+    script = workdir / "app.py"
+    script.write_text(code)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
+    env["PATH"] = f"{shims}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONPATH"] = str(ROOT)
+    with LocalCluster(
+        tmp_path_factory.mktemp("readme-spark-path"), 1, ports=[int(spark_ports["9091"])]
+    ) as cluster:
+        cluster.start()
+        wait_for_leader(workdir, spark_ports)
+        done = subprocess.run(
+            [sys.executable, str(script)],
+            check=False,
+            cwd=workdir,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env=env,
+        )
+    assert done.returncode == 0, f"stderr:\n{done.stderr[-3000:]}"
+
+
 def test_the_readme_links_every_docs_page_and_promises_nothing_as_next():
     """The README once said operability and security were "next" an issue after both were
     done. It says what raftcore does, links every page of docs/, and promises nothing."""

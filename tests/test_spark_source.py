@@ -233,3 +233,25 @@ def test_a_stopped_nodes_files_read_as_the_cluster_did(spark, cluster, tmp_path)
     assert prefix == [(o, key(n), b"v" * 20) for n, o in enumerate(offsets) if o < snapshot_end]
     with pytest.raises(Exception, match="not a raftcore data directory"):
         spark.read.format("raftcore").load(str(tmp_path)).count()
+
+
+def test_a_directory_without_a_committed_offset_is_refused_with_its_message_not_raftcores_frames(
+    tmp_path,
+) -> None:
+    """Spark prints the worker's traceback inside its error: the message once came under the
+    frames of raftcore that found it (three of them, 30 lines in the user's terminal)."""
+    import traceback
+
+    from raftcore.log import SegmentedLog
+    from raftcore.spark.source import SCHEMA, RaftcoreDataSource
+
+    with SegmentedLog.open(tmp_path / "log") as log:
+        log.append_as_leader([(b"k", b"v")] * 3, 1)
+    reader = RaftcoreDataSource({"path": str(tmp_path / "log")}).reader(SCHEMA)
+    with pytest.raises(SparkSourceError) as err:
+        reader.partitions()  # type: ignore[attr-defined]
+    frames = traceback.extract_tb(err.value.__traceback__)[1:]  # after this test's own
+    assert [f.name for f in frames] == ["partitions"]
+    assert err.value.__cause__ is None and err.value.__suppress_context__
+    assert "do not record a committed offset" in str(err.value)
+    assert "option('endOffset', N)" in str(err.value)

@@ -348,6 +348,22 @@ def build_body(key: ApiKey, version: int, cluster_id: str, rng: random.Random, *
         return cls(
             topics=[cls.TopicRequest(name=TOPIC, partition_indexes=rng.choice(([0], [0, 1], [])))]
         )
+    if key == ApiKey.FIND_COORDINATOR:  # no coordinator: INVALID_REQUEST with a message
+        return cls(key="group", key_type=0, coordinator_keys=["group", ""])
+    if key == ApiKey.DESCRIBE_CONFIGS:
+        resources = [
+            cls.DescribeConfigsResource(
+                resource_type=rng.choice((2, 4, 9)),
+                resource_name=rng.choice((TOPIC, "1", "orders", "")),
+                configuration_keys=rng.choice((None, ["retention.ms", "nope"])),
+            )
+        ]
+        return cls(resources=resources)
+    if key == ApiKey.CREATE_TOPICS:  # none is ever created
+        topic = cls.CreatableTopic(
+            name=rng.choice((TOPIC, "orders")), num_partitions=1, replication_factor=3
+        )
+        return cls(topics=[topic], timeout_ms=100)
     if key == ApiKey.SASL_HANDSHAKE:  # the fuzzed listeners have no SASL: ILLEGAL_SASL_STATE
         return cls(mechanism=rng.choice(("PLAIN", "SCRAM-SHA-256", "GSSAPI", "")))
     if key == ApiKey.SASL_AUTHENTICATE:
@@ -380,6 +396,8 @@ def build_body(key: ApiKey, version: int, cluster_id: str, rng: random.Random, *
         return cls(cluster_id=raft_cluster, voter_id=source, voter_directory_id=bytes(16))
     if key == ApiKey.TRANSFER_LEADERSHIP:
         return cls(cluster_id=raft_cluster, timeout_ms=100, target_id=source)
+    if key == ApiKey.READ_INDEX:
+        return cls(cluster_id=raft_cluster, timeout_ms=100)
     raise AssertionError(f"no template for {key!r}")
 
 

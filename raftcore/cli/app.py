@@ -410,7 +410,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     add_node_command(sub)
 
-    def bootstrap(p: argparse.ArgumentParser) -> None:
+    def bootstrap(p: argparse.ArgumentParser, timeout_help: str) -> None:
         p.add_argument(
             "--bootstrap",
             type=types.bootstrap_list,
@@ -422,17 +422,18 @@ def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
             "--timeout-ms",
             type=types.positive_int,
             default=10_000,
-            help="the longest the command waits: for a node that does not answer, for a "
-            "leader, and (produce) for a record's verdict; produce gives up when nothing was "
-            "acknowledged for this long and reports what was not written apart from what may "
-            "have been (an address that refuses, with no node ever answering, fails at once)",
+            help=timeout_help + " (an address that refuses, with no node ever answering, "
+            "fails at once)",
         )
         add_command_config_option(p)
 
     p = sub.add_parser(
         "describe-quorum", help="leader, epoch, high watermark and every replica's progress"
     )
-    bootstrap(p)
+    bootstrap(
+        p,
+        "the longest the command waits for a node that does not answer and for the leader's answer",
+    )
     p.add_argument(
         "--watch", action="store_true", help="ask again every --interval seconds until Ctrl-C"
     )
@@ -445,7 +446,12 @@ def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
     p.set_defaults(func=_cmd_describe_quorum)
 
     p = sub.add_parser("produce", help="write records: lines of stdin, the arguments, or generated")
-    bootstrap(p)
+    bootstrap(
+        p,
+        "the longest the command waits: for a node that does not answer, for a leader, and "
+        "for a record's verdict; it gives up when nothing was acknowledged for this long and "
+        "reports what was not written apart from what may have been",
+    )
     p.add_argument("values", nargs="*", help="record values (default: one per line of stdin)")
     p.add_argument("--key-separator", default=None, help="split each line into key and value")
     p.add_argument(
@@ -479,7 +485,12 @@ def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
         help="print the committed records up to the high watermark (--follow: and then wait "
         "for more)",
     )
-    bootstrap(p)
+    bootstrap(
+        p,
+        "the longest the command waits for a node that does not answer and for a leader to "
+        "serve a fetch (a leader change meanwhile is retried within it); records already "
+        "printed stay printed",
+    )
     p.add_argument(
         "--from",
         dest="start",

@@ -13,14 +13,14 @@ from typing import Any
 from raftcore import connect_errors
 from raftcore.client.connection import Connection, ConnectionClosed
 from raftcore.endpoints import Endpoint, parse_endpoint
-from raftcore.error_codes import Errors
+from raftcore.error_codes import Errors, error_name
 from raftcore.errors import RaftcoreError
 from raftcore.protocol.api import ApiKey, request_spec
 from raftcore.security.config import ClientSecurity
 from raftcore.security.sasl_client import SaslAuthenticationError
 from raftcore.security.tls import client_context
 
-__all__ = ["ClusterClient", "LeaderHint", "NoLeaderError", "UnreachableError"]
+__all__ = ["ClusterClient", "LeaderHint", "NoLeaderError", "UnknownTopicError", "UnreachableError"]
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +35,12 @@ class UnreachableError(NoLeaderError):
     """No node could be reached at all: every address refused (or named no host) for the
     client's short grace period, or stayed silent until its timeout. The message names each
     address and why: ``cannot reach 127.0.0.1:9092 (connection refused)``."""
+
+
+class UnknownTopicError(RaftcoreError):
+    """The cluster does not serve the topic asked for (Metadata answered
+    UNKNOWN_TOPIC_OR_PARTITION): not retried, since raftcore creates no topics. The message
+    names the topics it serves."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,8 +219,8 @@ class ClusterClient:
                     self.silent.discard(endpoint)
                     if answered:
                         return
-                except SaslAuthenticationError:
-                    raise  # wrong credentials stay wrong: no retry
+                except (SaslAuthenticationError, UnknownTopicError):
+                    raise  # wrong credentials stay wrong, a missing topic missing: no retry
                 except (ConnectionClosed, OSError, asyncio.TimeoutError, RaftcoreError) as exc:
                     logger.debug("metadata from %s failed: %s", endpoint, exc)
                     if isinstance(exc, (OSError, asyncio.TimeoutError)):
@@ -253,8 +259,15 @@ class ClusterClient:
         for topic in resp.topics:
             if topic.name != self.topic:
                 continue
+            if topic.error_code == Errors.UNKNOWN_TOPIC_OR_PARTITION:
+                served = await self._served_topics(endpoint)
+                raise UnknownTopicError(
+                    f"topic {self.topic!r} does not exist: the cluster at {endpoint} serves "
+                    + (f"one topic, {served[0]}" if len(served) == 1 else ", ".join(served))
+                    + " (--topic names it)"
+                )
             if topic.error_code != Errors.NONE:
-                raise RaftcoreError(f"topic {self.topic}: error {topic.error_code}")
+                raise RaftcoreError(f"topic {self.topic}: error {error_name(topic.error_code)}")
             self.topic_id = bytes(topic.topic_id)
             for p in topic.partitions:
                 if p.partition_index == 0 and p.leader_id >= 0:
@@ -266,6 +279,12 @@ class ClusterClient:
                     self._refreshed.set()
                     return True
         return False
+
+    async def _served_topics(self, endpoint: Endpoint) -> list[str]:
+        cls = request_spec(ApiKey.METADATA).cls
+        body = cls(topics=None, allow_auto_topic_creation=False)
+        resp = await self.request(endpoint, ApiKey.METADATA, METADATA_VERSION, body)
+        return [t.name for t in resp.topics if t.error_code == Errors.NONE]
 
     async def _refresh_loop(self) -> None:
         while True:

@@ -299,10 +299,29 @@ class Consumer:
             ):
                 return None, "moved"
             return None, "retry"
+        if error == Errors.OFFSET_OUT_OF_RANGE:
+            raise ConsumeError(error, await self._out_of_range(position, timeout))
         if error != Errors.NONE:
             raise ConsumeError(error, f"fetch at offset {position}: {error_name(error)}")
         self.high_watermark = part.high_watermark
         return part.records, "ok"
+
+    async def _out_of_range(self, position: int, timeout_s: float) -> str:
+        """OFFSET_OUT_OF_RANGE in words: where the log starts and ends (the answer carries
+        neither, as Kafka's does not), asked of the leader."""
+        said = f"fetch at offset {position}: OFFSET_OUT_OF_RANGE"
+        try:
+            start = await self._list_offset_once(EARLIEST, timeout_s)
+            end = await self._list_offset_once(LATEST, timeout_s)
+        except (RaftcoreError, NoLeaderError, ConnectionClosed, OSError, asyncio.TimeoutError):
+            return said
+        if position < start:
+            return (
+                f"{said}: offset {position} is below the log start offset {start} (the "
+                f"records before it were removed by retention or a snapshot); the log holds "
+                f"offsets {start}..{end - 1}"
+            )
+        return f"{said}: the log holds offsets {start}..{end - 1} (high watermark {end})"
 
     def _decode(self, data: Any, position: int) -> list[Record]:
         out: list[Record] = []

@@ -217,6 +217,9 @@ class Broker:
     partitions: list[Partition] = field(default_factory=list)
     #: each partition's acks=all appends of this loop iteration (made on first use)
     produce_groups: dict[int, ProduceGroup] = field(default_factory=dict)
+    #: the configuration DescribeConfigs reports, by Kafka's names (raftcore.kafka.topic_admin)
+    topic_configs: dict[str, str] = field(default_factory=dict)
+    broker_configs: dict[str, str] = field(default_factory=dict)
 
     def produce_group(self, partition: Partition) -> ProduceGroup:
         """``partition``'s :class:`~raftcore.kafka.produce_group.ProduceGroup`."""

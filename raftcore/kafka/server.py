@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from raftcore.error_codes import Errors
 from raftcore.kafka.api_versions import api_versions, api_versions_body
+from raftcore.kafka.coordinator import find_coordinator
 from raftcore.kafka.delete_records import delete_records
 from raftcore.kafka.describe_quorum import describe_quorum
 from raftcore.kafka.fetch import consumer_fetch
@@ -18,6 +19,7 @@ from raftcore.kafka.list_offsets import list_offsets
 from raftcore.kafka.metadata import metadata
 from raftcore.kafka.produce import produce
 from raftcore.kafka.producer_ids import describe_producers, init_producer_id
+from raftcore.kafka.topic_admin import create_topics, describe_configs
 from raftcore.protocol.api import ApiKey, encode_response
 
 if TYPE_CHECKING:
@@ -78,4 +80,7 @@ HANDLERS: dict[int, Any] = {
     ApiKey.INIT_PRODUCER_ID: init_producer_id,
     ApiKey.DESCRIBE_QUORUM: describe_quorum,
     ApiKey.DESCRIBE_PRODUCERS: describe_producers,
+    ApiKey.FIND_COORDINATOR: find_coordinator,
+    ApiKey.DESCRIBE_CONFIGS: describe_configs,
+    ApiKey.CREATE_TOPICS: create_topics,
 }

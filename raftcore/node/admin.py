@@ -31,6 +31,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from raftcore.error_codes import Errors, error_name
+from raftcore.node import reads
 from raftcore.node.clock import now_ms
 from raftcore.node.raft_wire import directory_id
 from raftcore.protocol.api import ApiKey, request_spec, response_spec
@@ -49,7 +50,7 @@ __all__ = ["ADMIN_APIS", "AutoJoiner", "ChangeWaiters", "handle"]
 logger = logging.getLogger(__name__)
 
 ADMIN_APIS = frozenset(
-    {ApiKey.ADD_RAFT_VOTER, ApiKey.REMOVE_RAFT_VOTER, ApiKey.TRANSFER_LEADERSHIP}
+    {ApiKey.ADD_RAFT_VOTER, ApiKey.REMOVE_RAFT_VOTER, ApiKey.TRANSFER_LEADERSHIP, ApiKey.READ_INDEX}
 )
 GRACE_S = 5.0  # past the change's own timeout, the answer gives up waiting for the verdict
 
@@ -99,6 +100,8 @@ async def handle(node: RaftNode, header: Any, body: Any) -> Any:
     core = node.core
     if core is None:
         return _answer(cls, Errors.BROKER_NOT_AVAILABLE, "the node is not running")
+    if key == ApiKey.READ_INDEX:
+        return await reads.answer_read_index(node, body, cls)
     now = now_ms()
     try:
         if key == ApiKey.ADD_RAFT_VOTER:

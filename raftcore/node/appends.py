@@ -62,6 +62,12 @@ class LeaderAppends:
             await self.verdicts.wait(appended, None)
         return appended
 
+    async def append_tracked(self, batch: list[Any]) -> Appended:
+        """RaftNode.append_tracked: into this iteration's group; the caller waits for the
+        verdict (wait_committed)."""
+        self._core()
+        return await self._group.add(batch, True)
+
     def _append_now(self, records: list[Any], track: bool) -> Appended:
         """One batch on the leader, now (the group's write; tracked by the group)."""
         core = self._core()

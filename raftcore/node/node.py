@@ -48,7 +48,7 @@ import contextlib
 import logging
 import random
 import socket
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from raftcore.errors import LostQuorumStateError, NodeFailedError, RaftcoreError
@@ -56,7 +56,7 @@ from raftcore.kafka.producer_ids import ProducerIdSource
 from raftcore.kafka.producer_state import ProducerStateManager
 from raftcore.kafka.producer_tracker import ProducerStateTracker
 from raftcore.log import SegmentedLog
-from raftcore.node import admin, fatal, reads
+from raftcore.node import admin, committed_reads, fatal, forwarding, reads
 from raftcore.node.admin import AutoJoiner, ChangeWaiters
 from raftcore.node.appends import LeaderAppends
 from raftcore.node.applier import Applier, check_start_offset
@@ -94,6 +94,7 @@ from raftcore.raft import (
 )
 from raftcore.raft.damage import Damage
 from raftcore.raft.voters import directory_id_text
+from raftcore.records import Record
 from raftcore.security import tls
 from raftcore.security.sasl import SaslAuthenticator
 from raftcore.statemachine.api import StateMachine
@@ -347,6 +348,11 @@ class RaftNode:
         assert self._loop is not None
         self._shutdown_ready = ready = self._loop.create_future()
         self._run(core.begin_shutdown)
+        if was_leader and self.peers is not None:
+            # A voter down now cannot hear the resignation: not waited for (a lone leader
+            # stops at once). One that goes down meanwhile is told by its refused reconnect.
+            for peer_id in self.peers.down():
+                self._run(lambda now, peer_id=peer_id: core.peer_unreachable(peer_id, now))
         if was_leader:  # the core says when the voters have heard (a failure ends it, too)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(ready), timeout_s)
@@ -485,6 +491,11 @@ class RaftNode:
         """The offset a linearizable read waits for (leader only: see :mod:`.reads`)."""
         return await reads.read_index(self, self._reads, timeout_s)
 
+    async def linearizable_read_index(self, timeout_s: float = 5.0) -> int:
+        """The offset a linearizable read waits for, on any replica: the leader's read index,
+        asked of it when this node does not lead (:func:`.reads.read_index_anywhere`)."""
+        return await reads.read_index_anywhere(self, timeout_s)
+
     def _pause_listener(self, paused: bool) -> None:
         if self.core is not None:
             self.core.feed.paused = paused
@@ -514,6 +525,47 @@ class RaftNode:
         if not batch:
             raise ValueError("append takes at least one record")
         return await self._leader_appends().append(batch, wait)
+
+    async def append_tracked(self, records: Iterable[Any]) -> Appended:
+        """Append one batch (leader only; NotLeaderError names the leader) without waiting:
+        the caller then :meth:`wait_committed` for its verdict."""
+        batch = list(records)
+        if not batch:
+            raise ValueError("append takes at least one record")
+        return await self._leader_appends().append_tracked(batch)
+
+    async def write(
+        self, records: Iterable[Any], *, timeout_s: float = 10.0, forward: bool = True
+    ) -> Appended:
+        """Commit one batch of records from any replica: appended here when this node leads,
+        else forwarded to the leader (:mod:`raftcore.node.forwarding`); returns once it is
+        committed. ``forward=False`` refuses instead (NotLeaderError names the leader).
+        TimeoutError after ``timeout_s``."""
+        batch = list(records)
+        if not batch:
+            raise ValueError("write takes at least one record")
+        return await forwarding.write(self, batch, timeout_s, forward)
+
+    async def read(
+        self,
+        from_offset: int,
+        max_bytes: int = committed_reads.DEFAULT_MAX_BYTES,
+        *,
+        linearizable: bool = False,
+        timeout_s: float = 5.0,
+    ) -> list[Record]:
+        """Committed records of this replica's log from ``from_offset`` (whole batches up to
+        ``max_bytes``, at least one; control records skipped); empty at the committed end.
+        ``linearizable``: first the leader's read index (on any replica, see
+        :mod:`raftcore.node.committed_reads`). OffsetOutOfRangeError names the log start."""
+        return await committed_reads.read(
+            self, from_offset, max_bytes, linearizable=linearizable, timeout_s=timeout_s
+        )
+
+    def records(self, from_offset: int = 0) -> AsyncIterator[Record]:
+        """Every committed record from ``from_offset`` on, as this replica learns it is
+        committed; ends with RaftcoreError when the node stops."""
+        return committed_reads.records(self, from_offset)
 
     def append_batches(self, batches: Any, *, track: bool = True, checked: Any = None) -> Appended:
         """Append producer-built batches (leader only), as Produce does (``checked``: their

@@ -39,6 +39,24 @@ def kafka_broker(node: RaftNode) -> Broker:
         metrics=node.metrics,
         producer_ids=node.producer_ids,
         partitions=[NodePartition(node)],
+        topic_configs={
+            "cleanup.policy": "delete",
+            "retention.ms": str(cfg.retention.retention_ms),
+            "retention.bytes": str(cfg.retention.retention_bytes),
+            "segment.bytes": str(cfg.log.segment_bytes),
+            "segment.ms": str(cfg.retention.segment_ms),
+            "max.message.bytes": str(cfg.log.max_message_bytes),
+        },
+        broker_configs={
+            "node.id": str(cfg.node_id),
+            "broker.id": str(cfg.node_id),
+            "log.retention.ms": str(cfg.retention.retention_ms),
+            "log.retention.bytes": str(cfg.retention.retention_bytes),
+            "log.segment.bytes": str(cfg.log.segment_bytes),
+            "log.roll.ms": str(cfg.retention.segment_ms),
+            "message.max.bytes": str(cfg.log.max_message_bytes),
+            "fetch.max.bytes": str(cfg.fetch_max_bytes),
+        },
     )
 
 

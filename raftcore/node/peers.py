@@ -223,6 +223,10 @@ class Peers:
             peer.last_used = self.clock()
         return peer.connection
 
+    def down(self) -> list[int]:
+        """The peers whose connection is down and failed its last attempt to reconnect."""
+        return sorted(i for i, peer in self.connections.items() if peer.connection.down)
+
     def _open(self, node_id: int, endpoint: Endpoint) -> PeerConnection:
         on_response, on_refused, on_connected = self.callbacks(node_id)
         health = PeerReachability(self.prefix, self.book.describe(node_id), str(endpoint))

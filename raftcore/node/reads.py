@@ -13,11 +13,12 @@ caller retries there.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from raftcore.error_codes import Errors
 from raftcore.errors import RaftcoreError
 from raftcore.node.clock import now_ms
+from raftcore.protocol.api import ApiKey, request_spec
 from raftcore.raft import LeaderAndEpoch, NotLeaderError
 from raftcore.raft.read_index import ReadIndexOutcome
 
@@ -25,7 +26,15 @@ if TYPE_CHECKING:
     from raftcore.endpoints import Endpoint
     from raftcore.node.node import RaftNode
 
-__all__ = ["NotLeaderForReadError", "ReadWaiters", "read_index"]
+__all__ = [
+    "NotLeaderForReadError",
+    "ReadWaiters",
+    "answer_read_index",
+    "read_index",
+    "read_index_anywhere",
+]
+
+_RETRY_PAUSE_S = 0.05  # between attempts while an election goes on
 
 
 class NotLeaderForReadError(NotLeaderError):
@@ -112,3 +121,79 @@ async def read_index(node: RaftNode, waiters: ReadWaiters, timeout_s: float = 5.
     if outcome.error != Errors.NONE:
         raise _not_leader(node, outcome.leader)
     return read.index
+
+
+async def answer_read_index(node: RaftNode, body: Any, cls: Any) -> Any:
+    """The leader's answer to another replica's ReadIndex (raftcore's own API): its read
+    index, or why not, naming the leader known."""
+    timeout_ms = body.timeout_ms if body.timeout_ms > 0 else node.config.request_timeout_ms
+    try:
+        index = await node.read_index(timeout_ms / 1000)
+    except NotLeaderForReadError as exc:
+        known = exc.leader.leader_id if exc.leader.known else None
+        return cls(
+            throttle_time_ms=0,
+            error_code=Errors.NOT_LEADER_OR_FOLLOWER,
+            error_message=str(exc),
+            leader_id=-1 if known is None else known,
+            leader_epoch=exc.leader.epoch,
+        )
+    except TimeoutError as exc:
+        return cls(throttle_time_ms=0, error_code=Errors.REQUEST_TIMED_OUT, error_message=str(exc))
+    except RaftcoreError as exc:  # stopping
+        return cls(
+            throttle_time_ms=0, error_code=Errors.BROKER_NOT_AVAILABLE, error_message=str(exc)
+        )
+    leader = node.leader_and_epoch
+    return cls(
+        throttle_time_ms=0,
+        error_code=Errors.NONE,
+        leader_id=node.node_id,
+        leader_epoch=leader.epoch,
+        read_index=index,
+    )
+
+
+async def read_index_anywhere(node: RaftNode, timeout_s: float = 5.0) -> int:
+    """The read index of a linearizable read on any replica: this node's when it leads, else
+    the leader's, asked with ReadIndex (as etcd's followers ask theirs), retried while an
+    election goes on. The caller then waits until this replica has applied (or knows
+    committed) everything below it, and reads locally. TimeoutError after ``timeout_s``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    why = "no leader known"
+    while True:
+        left = deadline - loop.time()
+        if left <= 0:
+            raise TimeoutError(
+                f"{node.prefix} no leader gave a read index within {timeout_s:g} s ({why})"
+            )
+        core = node.running_core()
+        if core is None:
+            raise RaftcoreError(f"{node.prefix} not started")
+        leader = core.leader_hint()
+        if core.is_leader():
+            try:
+                return await read_index(node, node._reads, left)
+            except NotLeaderForReadError as exc:
+                why = str(exc)
+        elif leader.known and leader.leader_id != node.node_id:
+            assert leader.leader_id is not None
+            body = request_spec(ApiKey.READ_INDEX).cls(
+                cluster_id=node.config.cluster_id, timeout_ms=max(1, int(left * 1000))
+            )
+            try:
+                answer = await node.request_peer(leader.leader_id, ApiKey.READ_INDEX, 0, body, left)
+            except (ConnectionError, asyncio.TimeoutError) as exc:
+                why = f"node {leader.leader_id}: {exc or type(exc).__name__}"
+            else:
+                if answer.error_code == Errors.NONE:
+                    return int(answer.read_index)
+                why = f"node {leader.leader_id}: {answer.error_message}"
+                if answer.error_code not in (
+                    Errors.NOT_LEADER_OR_FOLLOWER,
+                    Errors.REQUEST_TIMED_OUT,
+                    Errors.BROKER_NOT_AVAILABLE,
+                ):
+                    raise RaftcoreError(f"{node.prefix} no read index: {why}")
+        await asyncio.sleep(min(_RETRY_PAUSE_S, max(0.0, deadline - loop.time())))

@@ -474,6 +474,11 @@ class PeerConnection:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
 
+    @property
+    def down(self) -> bool:
+        """No connection now, and the last attempt to open one failed."""
+        return self._failures > 0 and not self.connected.is_set()
+
     def send(self, parts: list[bytes | memoryview]) -> bool:
         writer = self._writer
         if writer is None or writer.is_closing():

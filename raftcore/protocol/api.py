@@ -48,10 +48,13 @@ class ApiKey(enum.IntEnum):
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
+    FIND_COORDINATOR = 10
     SASL_HANDSHAKE = 17
     API_VERSIONS = 18
+    CREATE_TOPICS = 19
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
+    DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
     VOTE = 52
     BEGIN_QUORUM_EPOCH = 53
@@ -65,6 +68,7 @@ class ApiKey(enum.IntEnum):
     # raftcore's own (see TransferLeadershipRequest.json): far above Kafka's keys, and never
     # listed in ApiVersions
     TRANSFER_LEADERSHIP = 10000
+    READ_INDEX = 10001
 
 
 _NAMES = {
@@ -72,10 +76,13 @@ _NAMES = {
     ApiKey.FETCH: "Fetch",
     ApiKey.LIST_OFFSETS: "ListOffsets",
     ApiKey.METADATA: "Metadata",
+    ApiKey.FIND_COORDINATOR: "FindCoordinator",
     ApiKey.SASL_HANDSHAKE: "SaslHandshake",
     ApiKey.API_VERSIONS: "ApiVersions",
+    ApiKey.CREATE_TOPICS: "CreateTopics",
     ApiKey.DELETE_RECORDS: "DeleteRecords",
     ApiKey.INIT_PRODUCER_ID: "InitProducerId",
+    ApiKey.DESCRIBE_CONFIGS: "DescribeConfigs",
     ApiKey.SASL_AUTHENTICATE: "SaslAuthenticate",
     ApiKey.VOTE: "Vote",
     ApiKey.BEGIN_QUORUM_EPOCH: "BeginQuorumEpoch",
@@ -87,6 +94,7 @@ _NAMES = {
     ApiKey.REMOVE_RAFT_VOTER: "RemoveRaftVoter",
     ApiKey.UPDATE_RAFT_VOTER: "UpdateRaftVoter",
     ApiKey.TRANSFER_LEADERSHIP: "TransferLeadership",
+    ApiKey.READ_INDEX: "ReadIndex",
 }
 
 # What a node serves (inclusive ranges).
@@ -95,10 +103,13 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.FETCH: (4, 17),
     ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.METADATA: (0, 12),
+    ApiKey.FIND_COORDINATOR: (0, 4),
     ApiKey.SASL_HANDSHAKE: (0, 1),  # advertised only by SASL listeners
     ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.CREATE_TOPICS: (0, 7),
     ApiKey.DELETE_RECORDS: (0, 2),
     ApiKey.INIT_PRODUCER_ID: (0, 4),
+    ApiKey.DESCRIBE_CONFIGS: (0, 4),
     ApiKey.SASL_AUTHENTICATE: (0, 2),  # advertised only by SASL listeners
     ApiKey.VOTE: (0, 2),
     ApiKey.BEGIN_QUORUM_EPOCH: (0, 1),
@@ -110,10 +121,11 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.REMOVE_RAFT_VOTER: (0, 0),
     ApiKey.UPDATE_RAFT_VOTER: (0, 0),
     ApiKey.TRANSFER_LEADERSHIP: (0, 0),  # served, not advertised (UNADVERTISED)
+    ApiKey.READ_INDEX: (0, 0),  # served, not advertised (UNADVERTISED)
 }
 
 # Served but never listed in ApiVersions: raftcore's own APIs, which no Kafka client knows.
-UNADVERTISED = frozenset({ApiKey.TRANSFER_LEADERSHIP})
+UNADVERTISED = frozenset({ApiKey.TRANSFER_LEADERSHIP, ApiKey.READ_INDEX})
 
 # The Raft RPCs between nodes (with a Fetch naming a replica): served on a node listener, or a
 # listener shared by nodes and clients, never on a client listener (raftcore.node.listeners),

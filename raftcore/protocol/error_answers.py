@@ -27,6 +27,11 @@ def raft_error_response(api_key: int, error_code: int) -> Any:
         return cls(throttle_time_ms=0, error_code=error_code, topics=[])
     if api_key == ApiKey.UPDATE_RAFT_VOTER:
         return cls(throttle_time_ms=0, error_code=error_code)
-    if api_key in (ApiKey.ADD_RAFT_VOTER, ApiKey.REMOVE_RAFT_VOTER, ApiKey.TRANSFER_LEADERSHIP):
+    if api_key in (
+        ApiKey.ADD_RAFT_VOTER,
+        ApiKey.REMOVE_RAFT_VOTER,
+        ApiKey.TRANSFER_LEADERSHIP,
+        ApiKey.READ_INDEX,
+    ):
         return cls(throttle_time_ms=0, error_code=error_code, error_message=error_name(error_code))
     return cls(error_code=error_code, topics=[])

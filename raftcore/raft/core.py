@@ -79,6 +79,7 @@ from raftcore.raft.states import (
     FollowerState,
     LeaderState,
     ProspectiveState,
+    ResignedState,
 )
 from raftcore.raft.values import LeaderAndEpoch, OffsetAndEpoch
 from raftcore.raft.voter_history import VoterHistory, control_records_in
@@ -361,6 +362,11 @@ class RaftCore(LeaderRequests):
         decide liveness only: safety is unchanged.
         """
         state = self.quorum.state
+        if isinstance(state, ResignedState) and self.shutting_down:
+            # A stopping leader waits for each voter to hear its EndQuorumEpoch; one whose
+            # process is gone cannot, and learns the new epoch from the next election when it
+            # starts. EndQuorumEpoch only speeds the election up (KIP-595): safety is unchanged.
+            state.acknowledge(peer_id)
         if isinstance(state, FollowerState) and state.leader == peer_id and self.quorum.is_voter:
             deadline = now + self.rng.randint(0, self.config.election_timeout_ms // 5)
             if deadline < state.fetch_deadline:

@@ -158,12 +158,18 @@ def voters_changed(core: RaftCore, now: int) -> None:
         and state.election_deadline == NO_DEADLINE
     ):
         state.election_deadline = now + core.quorum.random_election_timeout_ms()
-    logger.info(
-        "%s voter set now %r (%s)",
-        core.prefix,
-        latest,
-        "a voter" if core.quorum.is_voter else "not a voter",
-    )
+    logger.info("%s voter set now %r: %s", core.prefix, latest, _role(core, latest))
+
+
+def _role(core: RaftCore, latest: VoterSet) -> str:
+    """What the new voter set makes of this replica, in words that do not read as a failure
+    when it was removed on purpose."""
+    quorum = core.quorum
+    if latest.is_voter(quorum.local_key):
+        return "this node votes"
+    if quorum.is_voter:  # KIP-853: it stands until the change that removed it is committed
+        return "this node is removed from the voters; it votes until the removal is committed"
+    return "this node does not vote (an observer: it replicates the log)"
 
 
 # ---- the leader's side ---------------------------------------------------------------------------

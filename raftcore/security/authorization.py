@@ -88,13 +88,25 @@ def refuse_unless_admin(node: Any, conn: Any, header: Any) -> Answer | None:
         return None
     key = header.request_api_key
     _log_once(node, conn, ApiKey(key).name, "a node or an administrator (--admin-principals)")
-    return _refusal(header)
+    # the answer says why too: the caller's command prints it (the node's log is elsewhere)
+    return _refusal(
+        header,
+        f"{principal} may not change the voters or the leader: only the nodes and the "
+        "administrators named by the nodes' --admin-principals may (node "
+        f"{node.config.node_id} names {_names(node.config.admin_principals)})",
+    )
 
 
-def _refusal(header: Any) -> Answer:
+def _names(principals: frozenset[str]) -> str:
+    return ", ".join(sorted(principals)) if principals else "none"
+
+
+def _refusal(header: Any, message: str | None = None) -> Answer:
     key = header.request_api_key
     version = header.request_api_version
     body = raft_error_response(key, Errors.CLUSTER_AUTHORIZATION_FAILED)
+    if message is not None and hasattr(body, "error_message"):
+        body.error_message = message
     return encode_response(key, version, header.correlation_id, body)
 
 

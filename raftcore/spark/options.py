@@ -50,6 +50,13 @@ class SparkSourceError(ValueError):
     longer be read; the message names the option, path or offsets."""
 
 
+def plainly(exc: SparkSourceError) -> SparkSourceError:
+    """``exc`` anew, to raise ``from None`` where Spark calls raftcore: Spark prints the Python
+    worker's traceback inside its own error, and a user's mistake (a missing option, a wrong
+    path) needs its message, not the frames of raftcore where it was found."""
+    return SparkSourceError(str(exc))
+
+
 @dataclass(frozen=True, slots=True)
 class ReadOptions:
     bootstrap: tuple[Endpoint, ...] = ()

@@ -43,7 +43,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from raftcore.spark.options import ReadOptions, SparkSourceError
+from raftcore.spark.options import ReadOptions, SparkSourceError, plainly
 from raftcore.spark.planning import NO_BOUNDS, Bounds, OffsetRange, plan_ranges, push_filters, trim
 
 if TYPE_CHECKING:
@@ -137,7 +137,10 @@ class RaftcoreDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         columns = _columns(schema)
-        opts = ReadOptions.parse(self.options)
+        try:
+            opts = ReadOptions.parse(self.options)
+        except SparkSourceError as exc:
+            raise plainly(exc) from None
         if _called_by_pushdown_worker():
             return RaftcorePushdownReader(opts, columns=columns)
         return RaftcoreReader(opts, columns=columns)
@@ -175,6 +178,12 @@ class RaftcoreReader(DataSourceReader):
         self.columns = columns
 
     def partitions(self) -> list[InputPartition]:
+        try:
+            return self._partitions()
+        except SparkSourceError as exc:
+            raise plainly(exc) from None
+
+    def _partitions(self) -> list[InputPartition]:
         opts = self.opts
         bounds = self.bounds.narrow(
             offset_lo=opts.start_offset or 0,

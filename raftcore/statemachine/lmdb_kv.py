@@ -216,6 +216,26 @@ class LmdbStateMachine:
         with self.env.begin(db=self._data) as txn:
             return list(txn.cursor().iternext())
 
+    def range(
+        self, start: bytes = b"", end: bytes | None = None, *, limit: int | None = None
+    ) -> list[tuple[bytes, bytes]]:
+        """The pairs with ``start <= key < end`` (no ``end``: to the last key) in key order, at
+        most ``limit`` of them, from one read transaction (a local read)."""
+        out: list[tuple[bytes, bytes]] = []
+        if limit is not None and limit <= 0:
+            return out
+        with self.env.begin(db=self._data) as txn:
+            cursor = txn.cursor()
+            if not (cursor.set_range(start) if start else cursor.first()):
+                return out
+            for key, value in cursor.iternext():
+                if end is not None and key >= end:
+                    break
+                out.append((key, value))
+                if limit is not None and len(out) >= limit:
+                    break
+        return out
+
     def __len__(self) -> int:
         with self.env.begin() as txn:
             return int(txn.stat(self._data)["entries"])

@@ -1,0 +1,122 @@
+"""DescribeConfigs (key 32) and CreateTopics (key 19), as far as a cluster that serves one
+topic can answer them.
+
+DescribeConfigs reports the served topic's configuration and this node's, by Kafka's names
+(``retention.ms``, ``retention.bytes``, ``segment.bytes``, ``segment.ms``,
+``max.message.bytes``; for the broker ``log.retention.ms``, ``message.max.bytes`` ...), all
+read-only and set at start (STATIC_BROKER_CONFIG: the node's options). CreateTopics is
+answered per topic: POLICY_VIOLATION naming the one topic served (TOPIC_ALREADY_EXISTS for that
+one), so that an AdminClient prints words rather than an unsupported version."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from raftcore.error_codes import Errors
+from raftcore.protocol.api import ApiKey, response_spec
+
+if TYPE_CHECKING:
+    from raftcore.kafka.partition import Broker
+
+__all__ = ["create_topics", "describe_configs", "served_topics"]
+
+TOPIC, BROKER = 2, 4  # Kafka's ConfigResource types
+STATIC_BROKER_CONFIG = 4  # ConfigSource: set by the node's options at start
+_STRING, _INT, _LONG = 2, 3, 5  # ConfigType
+_TYPES = {
+    "cleanup.policy": _STRING,
+    "segment.bytes": _INT,
+    "max.message.bytes": _INT,
+    "log.segment.bytes": _INT,
+    "message.max.bytes": _INT,
+    "fetch.max.bytes": _INT,
+    "node.id": _INT,
+    "broker.id": _INT,
+}
+
+
+def served_topics(broker: Broker) -> str:
+    """The topics served, for messages: ``raftcore`` or ``a, b``."""
+    return ", ".join(broker.topics())
+
+
+def describe_configs(broker: Broker, body: Any, version: int) -> Any:
+    cls = response_spec(ApiKey.DESCRIBE_CONFIGS).cls
+    results = []
+    for resource in body.resources:
+        error, message, configs = Errors.NONE, None, {}
+        name = resource.resource_name
+        if resource.resource_type == TOPIC:
+            if name in broker.topics():
+                configs = broker.topic_configs
+            else:
+                error = Errors.UNKNOWN_TOPIC_OR_PARTITION
+                message = (
+                    f"topic {name!r} does not exist: this cluster serves one topic, "
+                    f"{served_topics(broker)}"
+                )
+        elif resource.resource_type == BROKER:
+            if name in ("", str(broker.node_id)):
+                configs = broker.broker_configs
+            else:
+                error = Errors.INVALID_REQUEST
+                message = f"node {broker.node_id} describes itself only, not broker {name!r}"
+        else:
+            error = Errors.INVALID_REQUEST
+            message = (
+                f"resource type {resource.resource_type} is not described: raftcore describes "
+                "topics (2) and brokers (4)"
+            )
+        keys = resource.configuration_keys
+        results.append(
+            cls.DescribeConfigsResult(
+                error_code=error,
+                error_message=message,
+                resource_type=resource.resource_type,
+                resource_name=name,
+                configs=[
+                    cls.DescribeConfigsResourceResult(
+                        name=key,
+                        value=value,
+                        read_only=True,
+                        is_default=False,
+                        config_source=STATIC_BROKER_CONFIG,
+                        is_sensitive=False,
+                        synonyms=[],
+                        config_type=_TYPES.get(key, _LONG),
+                        documentation=None,
+                    )
+                    for key, value in configs.items()
+                    if not keys or key in keys  # none asked for (null or empty): all
+                ],
+            )
+        )
+    return cls(throttle_time_ms=0, results=results)
+
+
+def create_topics(broker: Broker, body: Any, version: int) -> Any:
+    cls = response_spec(ApiKey.CREATE_TOPICS).cls
+    served = served_topics(broker)
+    answers = []
+    for topic in body.topics:
+        if topic.name in broker.topics():
+            error = Errors.TOPIC_ALREADY_EXISTS
+            message = f"topic {topic.name!r} exists: it is the one topic this cluster serves"
+        else:
+            error = Errors.POLICY_VIOLATION
+            message = (
+                f"raftcore serves one topic, {served}, with one partition; it creates no "
+                f"others (not {topic.name!r})"
+            )
+        answers.append(
+            cls.CreatableTopicResult(
+                name=topic.name,
+                topic_id=bytes(16),
+                error_code=error,
+                error_message=message,
+                num_partitions=-1,
+                replication_factor=-1,
+                configs=None,
+            )
+        )
+    return cls(throttle_time_ms=0, topics=answers)

@@ -1,0 +1,84 @@
+"""The edges a Kafka user with habits trips on, asked with librdkafka (confluent-kafka) of a
+three-node cluster: the getting-started example as pasted, ``subscribe()`` without a group
+coordinator, and the AdminClient's describe_configs and create_topics."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_real_clients import cluster  # noqa: F401 (the fixture)
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+GETTING_STARTED = Path(__file__).resolve().parent.parent / "docs" / "getting-started.md"
+
+
+def confluent_example() -> str:
+    text = GETTING_STARTED.read_text(encoding="utf-8")
+    match = re.search(r"With \[confluent-kafka\].*?```python\n(.*?)```", text, re.DOTALL)
+    assert match, "getting-started.md lost its confluent-kafka example"
+    return match.group(1)
+
+
+def test_the_getting_started_confluent_kafka_example_runs_as_pasted_and_closes_at_once(
+    cluster,  # noqa: F811
+    tmp_path,
+):
+    """With librdkafka's default enable.auto.commit, close() waited 45.5 s for a coordinator
+    to commit to; the example turns it off."""
+    code = confluent_example()
+    code = code.replace("127.0.0.1:9091", cluster.endpoint(1))
+    code = code.replace("127.0.0.1:9092", cluster.endpoint(2))
+    script = tmp_path / "example.py"
+    script.write_text(code)
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False
+    )
+    took = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    assert re.fullmatch(r"10 records; the last at offset \d+: b'k9' b'event 9'\n", done.stdout), (
+        done.stdout
+    )
+    assert took < 20, f"the example took {took:.1f} s"  # poll(2.0) ends it; close is at once
+
+
+def test_a_subscribing_librdkafka_consumer_is_told_at_once_there_is_no_coordinator(
+    cluster,  # noqa: F811
+):
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": cluster.endpoint(1), "group.id": "g"})
+    try:
+        consumer.subscribe(["raftcore"])
+        deadline = time.monotonic() + 10
+        error = None
+        while error is None and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is not None:
+                error = msg.error()
+        assert error is not None, "subscribe() waited in silence"
+        assert "raftcore has no group coordinator" in error.str()
+    finally:
+        consumer.close()
+
+
+def test_the_admin_client_describes_configs_and_is_refused_topic_creation_in_words(
+    cluster,  # noqa: F811
+):
+    from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": ",".join(cluster.bootstrap)})
+    topic = ConfigResource("topic", "raftcore")
+    configs = admin.describe_configs([topic])[topic].result(10)
+    assert {"retention.ms", "retention.bytes", "segment.bytes", "max.message.bytes"} <= set(configs)
+    node = ConfigResource("broker", "1")
+    assert "message.max.bytes" in admin.describe_configs([node])[node].result(10)
+    with pytest.raises(Exception, match="raftcore serves one topic, raftcore") as err:
+        admin.create_topics([NewTopic("orders", 1, 1)])["orders"].result(10)
+    assert "POLICY_VIOLATION" in str(err.value)

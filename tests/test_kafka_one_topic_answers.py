@@ -1,0 +1,109 @@
+"""What a Kafka user with habits asks of a cluster that serves one topic and no coordinator:
+each is answered at once, with words (FindCoordinator, DescribeConfigs, CreateTopics, an
+unknown topic), in process; tests/test_kafka_client_edges.py asks with librdkafka."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from test_node import cluster, leader_of, raw_request, run
+
+from raftcore.client import Producer
+from raftcore.client.cluster import UnknownTopicError
+from raftcore.error_codes import Errors
+from raftcore.kafka.api_versions import api_versions_body
+from raftcore.protocol.api import ApiKey, request_spec
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_find_coordinator_is_answered_at_once_with_an_error_saying_there_is_no_coordinator(
+    tmp_path,
+):
+    async def main() -> None:
+        async with cluster(tmp_path) as nodes:
+            node = nodes[0]
+            cls = request_spec(ApiKey.FIND_COORDINATOR).cls
+            old = await raw_request(node, ApiKey.FIND_COORDINATOR, 2, cls(key="g", key_type=0))
+            assert old.error_code == Errors.INVALID_REQUEST  # type: ignore[attr-defined]
+            assert "no group coordinator" in old.error_message  # type: ignore[attr-defined]
+            new = await raw_request(
+                node, ApiKey.FIND_COORDINATOR, 4, cls(key_type=0, coordinator_keys=["a", "b"])
+            )
+            assert [(c.key, c.error_code) for c in new.coordinators] == [  # type: ignore[attr-defined]
+                ("a", Errors.INVALID_REQUEST),
+                ("b", Errors.INVALID_REQUEST),
+            ]
+
+    run(main())
+
+
+def test_describe_configs_reports_the_topic_and_the_node_by_kafkas_names(tmp_path):
+    async def main() -> None:
+        async with cluster(tmp_path) as nodes:
+            node = nodes[0]
+            cls = request_spec(ApiKey.DESCRIBE_CONFIGS).cls
+            resources = [
+                cls.DescribeConfigsResource(resource_type=2, resource_name="raftcore"),
+                cls.DescribeConfigsResource(
+                    resource_type=4, resource_name="1", configuration_keys=["message.max.bytes"]
+                ),
+                cls.DescribeConfigsResource(resource_type=2, resource_name="orders"),
+            ]
+            answer = await raw_request(node, ApiKey.DESCRIBE_CONFIGS, 4, cls(resources=resources))
+            topic, broker, unknown = answer.results  # type: ignore[attr-defined]
+            configs = {c.name: c.value for c in topic.configs}
+            assert configs["retention.ms"] == "-1"
+            assert configs["segment.bytes"] == str(node.config.log.segment_bytes)
+            assert configs["max.message.bytes"] == str(node.config.log.max_message_bytes)
+            assert {c.name for c in broker.configs} == {"message.max.bytes"}
+            assert unknown.error_code == Errors.UNKNOWN_TOPIC_OR_PARTITION
+            assert "serves one topic, raftcore" in unknown.error_message
+
+    run(main())
+
+
+def test_create_topics_is_refused_per_topic_naming_the_one_topic_served(tmp_path):
+    async def main() -> None:
+        async with cluster(tmp_path) as nodes:
+            cls = request_spec(ApiKey.CREATE_TOPICS).cls
+            topics = [
+                cls.CreatableTopic(name=n, num_partitions=1, replication_factor=1)
+                for n in ("orders", "raftcore")
+            ]
+            for version in (0, 4, 7):
+                answer = await raw_request(
+                    nodes[0], ApiKey.CREATE_TOPICS, version, cls(topics=topics, timeout_ms=100)
+                )
+                orders, served = answer.topics  # type: ignore[attr-defined]
+                assert orders.error_code == Errors.POLICY_VIOLATION
+                assert served.error_code == Errors.TOPIC_ALREADY_EXISTS
+                if version >= 1:
+                    assert orders.error_message.startswith("raftcore serves one topic, raftcore")
+
+    run(main())
+
+
+def test_api_versions_advertises_find_coordinator_describe_configs_and_create_topics():
+    keys = {k.api_key: (k.min_version, k.max_version) for k in api_versions_body(3).api_keys}
+    assert keys[ApiKey.FIND_COORDINATOR] == (0, 4)
+    assert keys[ApiKey.DESCRIBE_CONFIGS] == (0, 4)
+    assert keys[ApiKey.CREATE_TOPICS] == (0, 7)
+
+
+def test_a_client_of_an_unknown_topic_fails_at_once_naming_the_topic_served(tmp_path):
+    async def main() -> None:
+        async with cluster(tmp_path) as nodes:
+            await leader_of(nodes)
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            producer = Producer([str(nodes[0].config.listen)], topic="orders")
+            with pytest.raises(UnknownTopicError) as err:
+                await producer.start()
+            await producer.close()
+            assert loop.time() - started < 3  # not the 10 s a leader is waited for
+            assert "topic 'orders' does not exist" in str(err.value)
+            assert "serves one topic, raftcore" in str(err.value)
+
+    run(main())
