@@ -58,6 +58,8 @@ class Harness:
         start: bool = True,
         directory_id: bytes | None = None,
         endpoint: Any = None,
+        formatted: bool = False,
+        joining: bool = False,
         **config: Any,
     ) -> None:
         self.node_id = node_id
@@ -91,6 +93,8 @@ class Harness:
             listener=self.listener,
             directory_id=directory_id,
             endpoint=endpoint,
+            formatted=formatted,
+            joining=joining,
         )
         self.sent: list[Outbound] = []
         self.reads: list = []  # ReadIndexOutcome, in the order the core gave them

@@ -68,3 +68,42 @@ def test_a_replica_with_its_quorum_state_starts_as_before():
     store.write(ElectionState(epoch=2, voted_id=3))
     h = Harness(1, (1, 2, 3), log=log_with(1, 2), store=store, endpoint=ep(1))
     assert h.core.quorum.is_voter and h.epoch == 2
+
+
+def test_a_formatted_voter_without_its_quorum_state_refuses_to_start_even_with_an_empty_log():
+    """A static cluster that never elected a leader: voter 1 voted in epoch 1, then lost its
+    quorum-state. Its log is empty, yet it must not start at epoch 0 and vote again in 1."""
+    with pytest.raises(LostQuorumStateError, match="log is empty") as caught:
+        Harness(1, (1, 2, 3), store=MemoryQuorumStateStore(), formatted=True)
+    assert caught.value.static
+
+
+def test_a_formatted_voter_with_its_quorum_state_and_an_empty_log_starts_as_a_new_cluster_does():
+    store = MemoryQuorumStateStore()
+    store.write(ElectionState(epoch=0))  # what formatting writes
+    h = Harness(1, (1, 2, 3), store=store, formatted=True)
+    assert h.core.quorum.is_voter
+    h.become_leader()
+
+
+def _vote_request(epoch: int) -> VoteRequest:
+    return VoteRequest(CLUSTER, epoch, 2, 0, 0, voter_id=1)
+
+
+def test_a_replica_formatted_to_join_never_stands_nor_votes_as_a_voter_of_the_static_set():
+    """Formatted with --no-initial-voters and started with the usual --voters: an observer,
+    whose election timer never starts an election and who grants no vote, until the voter
+    set in the log names it."""
+    h = Harness(1, (1, 2, 3), joining=True, directory_id=NEW_DIR)
+    assert not h.core.quorum.is_voter
+    h.time_out_election()
+    assert not [o for o in h.sent if isinstance(o.message, VoteRequest)]
+    answer = h.request(2, _vote_request(h.epoch + 1))
+    assert not answer.vote_granted
+    assert answer.error_code == Errors.INVALID_VOTER_KEY
+    assert h.store.read() is None or h.store.read().voted_id is None  # nothing granted
+
+
+def test_the_same_replica_formatted_as_an_initial_voter_grants_the_vote():
+    h = Harness(1, (1, 2, 3), directory_id=NEW_DIR)
+    assert h.request(2, _vote_request(h.epoch + 1)).vote_granted

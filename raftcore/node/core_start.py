@@ -30,10 +30,13 @@ def start_core(
     listener: Any,
     listener_start_offset: int | None,
     directory_id: bytes | None,
+    joining: bool = False,
     prefix: str,
 ) -> tuple[RaftCore, Output, bytes | None]:
     """The started core, its first output and the directory id it runs with. Raises what
-    the core's start raised when the replica cannot be itself."""
+    the core's start raised when the replica cannot be itself. The data directory is a
+    formatted one (:func:`raftcore.node.data_dir.check_meta_properties` passed): its
+    quorum-state is expected; ``joining``: it was formatted without a voter set."""
     store = FileQuorumStateStore(cfg.data_dir, cluster_id=cfg.cluster_id)
     assert cfg.advertised is not None  # NodeConfig makes it the listen address when not given
     endpoint = VoterEndpoint(cfg.listener_name, cfg.advertised.host, cfg.advertised.port)
@@ -49,6 +52,8 @@ def start_core(
             log_prefix=prefix,
             directory_id=directory_id,
             endpoint=endpoint,
+            formatted=True,
+            joining=joining,
         )
         try:
             return core, core.start(now_ms()), directory_id

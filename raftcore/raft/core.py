@@ -128,7 +128,10 @@ class RaftCore(LeaderRequests):
     ``directory_id`` (16 bytes) names this replica's data directory (KIP-853): with the id it
     is the replica's key, so a wiped disk under an old id is a new replica. ``endpoint`` is
     where it listens, as it tells the leader (UpdateRaftVoter, and its fetches as an
-    observer)."""
+    observer). ``formatted``: the store is a formatted data directory's, which always holds a
+    quorum-state, so a missing one is lost even with an empty log. ``joining``: the replica
+    was formatted without a voter set (``--no-initial-voters``): it never stands or votes as
+    a voter of the static set, only once the voter set in the log names it (KIP-853)."""
 
     def __init__(
         self,
@@ -143,6 +146,8 @@ class RaftCore(LeaderRequests):
         log_prefix: str | None = None,
         directory_id: bytes | None = None,
         endpoint: VoterEndpoint | None = None,
+        formatted: bool = False,
+        joining: bool = False,
     ) -> None:
         self.node_id = node_id
         self.config = config
@@ -161,6 +166,8 @@ class RaftCore(LeaderRequests):
             log_prefix=self.prefix,
             history=self.history,
             directory_id=directory_id,
+            formatted=formatted,
+            joining=joining,
         )
         self.requests = RequestManager(config.retry_backoff_ms, config.request_timeout_ms)
         self.feed = ListenerFeed(
