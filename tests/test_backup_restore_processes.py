@@ -52,8 +52,8 @@ def test_the_documented_commands_are_the_tested_ones():
         line = template.format(
             data="/var/lib/raftcore",
             archive="/backup/raftcore.tar.gz",
-            cluster="$CLUSTER_ID",
-            node="$NODE_ID",
+            cluster="MkU3OEVBNTcwNTJENDM2Qk",
+            node="3",
         )
         assert line in text, line
 
