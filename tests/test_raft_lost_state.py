@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import pytest
 from raft_harness import CLUSTER, Harness, log_with
+from test_raft_fetch import reply
 from test_raft_reconfig import DIR, dynamic_leader, ep
 
 from raftcore.error_codes import Errors
 from raftcore.errors import CorruptCheckpointError, LostQuorumStateError
 from raftcore.raft import ElectionState, VoteRequest
+from raftcore.raft.messages import FetchRequest, UpdateVoterRequest
 from raftcore.raft.voters import ReplicaKey
 from raftcore.testing import MemoryQuorumStateStore
 
@@ -107,3 +109,17 @@ def test_a_replica_formatted_to_join_never_stands_nor_votes_as_a_voter_of_the_st
 def test_the_same_replica_formatted_as_an_initial_voter_grants_the_vote():
     h = Harness(1, (1, 2, 3), directory_id=NEW_DIR)
     assert h.request(2, _vote_request(h.epoch + 1)).vote_granted
+
+
+@pytest.mark.parametrize("joining", [False, True], ids=["initial-voter", "joining"])
+def test_a_replica_formatted_to_join_never_tells_a_static_leader_it_is_the_voter_of_its_id(
+    joining,
+):
+    """In a static voter set (kraft.version 0) the leader upgrades once every voter told it
+    its directory id (UpdateRaftVoter): a replica formatted to join must not be that voter."""
+    h = Harness(2, (1, 2, 3), joining=joining, directory_id=NEW_DIR, endpoint=ep(2))
+    h.begin_quorum_epoch(1, 5)
+    (fetch, *_) = h.take(FetchRequest, destination=1)
+    reply(h, fetch, hw=0)
+    h.advance(10)
+    assert bool(h.take(UpdateVoterRequest)) is not joining
