@@ -264,18 +264,24 @@ class LocalCluster:
         return proc
 
     def _format_new(self, node_id: int, cluster_id: str) -> None:
-        """Format ``node_id``'s data directory if this cluster is about to create it: the
-        static voters with the first voter set, a joined node with none (an observer until
-        added). Never a directory that exists, nor one made before (a test that wiped it
-        formats it itself, as an operator would: ``raftcore format``)."""
+        """Format ``node_id``'s data directory if this cluster is about to create it. Never a
+        directory that exists, nor one made before (a test that wiped it formats it itself,
+        as an operator would: ``raftcore format``, or :meth:`format`)."""
         directory = self.data_dir(node_id)
         if node_id in self.unformatted or directory in self._made or directory.exists():
             return
+        self.format(node_id, cluster_id)
+
+    def format(self, node_id: int, cluster_id: str | None = None) -> None:
+        """Format ``node_id``'s data directory (new or empty), as ``raftcore format`` does:
+        the static voters with the first voter set, a joined node with none (an observer
+        until added)."""
         from raftcore.node.data_dir import format_data_dir
 
+        directory = self.data_dir(node_id)
         format_data_dir(
             directory,
-            cluster_id=cluster_id,
+            cluster_id=cluster_id or self.cluster_id,
             node_id=node_id,
             initial_voters=None if node_id in self.joined else self.node_ids,
         )
