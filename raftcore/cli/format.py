@@ -28,6 +28,8 @@ def _cmd_format(args: argparse.Namespace) -> int:
     from raftcore.node.preflight import check_data_dir
     from raftcore.raft.voters import directory_id_text
 
+    if not args.cluster_id.strip():
+        raise CommandLineError("--cluster-id: a cluster id is required (the same on every node)")
     initial: frozenset[int] | None
     if args.initial_voters:
         initial = frozenset(parse_voters(args.initial_voters))
