@@ -33,6 +33,7 @@ from typing import Any
 
 from raftcore.errors import RaftcoreError
 from raftcore.node.config import NodeConfig
+from raftcore.node.data_dir import format_data_dir
 from raftcore.node.node import RaftNode
 from raftcore.raft import Appended
 from raftcore.statemachine.api import MAX_KEY_SIZE
@@ -61,7 +62,9 @@ def _check_key(key: Any) -> None:
 
 
 class KeyValueStore:
-    """A replica of a replicated key/value store; see the module docstring."""
+    """A replica of a replicated key/value store; see the module docstring. A data directory
+    that does not exist is created and formatted (a voter of ``config.voters`` if named
+    there, else a replica that joins); an existing one must be formatted already."""
 
     def __init__(
         self,
@@ -78,6 +81,13 @@ class KeyValueStore:
         self.listener = listener
         self._listening: asyncio.Task[None] | None = None
         self._closed = False
+        if not config.data_dir.exists():  # a directory it creates: formatted here, once
+            format_data_dir(
+                config.data_dir,
+                cluster_id=config.cluster_id,
+                node_id=config.node_id,
+                initial_voters=list(config.voters) if config.node_id in config.voters else None,
+            )
         self.state = LmdbStateMachine(
             config.data_dir / "state",
             map_size=map_size,

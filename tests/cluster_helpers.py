@@ -201,3 +201,13 @@ def check_acknowledged(writer: Writer, keys: list[bytes]) -> None:
     assert sorted(offsets) == list(range(0, total, writer.batch))
     firsts = sorted(offsets)
     assert all(offsets[a] < offsets[b] for a, b in itertools.pairwise(firsts))
+
+
+def formatted(data_dir: Path, node_id: int = 1, cluster_id: str = "c", voters: Any = (1,)) -> Path:
+    """``data_dir`` formatted as ``raftcore format`` does (``voters``: the initial voters'
+    ids, None for a node that joins): a node refuses an unformatted directory."""
+    from raftcore.node.data_dir import format_data_dir
+
+    initial = None if voters is None else list(voters)
+    format_data_dir(data_dir, cluster_id=cluster_id, node_id=node_id, initial_voters=initial)
+    return data_dir

@@ -136,3 +136,44 @@ def closing_port() -> Iterator[int]:
         finally:
             stop.set()
             thread.join(5)
+
+
+_FORMATTED: set[Path] = set()  # the data directories the fixture below formatted
+
+
+@pytest.fixture(autouse=True)
+def format_new_node_directories(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """An in-process node (``RaftNode``) of the suite starts on a data directory its test
+    names but does not make: the first time a node opens one that is new (nothing there but
+    a state machine the test made for it), it is formatted as ``raftcore format`` would (the
+    node's ``voters`` as the first voter set, or none for a node that is not one of them),
+    as ``LocalCluster`` formats the directories it creates. Never a directory holding a log
+    or a quorum-state, nor one formatted before (a test that wiped it formats it itself). A
+    test marked ``unformatted`` sees the node refuse."""
+    if request.node.get_closest_marker("unformatted") is not None:
+        yield
+        return
+    from raftcore.node import node as node_module
+    from raftcore.node.data_dir import LOG_DIR, META_PROPERTIES, format_data_dir
+
+    FORMAT_REFUSES = (META_PROPERTIES, "quorum-state", LOG_DIR)
+
+    check = node_module.check_meta_properties
+
+    def formatting_check(cfg):  # type: ignore[no-untyped-def]
+        directory = Path(cfg.data_dir).absolute()
+        fresh = not any((directory / name).exists() for name in FORMAT_REFUSES)
+        if directory not in _FORMATTED and fresh:
+            format_data_dir(
+                directory,
+                cluster_id=cfg.cluster_id,
+                node_id=cfg.node_id,
+                initial_voters=list(cfg.voters) if cfg.node_id in cfg.voters else None,
+            )
+            _FORMATTED.add(directory)
+        return check(cfg)
+
+    monkeypatch.setattr(node_module, "check_meta_properties", formatting_check)
+    yield

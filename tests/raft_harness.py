@@ -59,6 +59,8 @@ class Harness:
         directory_id: bytes | None = None,
         endpoint: Any = None,
         committed_offset: int = 0,
+        formatted: bool = False,
+        joining: bool = False,
         **config: Any,
     ) -> None:
         self.node_id = node_id
@@ -93,6 +95,8 @@ class Harness:
             directory_id=directory_id,
             endpoint=endpoint,
             committed_offset=committed_offset,
+            formatted=formatted,
+            joining=joining,
         )
         self.sent: list[Outbound] = []
         self.reads: list = []  # ReadIndexOutcome, in the order the core gave them

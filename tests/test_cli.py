@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cluster_helpers import formatted
 
 from raftcore.cli import main
 from raftcore.log import SegmentedLog
@@ -136,6 +137,8 @@ def test_the_cluster_demo_survives_a_leader_kill_and_checks_every_record(tmp_pat
 
 
 def _node_args(tmp_path, *extra):
+    if not (tmp_path / "n1").exists():
+        formatted(tmp_path / "n1")
     return [
         "node",
         "--id=1",

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cluster_helpers import formatted
 
 import raftcore
 from raftcore.cli import main
@@ -61,6 +62,27 @@ def finish(proc: subprocess.Popen[str], timeout_s: float = 20.0) -> tuple[int, s
             proc.wait(10)
 
 
+def snapshot_of(path: Path) -> dict[str, bytes]:
+    """Every file of a data directory and its bytes."""
+    return {str(p.relative_to(path)): p.read_bytes() for p in path.rglob("*") if p.is_file()}
+
+
+def test_an_unformatted_data_directory_is_refused_with_one_line_saying_how_to_format_it(
+    tmp_path: Path,
+) -> None:
+    """A node never formats itself (raftcore format): absent or empty, nothing is written."""
+    for data in (tmp_path / "absent", tmp_path / "empty"):
+        if data.name == "empty":
+            data.mkdir()
+        (port,) = free_ports(1)
+        code, err = finish(start_node(node_argv(data, port), tmp_path))
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1, err
+        assert lines[0].startswith(f"raftcore node: error: {data} is not formatted; "), err
+        assert "--initial-voters" in lines[0] and "--no-initial-voters" in lines[0]
+        assert contents(data) == ([] if data.name == "empty" else None)
+
+
 def contents(path: Path) -> list[str] | None:
     """What a data directory holds: None when it does not exist."""
     return sorted(str(p.relative_to(path)) for p in path.rglob("*")) if path.exists() else None
@@ -69,13 +91,9 @@ def contents(path: Path) -> list[str] | None:
 # ---- failures leave the data directory as it was -----------------------------------------------
 
 
-@pytest.mark.parametrize("existing", [False, True], ids=["absent", "empty"])
-def test_a_port_in_use_fails_with_one_line_and_writes_nothing(
-    tmp_path: Path, existing: bool
-) -> None:
-    data = tmp_path / "data"
-    if existing:
-        data.mkdir()
+def test_a_port_in_use_fails_with_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    data = formatted(tmp_path / "data")
+    before = snapshot_of(data)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
@@ -85,18 +103,14 @@ def test_a_port_in_use_fails_with_one_line_and_writes_nothing(
     assert err.strip().splitlines() == [
         f"raftcore node: cannot listen on 127.0.0.1:{port}: address already in use"
     ], err
-    assert contents(data) == ([] if existing else None)
+    assert snapshot_of(data) == before
 
 
-@pytest.mark.parametrize("existing", [False, True], ids=["absent", "empty"])
-def test_a_metrics_port_in_use_fails_with_one_line_and_writes_nothing(
-    tmp_path: Path, existing: bool
-) -> None:
+def test_a_metrics_port_in_use_fails_with_one_line_and_writes_nothing(tmp_path: Path) -> None:
     """The metrics port is bound with the listener, before the data directory is touched:
-    a node whose --metrics-port was taken left meta.properties and log/ behind."""
-    data = tmp_path / "data"
-    if existing:
-        data.mkdir()
+    a node whose --metrics-port was taken left log/ behind."""
+    data = formatted(tmp_path / "data")
+    before = snapshot_of(data)
     (port,) = free_ports(1)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -109,7 +123,7 @@ def test_a_metrics_port_in_use_fails_with_one_line_and_writes_nothing(
         f"raftcore node: [node 1] cannot serve metrics on 127.0.0.1:{metrics}: "
         "Address already in use"
     ], err
-    assert contents(data) == ([] if existing else None)
+    assert snapshot_of(data) == before
 
 
 def test_a_file_as_the_data_directory_is_one_line_not_errno_17(
@@ -161,14 +175,15 @@ def test_an_unwritable_data_directory_fails_before_anything_is_written(
 
 
 def test_a_data_directory_that_cannot_be_created_names_the_option(tmp_path: Path) -> None:
-    """/proc/nope: as root the preflight's permission check passes, and mkdir then failed
-    with a bare "[Errno 2] No such file or directory: '/proc/nope'" naming no option."""
+    """/proc/nope: as root the preflight's permission check passes; the node never creates
+    its directory (it must be formatted), so it says so in one line, never a bare
+    "[Errno 2] No such file or directory: '/proc/nope'"."""
     (port,) = free_ports(1)
     code, err = finish(start_node(node_argv(Path("/proc/nope"), port), tmp_path))
     assert code == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(
-        "raftcore node: error: --data-dir /proc/nope: cannot"
+        "raftcore node: error: /proc/nope is not formatted"
     ), err
     assert "Errno" not in err
 
@@ -227,6 +242,7 @@ def test_a_node_started_as_an_observer_may_be_missing_from_the_voters(
     )
     ports = free_ports(4)
     listen = f"--listen=127.0.0.1:{ports[3]}"
+    formatted(tmp_path / "d", node_id=4, voters=None)
     assert main(voters_argv(tmp_path / "d", 4, ports[:3], "--observer", listen)) == 0
     assert configs[0].node_id == 4 and 4 not in configs[0].voters
     assert configs[0].listen == Endpoint("127.0.0.1", ports[3])
@@ -296,7 +312,7 @@ def test_a_data_directory_of_another_node_or_cluster_is_refused_naming_the_optio
 
 def test_listening_is_printed_only_once_the_port_accepts_connections(tmp_path: Path) -> None:
     (port,) = free_ports(1)
-    proc = start_node(node_argv(tmp_path / "data", port), tmp_path)
+    proc = start_node(node_argv(formatted(tmp_path / "data"), port), tmp_path)
     try:
         assert proc.stderr is not None
         deadline = time.monotonic() + 20
@@ -458,7 +474,7 @@ def test_the_connection_bounds_reach_the_nodes_config_and_help_names_kafkas_sett
         raftcore.node.runner, "run_node", lambda config, **kw: configs.append(config) or 0
     )
     (port,) = free_ports(1)
-    assert main(node_argv(tmp_path / "a", port)) == 0
+    assert main(node_argv(formatted(tmp_path / "a"), port)) == 0
     bounds = (
         "max_connections",
         "max_connections_per_ip",
@@ -474,7 +490,7 @@ def test_the_connection_bounds_reach_the_nodes_config_and_help_names_kafkas_sett
     assert (
         main(
             node_argv(
-                tmp_path / "b",
+                formatted(tmp_path / "b"),
                 port,
                 "--max-connections=100",
                 "--max-connections-per-ip=10",

@@ -15,6 +15,7 @@ from cluster_helpers import (
     FAST,
     consume_all,
     data_keys,
+    formatted,
     key,
     produce,
     quorum,
@@ -137,8 +138,10 @@ def test_a_node_of_another_cluster_is_refused(cluster, tmp_path):
     assert proc.returncode != 0
     assert b"belongs to cluster" in proc.stderr
 
-    # With an empty data directory it starts, but the voters answer INCONSISTENT_CLUSTER_ID:
-    # it never joins (the quorum's view of it does not move) and says why in its log.
+    # With a new data directory formatted for the other cluster it starts, but the voters
+    # answer INCONSISTENT_CLUSTER_ID: it never joins (the quorum's view of it does not move)
+    # and says why in its log.
+    formatted(tmp_path / "fresh", victim, "another-cluster", cluster.node_ids)
     cmd = cluster.command(victim, cluster_id="another-cluster")
     cmd[cmd.index("--data-dir") + 1] = str(tmp_path / "fresh")
     run(produce(cluster.bootstrap, 0, 50))

@@ -165,6 +165,8 @@ def test_a_leader_whose_disk_is_full_resigns_and_another_voter_leads_within_the_
     directory = tmp_path / "cluster"
     dirs = [directory / f"node-{i}" for i in (1, 2, 3)]
     with small_disks(dirs), LocalCluster(directory, 3, node_args=FAST) as cluster:
+        for node_id in cluster.node_ids:  # each a new (mounted) disk
+            cluster.format(node_id)
         cluster.start()
         run(produce(cluster.bootstrap, 0, 200))
         before = run(quorum(cluster))
@@ -233,6 +235,8 @@ def test_a_follower_whose_disk_is_full_exits_non_zero_within_a_second_with_one_c
     directory = tmp_path / "cluster"
     dirs = [directory / f"node-{i}" for i in (1, 2, 3)]
     with small_disks(dirs), LocalCluster(directory, 3, node_args=FAST) as cluster:
+        for node_id in cluster.node_ids:  # each a new (mounted) disk
+            cluster.format(node_id)
         cluster.start()
         run(produce(cluster.bootstrap, 0, 100))
         leader = run(quorum(cluster)).leader_id

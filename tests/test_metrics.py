@@ -21,6 +21,7 @@ from pathlib import Path
 
 import prometheus_client
 import pytest
+from cluster_helpers import formatted
 from prometheus_client.parser import text_string_to_metric_families
 from test_node import FAST, Collector, leader_of
 
@@ -479,6 +480,7 @@ def _env() -> dict[str, str]:
 
 def _node_command(tmp_path: Path, metrics_port: int) -> list[str]:
     (listen,) = free_ports(1)
+    formatted(tmp_path / "node", cluster_id="metrics-process")
     return [
         sys.executable,
         "-m",

@@ -12,7 +12,12 @@ import pytest
 from raftcore.endpoints import Endpoint
 from raftcore.errors import RaftcoreError
 from raftcore.node.config import NodeConfig
-from raftcore.node.data_dir import META_PROPERTIES, check_meta_properties, read_directory_id
+from raftcore.node.data_dir import (
+    META_PROPERTIES,
+    check_meta_properties,
+    format_data_dir,
+    read_directory_id,
+)
 from raftcore.node.local_cluster import free_ports
 from raftcore.node.node import RaftNode
 from raftcore.raft import QuorumConfig
@@ -31,6 +36,10 @@ def _config(data_dir, node_id=1, port=9091):  # type: ignore[no-untyped-def]
     )
 
 
+def _format(data_dir) -> bytes:  # type: ignore[no-untyped-def]
+    return format_data_dir(data_dir, cluster_id="dir-id-cluster", node_id=1, initial_voters=[1])
+
+
 def _props(data_dir) -> dict[str, str]:  # type: ignore[no-untyped-def]
     lines = (data_dir / META_PROPERTIES).read_text().splitlines()
     return dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
@@ -39,9 +48,8 @@ def _props(data_dir) -> dict[str, str]:  # type: ignore[no-untyped-def]
 def test_a_new_data_directory_is_formatted_with_a_random_directory_id(tmp_path):
     first, second = tmp_path / "a", tmp_path / "b"
     first.mkdir()
-    second.mkdir()
-    id_a = check_meta_properties(_config(first))
-    id_b = check_meta_properties(_config(second))
+    id_a = _format(first)
+    id_b = _format(second)  # created
     assert len(id_a) == 16 and id_a != bytes(16)
     assert id_a != id_b  # drawn at random: a wiped disk is a new replica
     text = _props(first)["directory.id"]
@@ -51,9 +59,10 @@ def test_a_new_data_directory_is_formatted_with_a_random_directory_id(tmp_path):
 
 
 def test_the_directory_id_is_kept_across_restarts(tmp_path):
-    written = check_meta_properties(_config(tmp_path))
+    written = _format(tmp_path)
+    assert check_meta_properties(_config(tmp_path)).directory_id == written
     before = (tmp_path / META_PROPERTIES).read_bytes()
-    assert check_meta_properties(_config(tmp_path)) == written
+    assert check_meta_properties(_config(tmp_path)).directory_id == written
     assert (tmp_path / META_PROPERTIES).read_bytes() == before  # not rewritten
     assert read_directory_id(tmp_path) == written
 
@@ -61,17 +70,17 @@ def test_the_directory_id_is_kept_across_restarts(tmp_path):
 def test_a_meta_properties_written_before_directory_ids_gets_one_in_place(tmp_path):
     old = "version=1\ncluster.id=dir-id-cluster\nnode.id=1\n"
     (tmp_path / META_PROPERTIES).write_text(old)
-    given = check_meta_properties(_config(tmp_path))
+    given = check_meta_properties(_config(tmp_path)).directory_id
     text = (tmp_path / META_PROPERTIES).read_text()
     assert text.startswith(old)  # the old lines as they were, the id added after them
     assert _props(tmp_path)["directory.id"] == directory_id_text(given)
     assert sorted(os.listdir(tmp_path)) == [META_PROPERTIES]  # atomically: no temporary left
-    assert check_meta_properties(_config(tmp_path)) == given  # and kept from then on
+    assert check_meta_properties(_config(tmp_path)).directory_id == given  # and kept from then on
 
 
 def test_a_meta_properties_without_a_final_newline_is_upgraded_line_by_line(tmp_path):
     (tmp_path / META_PROPERTIES).write_text("version=1\ncluster.id=dir-id-cluster\nnode.id=1")
-    given = check_meta_properties(_config(tmp_path))
+    given = check_meta_properties(_config(tmp_path)).directory_id
     assert _props(tmp_path) == {
         "version": "1",
         "cluster.id": "dir-id-cluster",

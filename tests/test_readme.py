@@ -5,6 +5,7 @@ Each ``sh`` and ``python`` block of README.md carries a marker comment saying ho
 - ``demo-command`` / ``test-command``: the two commands; ``.ci/run`` runs them verbatim;
 - ``readme-test: setup``: ``. .venv/bin/activate``, run before every shell block (here against a
   virtualenv stand-in whose ``raftcore`` and ``python`` are the interpreter running the tests);
+- ``readme-test: format``: the nodes' data directories formatted, before the nodes start;
 - ``readme-test: node``: a node of the three-terminal cluster, started in the background;
 - ``readme-test: run``: shell lines run in order in one working directory, each block must exit 0;
   ``run stopped`` runs once the nodes are stopped;
@@ -71,12 +72,13 @@ def test_every_command_block_of_the_readme_is_run_by_a_test():
         "demo-command or test-command marker: mark the new block (see tests/test_readme.py)"
     )
     kinds = {a.split(" ")[0] for m, a, _, _ in marked if m == "readme-test"}
-    assert kinds <= {"setup", "node", "run", "kcat", "python"}, kinds
+    assert kinds <= {"setup", "format", "node", "run", "kcat", "python"}, kinds
     assert sorted(m for m, _, _, _ in marked if m != "readme-test") == [
         "demo-command",
         "test-command",
     ]
     assert len(blocks_of("node")) == 3
+    assert len(blocks_of("format")) == 1
 
 
 @pytest.fixture(scope="module")
@@ -125,8 +127,11 @@ def shell(code: str, workdir: Path, ports: dict[str, str], timeout_s: float = 60
 
 @pytest.fixture(scope="module")
 def cluster(workdir, ports):
-    """The README's three nodes, each started as its block says, in the background."""
+    """The README's three nodes, their directories formatted and each started as its block
+    says, in the background."""
     setup = "\n".join(blocks_of("setup"))
+    for code in blocks_of("format"):
+        shell(code, workdir, ports)
     procs = []
     try:
         for i, code in enumerate(blocks_of("node"), start=1):

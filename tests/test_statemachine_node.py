@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+from cluster_helpers import formatted
 from statemachine_helpers import Recording, leader_of, node_configs, run
 
 from raftcore.log import SegmentedLog
@@ -175,6 +176,7 @@ def test_a_state_machine_ahead_of_the_log_refuses_to_start(tmp_path):
 def test_a_state_machine_below_the_log_start_without_a_snapshot_refuses_to_start(tmp_path):
     async def main():
         (cfg,) = node_configs(tmp_path, count=1)
+        formatted(cfg.data_dir, cfg.node_id, cfg.cluster_id, cfg.voters)
         with SegmentedLog.open(cfg.data_dir / "log") as log:
             log.truncate_fully_and_start_at(500)
         node = RaftNode(cfg, state_machine=DictStateMachine())

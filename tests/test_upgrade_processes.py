@@ -90,6 +90,7 @@ def cluster_of_the_previous_release(
     cluster = LocalCluster(directory, 3, node_args=node_args)
     for node_id in cluster.node_ids:
         cluster.node_env[node_id] = release.env()
+        cluster.unformatted.add(node_id)  # the previous release formats its own directory
     return cluster, dict.fromkeys(cluster.node_ids, PREVIOUS)
 
 

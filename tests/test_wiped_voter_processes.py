@@ -3,9 +3,10 @@ real node processes (the reproduction of the storage-faults issue: a voter resta
 empty disk under its old id voted with a voter whose log an operator had cut back, and their
 leader lacked 219,840 acknowledged records; the node holding them was truncated to match).
 
-Today the wiped voter comes back as a new replica (a new directory id: an observer), so the
-cut-back voter finds no second vote: no leader until the voter holding the records returns,
-and then every acknowledged record is there. Every process is ended by its pid."""
+The wiped voter, formatted with --no-initial-voters, comes back as a new replica (a new
+directory id: an observer), so the cut-back voter finds no second vote: no leader until the
+voter holding the records returns, and then every acknowledged record is there. Every process
+is ended by its pid."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import shutil
 import time
 
 import pytest
-from cluster_helpers import consume_all, produce, run
+from cluster_helpers import consume_all, formatted, produce, run
 from test_membership_processes import (  # the same cluster and the same CLI helpers
     cluster,  # noqa: F401 (a fixture)
     describe,
@@ -45,9 +46,10 @@ def test_a_wiped_voter_and_a_cut_back_voter_elect_no_leader_that_lacks_acknowled
     old = voters(info)[wiped]
     for node in (wiped, cut):
         cluster.stop(node)
-    # The wiped voter: its whole data directory gone.
+    # The wiped voter: its whole data directory gone, a new disk formatted to join (a node
+    # never formats itself).
     shutil.rmtree(cluster.data_dir(wiped))
-    cluster.data_dir(wiped).mkdir()
+    formatted(cluster.data_dir(wiped), wiped, cluster.cluster_id, voters=None)
     # The cut-back voter: its log cut back by hand to a fifth (the only way out of a damaged
     # segment there was), its quorum-state (its vote) and identity kept.
     segments = sorted(cluster.data_dir(cut).rglob("*.log"))

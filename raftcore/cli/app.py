@@ -20,6 +20,7 @@ from raftcore.cli.args import (
     every_parser,
 )
 from raftcore.cli.certs import add_certs_command
+from raftcore.cli.format import add_format_command
 from raftcore.cli.logging_options import add_logging_options, configure_logging, debugging
 from raftcore.cli.node import add_node_command
 from raftcore.cli.quorum import add_quorum_commands
@@ -409,6 +410,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     add_node_command(sub)
+    add_format_command(sub)
 
     def bootstrap(p: argparse.ArgumentParser, timeout_help: str) -> None:
         p.add_argument(

@@ -279,7 +279,8 @@ def add_node_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
     p.add_argument(
         "--data-dir",
         required=True,
-        help="the node's data directory (created if missing; a file there is an error)",
+        help="the node's data directory, formatted once by 'raftcore format' (a node never "
+        "formats itself)",
     )
     add_node_security_options(p)
     p.add_argument("--cluster-id", required=True, help="the cluster's id (the same on every node)")

@@ -30,12 +30,15 @@ def start_core(
     listener: Any,
     listener_start_offset: int | None,
     directory_id: bytes | None,
+    joining: bool = False,
     prefix: str,
     committed_offset: int = 0,
 ) -> tuple[RaftCore, Output, bytes | None]:
     """The started core, its first output and the directory id it runs with. Raises what
     the core's start raised when the replica cannot be itself. ``committed_offset``: the
-    one checkpointed (raftcore.node.committed_checkpoint)."""
+    one checkpointed (raftcore.node.committed_checkpoint). The data directory is a
+    formatted one (:func:`raftcore.node.data_dir.check_meta_properties` passed): its
+    quorum-state is expected; ``joining``: it was formatted without a voter set."""
     store = FileQuorumStateStore(cfg.data_dir, cluster_id=cfg.cluster_id)
     # the voter set records where the other nodes reach this one: its node listener
     node_ep = cfg.node_advertised
@@ -54,6 +57,8 @@ def start_core(
             directory_id=directory_id,
             endpoint=endpoint,
             committed_offset=committed_offset,
+            formatted=True,
+            joining=joining,
         )
         try:
             return core, core.start(now_ms()), directory_id

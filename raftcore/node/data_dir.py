@@ -1,9 +1,9 @@
-"""The node's data directory: the ``meta.properties`` that names its cluster and node, and what
-counts as durable in the log when fsyncs are periodic.
+"""The node's data directory: formatting it (``raftcore format``), the ``meta.properties`` that
+names its cluster and node, and what counts as durable in the log when fsyncs are periodic.
 
 Layout::
 
-    <data-dir>/meta.properties   cluster id, node id and directory id
+    <data-dir>/meta.properties   cluster id, node id, directory id and initial voters
     <data-dir>/quorum-state      the quorum state (epoch, vote, leader)
     <data-dir>/log/              the segmented log, and beside its segments the snapshots
     <data-dir>/state/            the LMDB state machine (``--state-machine lmdb``)
@@ -12,21 +12,31 @@ Layout::
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from raftcore.checkpoint import write_atomically
 from raftcore.errors import RaftcoreError
 from raftcore.node.config import NodeConfig
+from raftcore.raft.quorum_store import FILE_NAME as QUORUM_STATE
+from raftcore.raft.quorum_store import FileQuorumStateStore
+from raftcore.raft.values import ElectionState
 from raftcore.raft.voters import directory_id_text, parse_directory_id
 
 __all__ = [
     "LOG_DIR",
     "META_PROPERTIES",
     "STATE_DIR",
+    "DataDirIdentity",
     "check_meta_properties",
+    "format_command",
+    "format_data_dir",
     "new_directory_id",
     "read_directory_id",
     "read_meta_properties",
+    "refuse_unformatted",
     "replace_directory_id",
 ]
 
@@ -35,27 +45,116 @@ LOG_DIR = "log"
 STATE_DIR = "state"
 
 
-def check_meta_properties(cfg: NodeConfig) -> bytes:
-    """The data directory names its cluster and node (Kafka's ``meta.properties``): written on
-    first start, checked on every later one, so that a node never joins another cluster (or
-    takes another node's place) with a log that is not theirs. Returns the directory's id.
+@dataclass(frozen=True)
+class DataDirIdentity:
+    """What ``meta.properties`` says of this replica: its directory id, and the first voter
+    set it was formatted with (``initial.voters``): the ids of a new cluster's voters, empty
+    for a replica formatted to join an existing cluster (an observer until added), or None for
+    a directory of a release before ``raftcore format`` (it starts as it always did)."""
 
-    The directory id (``directory.id``, Kafka's uuid text) is drawn at random when the
-    directory is first formatted: with the node id it names this replica (KIP-853), so a node
-    whose disk was wiped comes back as a new replica, never as the voter it was. A
-    ``meta.properties`` without one (written by a release before directory ids) gets one,
-    rewritten whole and atomically, the first time the node starts."""
+    directory_id: bytes
+    initial_voters: frozenset[int] | None
+
+    @property
+    def joins(self) -> bool:
+        """Formatted without a voter set: it never bootstraps one, never votes, until the
+        voter set in the log names it (``add-voter``, ``--auto-join``)."""
+        return self.initial_voters is not None and not self.initial_voters
+
+
+def format_data_dir(
+    data_dir: str | os.PathLike[str],
+    *,
+    cluster_id: str,
+    node_id: int,
+    initial_voters: Collection[int] | None,
+) -> bytes:
+    """Format ``data_dir`` (Kafka's ``kafka-storage format``), creating it if need be: write
+    ``meta.properties`` (cluster id, node id, a new directory id, and ``initial.voters``: the
+    ids of the first voter set, or nothing for a replica that joins an existing cluster) and
+    an empty quorum-state (epoch 0, no vote), so that a quorum-state missing later is known
+    lost, empty log or not. ``initial_voters`` None formats a joining replica.
+
+    Refuses (RaftcoreError, one line) a directory already formatted or holding a log or a
+    quorum-state: formatting never replaces a replica. Returns the new directory id."""
+    path = Path(data_dir)
+    if path.exists() and not path.is_dir():
+        raise RaftcoreError(f"{path}: not a directory (a file is in the way)")
+    held = [name for name in (META_PROPERTIES, QUORUM_STATE, LOG_DIR) if _holds(path / name)]
+    if held:
+        raise RaftcoreError(
+            f"{path} is already formatted or holds a replica's data ({', '.join(held)}); "
+            "refusing to format it (an empty directory only)"
+        )
+    voters = sorted(set(initial_voters or ()))
+    if initial_voters is not None and node_id not in voters:
+        raise RaftcoreError(
+            f"node {node_id} is not one of the initial voters {voters}: format it with "
+            "--no-initial-voters to join an existing cluster"
+        )
+    path.mkdir(parents=True, exist_ok=True)
+    # the quorum-state first: a directory with meta.properties always has one
+    FileQuorumStateStore(path, cluster_id=cluster_id).write(ElectionState(epoch=0))
+    directory_id = new_directory_id()
+    write_atomically(
+        path / META_PROPERTIES,
+        (
+            f"version=1\ncluster.id={cluster_id}\nnode.id={node_id}\n"
+            f"directory.id={directory_id_text(directory_id)}\n"
+            f"initial.voters={','.join(str(v) for v in voters)}\n"
+        ).encode(),
+    )
+    return directory_id
+
+
+def _holds(path: Path) -> bool:
+    if path.is_dir():
+        return any(path.iterdir())
+    return path.exists()
+
+
+def format_command(data_dir: str | os.PathLike[str], cluster_id: str, node_id: int) -> str:
+    """How to format this directory, for the one-line refusal of an unformatted one."""
+    base = f"raftcore format --data-dir {data_dir} --cluster-id={cluster_id} --id {node_id}"
+    return (
+        f"format it first: '{base} --initial-voters VOTERS' (or --standalone) for a new "
+        f"cluster, or '{base} --no-initial-voters' to join an existing one as an observer "
+        "(docs/operations.md)"
+    )
+
+
+def refuse_unformatted(data_dir: Path, cluster_id: str, node_id: int) -> NoReturn:
+    """RaftcoreError (one line) for a data directory without ``meta.properties``: never
+    formatted (how to format it), or formatted once and the file lost (what to do)."""
+    held = [name for name in (QUORUM_STATE, LOG_DIR, STATE_DIR) if _holds(data_dir / name)]
+    if held:
+        raise RaftcoreError(
+            f"{data_dir / META_PROPERTIES} is missing while {data_dir} holds a replica's data "
+            f"({', '.join(held)}): refusing to start, since which replica this was is lost; "
+            "restore the file, or wipe the directory and format it with --no-initial-voters "
+            "to come back as a new replica (docs/operations.md)"
+        )
+    raise RaftcoreError(
+        f"{data_dir} is not formatted; " + format_command(data_dir, cluster_id, node_id)
+    )
+
+
+def check_meta_properties(cfg: NodeConfig) -> DataDirIdentity:
+    """The data directory names its cluster and node (Kafka's ``meta.properties``), written
+    by :func:`format_data_dir` and checked on every start, so that a node never joins another
+    cluster (or takes another node's place) with a log that is not theirs, and never formats
+    itself: two wiped voters that did would be a majority of an empty log.
+
+    Refused (RaftcoreError, one line): a directory that was never formatted, and one that
+    holds a log or a quorum-state but lost its ``meta.properties`` (it was formatted once:
+    its directory id, and with it which replica it is, is gone; the operator restores the
+    file or wipes the directory and formats it to join as a new replica).
+
+    A ``meta.properties`` without a directory id (written by a release before directory ids)
+    gets one, rewritten whole and atomically, the first time the node starts."""
     path = cfg.data_dir / META_PROPERTIES
     if not path.exists():
-        directory_id = new_directory_id()
-        write_atomically(
-            path,
-            (
-                f"version=1\ncluster.id={cfg.cluster_id}\nnode.id={cfg.node_id}\n"
-                f"directory.id={directory_id_text(directory_id)}\n"
-            ).encode(),
-        )
-        return directory_id
+        refuse_unformatted(cfg.data_dir, cfg.cluster_id, cfg.node_id)
     text = path.read_text(encoding="utf-8")
     props = _parse_properties(text)
     if props.get("cluster.id") != cfg.cluster_id:
@@ -68,6 +167,12 @@ def check_meta_properties(cfg: NodeConfig) -> bytes:
             f"{cfg.data_dir} belongs to node {props.get('node.id')}, not {cfg.node_id}; "
             "refusing to start"
         )
+    initial = _initial_voters(path, props)
+    if initial and cfg.voters and initial != frozenset(cfg.voters):
+        raise RaftcoreError(
+            f"{path} was formatted with initial voters {sorted(initial)}, but the node is "
+            f"started with voters {sorted(cfg.voters)}; refusing to start"
+        )
     written = props.get("directory.id")
     if written is None:  # an older release's directory: give it its id, in place
         directory_id = new_directory_id()
@@ -75,11 +180,23 @@ def check_meta_properties(cfg: NodeConfig) -> bytes:
         write_atomically(
             path, f"{text}{ending}directory.id={directory_id_text(directory_id)}\n".encode()
         )
-        return directory_id
+        return DataDirIdentity(directory_id, initial)
     try:
-        return parse_directory_id(written)
+        return DataDirIdentity(parse_directory_id(written), initial)
     except ValueError as exc:
         raise RaftcoreError(f"{path}: directory.id: {exc}; refusing to start") from None
+
+
+def _initial_voters(path: Path, props: dict[str, str]) -> frozenset[int] | None:
+    text = props.get("initial.voters")
+    if text is None:
+        return None
+    try:
+        return frozenset(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise RaftcoreError(
+            f"{path}: initial.voters: not a list of node ids: {text!r}; refusing to start"
+        ) from None
 
 
 def _parse_properties(text: str) -> dict[str, str]:

@@ -4,7 +4,10 @@ use it as a context manager).
 
 The first ``size`` nodes are the static voters (``--voters``); :meth:`LocalCluster.join_node`
 starts more, each joining through ``--bootstrap`` with a data directory and port of its own
-(a node replaced under an old id gets a new directory and port: a new disk, a new machine)."""
+(a node replaced under an old id gets a new directory and port: a new disk, a new machine).
+The cluster formats the data directories it creates (:func:`raftcore.node.data_dir.
+format_data_dir`: the static voters with the first voter set, a joined node without one),
+never one that exists."""
 
 from __future__ import annotations
 
@@ -114,6 +117,9 @@ class LocalCluster:
         self.joined: dict[int, tuple[int, Path, list[str]]] = {}
         self._logs: dict[int, IO[bytes]] = {}
         self.started_pids: list[int] = []
+        # the nodes that format their own directory (another release's, tests/previous_release)
+        self.unformatted: set[int] = set()
+        self._made: set[Path] = set()  # the data directories this cluster created and formatted
 
     # ---- addresses ---------------------------------------------------------------------------
 
@@ -233,6 +239,7 @@ class LocalCluster:
         if node_id in self.procs and self.procs[node_id].poll() is None:
             raise RaftcoreError(f"node {node_id} is already running")
         self.directory.mkdir(parents=True, exist_ok=True)
+        self._format_new(node_id, cluster_id or self.cluster_id)
         with contextlib.suppress(FileNotFoundError):
             self._ready_file(node_id).unlink()
         log = open(self.log_file(node_id), "ab")  # noqa: SIM115 (closed in close())
@@ -255,6 +262,30 @@ class LocalCluster:
         if wait:
             self.wait_listening(node_id, timeout_s)
         return proc
+
+    def _format_new(self, node_id: int, cluster_id: str) -> None:
+        """Format ``node_id``'s data directory if this cluster is about to create it. Never a
+        directory that exists, nor one made before (a test that wiped it formats it itself,
+        as an operator would: ``raftcore format``, or :meth:`format`)."""
+        directory = self.data_dir(node_id)
+        if node_id in self.unformatted or directory in self._made or directory.exists():
+            return
+        self.format(node_id, cluster_id)
+
+    def format(self, node_id: int, cluster_id: str | None = None) -> None:
+        """Format ``node_id``'s data directory (new or empty), as ``raftcore format`` does:
+        the static voters with the first voter set, a joined node with none (an observer
+        until added)."""
+        from raftcore.node.data_dir import format_data_dir
+
+        directory = self.data_dir(node_id)
+        format_data_dir(
+            directory,
+            cluster_id=cluster_id or self.cluster_id,
+            node_id=node_id,
+            initial_voters=None if node_id in self.joined else self.node_ids,
+        )
+        self._made.add(directory)
 
     def wait_listening(self, node_id: int, timeout_s: float = 30.0) -> None:
         """Until the node has bound its port (or exited: an error with its log's tail)."""

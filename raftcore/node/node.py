@@ -200,8 +200,8 @@ class RaftNode:
             server_tls = tls.server_context(cfg.security)
             peer_tls = tls.peer_context(cfg.security)
         self._loop = asyncio.get_running_loop()
-        cfg.data_dir.mkdir(parents=True, exist_ok=True)
-        self.directory_id = check_meta_properties(cfg)
+        identity = check_meta_properties(cfg)  # formatted, and for this node: or refused
+        self.directory_id = identity.directory_id
         self.log = SegmentedLog.open(cfg.data_dir / LOG_DIR, config=cfg.log)
         try:
             self.producer_tracker.attach(self.log)
@@ -259,6 +259,7 @@ class RaftNode:
                 listener=CoreListener(self),
                 listener_start_offset=start_offset,
                 directory_id=self.directory_id,
+                joining=identity.joins,
                 prefix=self.prefix,
                 committed_offset=committed,
             )

@@ -46,16 +46,21 @@ def check_data_dir(path: str | os.PathLike[str]) -> None:
 
 def check_data_dir_identity(path: str | os.PathLike[str], node_id: int, cluster_id: str) -> None:
     """ValueError (one line, naming the options) when the directory's ``meta.properties``
-    was written for another cluster or another node id: checked before the port is bound, so
-    that a node started on another's directory says so as a usage error (the node checks it
-    again when it opens the directory, :func:`raftcore.node.data_dir.check_meta_properties`).
-    A directory without the file is new: nothing to compare."""
-    from raftcore.node.data_dir import read_meta_properties
+    is missing or was written for another cluster or another node id: checked before the
+    port is bound, so that a node started on another's directory says so as a usage error
+    (the node checks it again when it opens the directory,
+    :func:`raftcore.node.data_dir.check_meta_properties`).
+    A directory without the file is refused too: it was never formatted (the line says how
+    to format it), or it lost the file (the line says what to do)."""
+    from raftcore.node.data_dir import read_meta_properties, refuse_unformatted
 
     p = Path(path)
     props = read_meta_properties(p)
     if props is None:
-        return
+        try:
+            refuse_unformatted(p, cluster_id, node_id)
+        except RaftcoreError as exc:
+            raise ValueError(str(exc)) from None
     if props.get("cluster.id") != cluster_id:
         raise ValueError(
             f"--data-dir {p} belongs to cluster {props.get('cluster.id')!r}, not --cluster-id "

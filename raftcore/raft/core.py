@@ -131,7 +131,11 @@ class RaftCore(LeaderRequests):
     is the replica's key, so a wiped disk under an old id is a new replica. ``endpoint`` is
     where it listens, as it tells the leader (UpdateRaftVoter, and its fetches as an
     observer). ``committed_offset``: the committed offset this replica checkpointed before
-    (0 for a new one); no leader makes it truncate below it (raftcore.raft.committed)."""
+    (0 for a new one); no leader makes it truncate below it (raftcore.raft.committed).
+    ``formatted``: the store is a formatted data directory's, which always holds a
+    quorum-state, so a missing one is lost even with an empty log. ``joining``: the replica
+    was formatted without a voter set (``--no-initial-voters``): it never stands or votes as
+    a voter of the static set, only once the voter set in the log names it (KIP-853)."""
 
     def __init__(
         self,
@@ -147,6 +151,8 @@ class RaftCore(LeaderRequests):
         directory_id: bytes | None = None,
         endpoint: VoterEndpoint | None = None,
         committed_offset: int = 0,
+        formatted: bool = False,
+        joining: bool = False,
     ) -> None:
         self.node_id = node_id
         self.config = config
@@ -165,6 +171,8 @@ class RaftCore(LeaderRequests):
             log_prefix=self.prefix,
             history=self.history,
             directory_id=directory_id,
+            formatted=formatted,
+            joining=joining,
         )
         self.requests = RequestManager(config.retry_backoff_ms, config.request_timeout_ms)
         self.feed = ListenerFeed(

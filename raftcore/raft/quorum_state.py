@@ -95,6 +95,8 @@ class QuorumState:
         log_prefix: str = "",
         history: VoterHistory | None = None,
         directory_id: bytes | None = None,
+        formatted: bool = False,
+        joining: bool = False,
     ) -> None:
         self.local_id = local_id
         self.config = config
@@ -108,7 +110,13 @@ class QuorumState:
         # told that it is not a voter (INCONSISTENT_VOTER_SET of a static voter set, or a new
         # disk under an old id): it acts as an observer until the voter set in the log (KIP-853)
         # says otherwise
-        self.demoted = False
+        self.demoted = joining
+        # formatted without a voter set (--no-initial-voters): it answers no Vote until the
+        # voter set in the log names it
+        self.joining = joining
+        # the store held a quorum-state once (a formatted data directory writes one): a
+        # missing one is a lost one, empty log or not
+        self.formatted = formatted
         self.started_without_state = False  # no quorum-state when it started (a new disk)
         self.state: EpochState = UnattachedState(0, self.voters, NO_DEADLINE)
 
@@ -182,11 +190,12 @@ class QuorumState:
         - stored leader: Follower; otherwise Unattached.
 
         Never vote twice: a quorum-state that is missing or unreadable while the log holds
-        records means this replica may have voted in an epoch it no longer remembers. It must
-        not come back as the voter it was: LostQuorumStateError, unless the voter set no longer
-        names it by this directory id (the driver gave it a new one: it is a new replica, an
-        observer until the voter set takes it in). A static voter set (kraft.version 0) cannot
-        tell a new directory from the old one: always LostQuorumStateError there.
+        records (or, on a formatted data directory, which always holds one, at all) means this
+        replica may have voted in an epoch it no longer remembers. It must not come back as the
+        voter it was: LostQuorumStateError, unless the voter set no longer names it by this
+        directory id (the driver gave it a new one: it is a new replica, an observer until the
+        voter set takes it in). A static voter set (kraft.version 0) cannot tell a new directory
+        from the old one: always LostQuorumStateError there.
         """
         try:
             stored = self.store.read()
@@ -196,7 +205,7 @@ class QuorumState:
         log_epoch = self.log.last_fetched_epoch
         if stored is None:
             self.started_without_state = True
-            if self.log.end_offset > 0 or self.log.log_start_offset > 0:
+            if self.formatted or self.log.end_offset > 0 or self.log.log_start_offset > 0:
                 self._check_lost("the quorum-state is missing")
             stored = ElectionState(epoch=0, voters=self.voters)
         if stored.epoch < log_epoch:
@@ -243,6 +252,16 @@ class QuorumState:
         """The quorum-state is gone though the log holds records: refuse to be the old voter."""
         history = self.history
         where = getattr(self.store, "path", "the quorum-state store")
+        if self.log.end_offset == 0 and self.log.log_start_offset == 0:
+            # nothing in the log says which voter set this is: it may have voted in epoch 1
+            # of a cluster that never elected a leader
+            raise LostQuorumStateError(
+                f"{self.prefix} {what} ({where}) and the log is empty: this voter may have "
+                "voted in an epoch it no longer remembers; restore the file, or wipe the data "
+                "directory and format it with --no-initial-voters to come back as a new "
+                "replica (docs/operations.md)",
+                static=True,
+            )
         if history.latest_offset() < 0:
             raise LostQuorumStateError(
                 f"{self.prefix} {what} ({where}) while the log holds records up to offset "

@@ -485,6 +485,10 @@ def update_due(core: RaftCore, state: FollowerState, now: int) -> bool:
     fetch: one request to the leader at a time.)"""
     if state.voter_updated or core.endpoint is None or core.local_key.directory_id is None:
         return False
+    if core.quorum.joining and not core.quorum.is_voter:
+        # formatted to join: never a static voter's stand-in, so never in the first Voters
+        # record of an upgrade to kraft.version 1 (only add-voter takes it in)
+        return False
     if state.high_watermark is None:
         # Not before a fetch told it the leader's high watermark: a leader takes the update only
         # once it has committed in its epoch, and the first request to a leader is a fetch.

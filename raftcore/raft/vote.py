@@ -82,6 +82,10 @@ def handle_request(core: RaftCore, request: VoteRequest, now: int) -> VoteRespon
         # KIP-853: the request is for another replica (a disk wiped under this id is a new
         # replica, and must not stand in for the voter the candidate counts)
         return _response(core, Errors.INVALID_VOTER_KEY)
+    if core.quorum.joining and not core.quorum.is_voter:
+        # formatted to join an existing cluster: no voter of the static set, whatever id the
+        # request names, until the voter set in the log takes it in (KIP-853)
+        return _response(core, Errors.INVALID_VOTER_KEY)
     candidate = ReplicaKey(request.candidate_id, request.candidate_directory_id)
     candidate_log = OffsetAndEpoch(request.last_offset, request.last_offset_epoch)
     up_to_date = candidate_log >= end_offset_and_epoch(core.log)

@@ -208,6 +208,7 @@ class NodeSet:
         if self.alive(node_id):
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._format_if_new(node_id)
         with contextlib.suppress(FileNotFoundError):
             self._ready_file(node_id).unlink()
         old = self._logs.pop(node_id, None)
@@ -236,6 +237,23 @@ class NodeSet:
         self.started_pids.append(proc.pid)
         if wait:
             self.wait_ready(node_id, timeout_s)
+
+    def _format_if_new(self, node_id: int) -> None:
+        """Format a node's data directory that holds nothing of a replica (a first start, a
+        new disk, a wiped one), as the operator does with ``raftcore format``: a static voter
+        with the first voter set, a node that joins (a wiped one) without one."""
+        from raftcore.endpoints import parse_voters
+        from raftcore.node.data_dir import LOG_DIR, META_PROPERTIES, format_data_dir
+
+        directory = self.data_dir(node_id)
+        if any((directory / name).exists() for name in (META_PROPERTIES, "quorum-state", LOG_DIR)):
+            return
+        format_data_dir(
+            directory,
+            cluster_id=self.cluster_id,
+            node_id=node_id,
+            initial_voters=None if node_id in self.joined else list(parse_voters(self.voters)),
+        )
 
     def start_all(self, timeout_s: float = 30.0) -> None:
         for node_id in self.node_ids:
