@@ -93,6 +93,22 @@ def remove(q: Quorum, voter: int) -> Any:
     return cls(cluster_id=q.cluster_id, voter_id=voter, voter_directory_id=bytes(16))
 
 
+def fetch_snapshot(q: Quorum, replica: int, offset: int, epoch: int) -> Any:
+    cls = request_spec(ApiKey.FETCH_SNAPSHOT).cls
+    partition = cls.PartitionSnapshot(
+        partition=0,
+        current_leader_epoch=q.epoch,
+        snapshot_id=cls.SnapshotId(end_offset=offset, epoch=epoch),
+        position=0,
+    )
+    return cls(
+        cluster_id=q.cluster_id,
+        replica_id=replica,
+        max_bytes=1 << 20,
+        topics=[cls.TopicSnapshot(name=TOPIC, partitions=[partition])],
+    )
+
+
 @dataclass(frozen=True)
 class Case:
     """A request, the node it goes to (``"leader"`` or ``"follower"``), and what it is
@@ -179,6 +195,14 @@ CASES = [
         lambda q: end(q, OUTSIDER, q.epoch + 1),
         Errors.INCONSISTENT_VOTER_SET,
         Errors.INCONSISTENT_VOTER_SET,
+    ),
+    Case(  # found by the raft wire fuzz: the leader stopped on a file name of epoch -1
+        "a FetchSnapshot of a snapshot of epoch -1",
+        "leader",
+        ApiKey.FETCH_SNAPSHOT,
+        lambda q: fetch_snapshot(q, OUTSIDER, 3, -1),
+        Errors.SNAPSHOT_NOT_FOUND,
+        Errors.SNAPSHOT_NOT_FOUND,
     ),
 ]
 
