@@ -82,17 +82,22 @@ def handle_request(core: RaftCore, request: VoteRequest, now: int) -> VoteRespon
         line = f"refusing a {kind} request naming this replica's own id {core.node_id}"
         error = core.refusals.refuse(candidate.id, Errors.INVALID_REQUEST, line, now)
         return _response(core, error)
+    # Asked before a higher epoch is adopted: whether this replica has a live leader then
     why = non_voter(core, candidate, request.candidate_epoch, "candidate", candidate_log)
-    if why is not None:
-        # Before a higher epoch is adopted: a replica outside the voter set neither wins
-        # votes nor deposes the leader by raising the epoch (KIP-595 validateVoterOnlyRequest)
-        line = f"refusing a {kind} request in epoch {request.candidate_epoch}: {why}"
-        error = core.refusals.refuse(candidate.id, Errors.INCONSISTENT_VOTER_SET, line, now)
-        return _response(core, error)
     if request.candidate_epoch > core.quorum.epoch:
+        # Adopted even from a replica outside the voter set: a voter removed before it read
+        # its removal may be stranded in a higher epoch (it stood for election, or adopted
+        # an epoch, while it still counted itself a voter); until the voters pass that epoch it
+        # can never learn the leader, and so never its removal (found by the simulation,
+        # seed 5350). It is not granted the vote below.
         core.transition_to_unattached(
             request.candidate_epoch, now, f"vote request from {request.candidate_id}"
         )
+    if why is not None:
+        # KIP-595 validateVoterOnlyRequest: no vote for a replica outside the voter set
+        line = f"refusing a {kind} request in epoch {request.candidate_epoch}: {why}"
+        error = core.refusals.refuse(candidate.id, Errors.INCONSISTENT_VOTER_SET, line, now)
+        return _response(core, error)
     if request.voter_id >= 0 and not ReplicaKey(
         request.voter_id, request.voter_directory_id
     ).addressed_to(core.local_key):
