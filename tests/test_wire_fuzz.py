@@ -27,9 +27,9 @@ steady writer (``Producer``, acks=all) writes numbered values:
 Raft input that is legitimate is never sent: a Vote or BeginQuorumEpoch with our cluster id
 (or none) and a high epoch is what a real candidate or leader sends, and may depose the leader
 -- that is the protocol working, not a bug (the protocol has no authentication on a PLAINTEXT
-listener; Kafka's has none either). With the voter set in the log any id may be a voter (a
-replica's view of the set may be behind, so none is refused for its id), and a voter change
-from anyone is an operator's on a PLAINTEXT listener. So these are sent only with another
+listener; Kafka's has none either). A Vote from an id outside the voter set gets no vote but
+still raises the epoch (a removed voter may be stranded in a higher one: docs/raft.md), and a
+voter change from anyone is an operator's on a PLAINTEXT listener. So these are sent only with another
 cluster id; a replica Fetch, which counts toward the high watermark only from a voter, also
 from ids outside the voter set. Every mutated frame that still decodes is checked locally: if
 it is legitimate input, it is counted as skipped and not sent.
@@ -42,6 +42,10 @@ no node logged a traceback, an ERROR or a CRITICAL line; each connection attack 
 (refused past the caps, closed by the timeouts, held within the budget); and once the fuzzing
 connections are closed, each node's open file descriptors are back within 10 of the baseline
 and its resident memory grew by less than 64 MiB.
+
+In this process too (:func:`test_mutated_raft_rpcs_with_a_nodes_credentials_stop_no_node_and_log_no_traceback`):
+every raft RPC built valid against a SASL_PLAINTEXT cluster as it is, one to three fields then
+set by what they mean, sent with a voter's and a non-voter's node login.
 
 ``RAFTCORE_FUZZ_WIRE_SEED`` replays a run (the seed is printed, and named in every failure);
 ``RAFTCORE_FUZZ_WIRE_ITERATIONS`` (default 1) multiplies the mutated and random frames and
