@@ -29,8 +29,8 @@ Raft input that is legitimate is never sent: a Vote or BeginQuorumEpoch with our
 -- that is the protocol working, not a bug (the protocol has no authentication on a PLAINTEXT
 listener; Kafka's has none either). A Vote from an id outside the voter set gets no vote but
 still raises the epoch (a removed voter may be stranded in a higher one: docs/raft.md), and a
-voter change from anyone is an operator's on a PLAINTEXT listener. So these are sent only with another
-cluster id; a replica Fetch, which counts toward the high watermark only from a voter, also
+voter change from anyone is an operator's on a PLAINTEXT listener. So these are sent only with
+another cluster id; a replica Fetch, which counts toward the high watermark only from a voter, also
 from ids outside the voter set. Every mutated frame that still decodes is checked locally: if
 it is legitimate input, it is counted as skipped and not sent.
 
@@ -43,9 +43,9 @@ no node logged a traceback, an ERROR or a CRITICAL line; each connection attack 
 connections are closed, each node's open file descriptors are back within 10 of the baseline
 and its resident memory grew by less than 64 MiB.
 
-In this process too (:func:`test_mutated_raft_rpcs_with_a_nodes_credentials_stop_no_node_and_log_no_traceback`):
-every raft RPC built valid against a SASL_PLAINTEXT cluster as it is, one to three fields then
-set by what they mean, sent with a voter's and a non-voter's node login.
+In this process too (``test_mutated_raft_rpcs_with_a_nodes_credentials_...``): every raft
+RPC built valid against a SASL_PLAINTEXT cluster as it is, one to three fields then set by
+what they mean, sent with a voter's and a non-voter's node login.
 
 ``RAFTCORE_FUZZ_WIRE_SEED`` replays a run (the seed is printed, and named in every failure);
 ``RAFTCORE_FUZZ_WIRE_ITERATIONS`` (default 1) multiplies the mutated and random frames and
