@@ -14,7 +14,9 @@ The errors, from Kafka's KafkaRaftClient and KIP-595:
   ``hasConsistentLeader`` throws there; two leaders in one epoch cannot both be right, and the
   one this replica already follows won its epoch before this message came.
 - ``INCONSISTENT_VOTER_SET``: a Vote, BeginQuorumEpoch or EndQuorumEpoch from a replica that is
-  not a voter of this replica's voter set (KIP-595's ``validateVoterOnlyRequest``).
+  not a voter of this replica's voter set (KIP-595's ``validateVoterOnlyRequest``). A Vote's
+  higher epoch is still adopted first, as Kafka does (:mod:`raftcore.raft.vote` says why); the
+  vote is refused.
 - ``INVALID_VOTER_KEY`` (KIP-853) stays with the handlers: a request meant for another replica.
 """
 
