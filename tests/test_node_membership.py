@@ -1,8 +1,8 @@
 """The voter set at run time on embedded nodes (KIP-853): a node joins through a bootstrap
 server (over mutual TLS too, where a bootstrap server may be any node), is added and votes;
-who may add, remove and hand over (a node, an administrator named by --admin-principals;
-PLAINTEXT trusts its network); peers come from the voter set and a removed voter's connection
-is closed; Metadata and DescribeQuorum list the voter set, not the static voters."""
+who may add, remove and hand over (an administrator named by --admin-principals, a node adding
+itself; PLAINTEXT trusts its network); peers come from the voter set and a removed voter's
+connection is closed; Metadata and DescribeQuorum list the voter set, not the static voters."""
 
 from __future__ import annotations
 
@@ -244,9 +244,23 @@ AUTHORIZED = {  # what the leader answers each of those
 }
 
 
-def test_on_a_tls_listener_only_a_node_or_an_administrator_may_change_the_voters(
+def _add_itself(node_id: int) -> Any:
+    add = request_spec(ApiKey.ADD_RAFT_VOTER).cls
+    return add(
+        cluster_id=CLUSTER_ID,
+        timeout_ms=1000,
+        voter_id=node_id,
+        voter_directory_id=bytes(16),
+        listeners=[],
+    )
+
+
+def test_on_a_tls_listener_only_an_administrator_may_change_the_voters_and_a_node_add_itself(
     tmp_path, certs, caplog
 ):
+    """A node's certificate speaks for its own id only: node 2's cannot add, remove or hand
+    over to node 9; node 4's may ask to add node 4 (auto-join)."""
+
     async def main() -> None:
         async with cluster(
             tmp_path, lambda i: node_tls(certs, i), admin_principals=frozenset({"User:alice"})
@@ -254,18 +268,21 @@ def test_on_a_tls_listener_only_a_node_or_an_administrator_may_change_the_voters
             lead = await dynamic(nodes)
             before = lead.core.voter_set  # type: ignore[union-attr]
             for key, body in _admin_requests():
-                refused = await _ask(lead, key, body, tls_client_security(certs, "mallory"))
-                assert refused.error_code == Errors.CLUSTER_AUTHORIZATION_FAILED
-                for allowed in (tls_client_security(certs, "alice"), as_node(certs, 2)):
-                    answer = await _ask(lead, key, body, allowed)
-                    assert answer.error_code == AUTHORIZED[key], answer.error_message
+                for refused_to in (tls_client_security(certs, "mallory"), as_node(certs, 2)):
+                    refused = await _ask(lead, key, body, refused_to)
+                    assert refused.error_code == Errors.CLUSTER_AUTHORIZATION_FAILED
+                answer = await _ask(lead, key, body, tls_client_security(certs, "alice"))
+                assert answer.error_code == AUTHORIZED[key], answer.error_message
+            answer = await _ask(lead, ApiKey.ADD_RAFT_VOTER, _add_itself(4), as_node(certs, 4))
+            assert answer.error_code == Errors.REQUEST_TIMED_OUT, answer.error_message
             assert lead.core.voter_set == before and lead.is_leader()  # type: ignore[union-attr]
 
     asyncio.run(asyncio.wait_for(main(), 60))
-    assert "the connection is User:mallory, not a node or an administrator" in caplog.text
+    assert "the connection is User:mallory, not an administrator" in caplog.text
+    assert "an ADD_RAFT_VOTER of node 9 from" in caplog.text
 
 
-def test_on_a_sasl_listener_only_a_node_or_an_administrator_may_change_the_voters_told_why(
+def test_on_a_sasl_listener_only_an_administrator_may_change_the_voters_told_why_and_a_node_add_itself(
     tmp_path,
 ):
     def login(user: str, password: str) -> ClientSecurity:
@@ -282,17 +299,19 @@ def test_on_a_sasl_listener_only_a_node_or_an_administrator_may_change_the_voter
         ) as nodes:
             lead = await dynamic(nodes)
             for key, body in _admin_requests():
-                refused = await _ask(lead, key, body, login("bob", "bob-secret"))
-                assert refused.error_code == Errors.CLUSTER_AUTHORIZATION_FAILED
-                # the command prints the answer's message: it names the option to set
-                assert refused.error_message.startswith(
-                    "User:bob may not change the voters or the leader"
-                ), refused.error_message
-                assert "--admin-principals may (node" in refused.error_message
-                assert refused.error_message.endswith("names User:alice)")
-                for allowed in (login("alice", "alice-secret"), login("node-2", NODE_PASSWORD)):
-                    answer = await _ask(lead, key, body, allowed)
-                    assert answer.error_code == AUTHORIZED[key], answer.error_message
+                for refused_to in (login("bob", "bob-secret"), login("node-2", NODE_PASSWORD)):
+                    refused = await _ask(lead, key, body, refused_to)
+                    assert refused.error_code == Errors.CLUSTER_AUTHORIZATION_FAILED
+                    # the command prints the answer's message: it names the option to set
+                    assert refused.error_message.endswith("names User:alice)"), (
+                        refused.error_message
+                    )
+                    assert "--admin-principals may" in refused.error_message
+                answer = await _ask(lead, key, body, login("alice", "alice-secret"))
+                assert answer.error_code == AUTHORIZED[key], answer.error_message
+            itself = login("node-9", NODE_PASSWORD)
+            answer = await _ask(lead, ApiKey.ADD_RAFT_VOTER, _add_itself(9), itself)
+            assert answer.error_code == Errors.REQUEST_TIMED_OUT, answer.error_message
 
     asyncio.run(asyncio.wait_for(main(), 60))
 

@@ -259,9 +259,11 @@ def test_a_replica_answers_its_voters_whether_or_not_it_counts_itself_one():
 
 def test_a_replica_answers_a_candidate_its_own_voter_set_does_not_know():
     """KIP-853: a candidate just added is not in the voter set of a replica that has not read
-    the record that added it; the replica answers it all the same."""
+    the record that added it; a replica without a live leader answers it all the same when the
+    candidate's log is ahead of its own (it holds records this replica has not read)."""
     h = Harness()
-    assert h.request(9, vote_request(3, 9)).error_code == Errors.NONE
+    answer = h.request(9, vote_request(3, 9, last_epoch=1, last_offset=5))
+    assert answer.error_code == Errors.NONE and answer.vote_granted
 
 
 def test_an_epoch_that_could_not_be_raised_again_is_an_invalid_request():

@@ -12,7 +12,7 @@ import pytest
 from raft_harness import CLUSTER, Harness, batch
 
 from raftcore.error_codes import Errors
-from raftcore.raft import FetchResponse, LeaderAndEpoch, VoteRequest
+from raftcore.raft import FetchResponse, LeaderAndEpoch, VoteRequest, VoteResponse
 from raftcore.raft.control_records import kraft_version_record, voters_record
 from raftcore.raft.leader_requests import NotLeaderError
 from raftcore.raft.messages import BeginQuorumEpochRequest, UpdateVoterRequest
@@ -215,14 +215,26 @@ def test_a_fetch_from_a_voters_id_with_another_directory_counts_for_nothing():
 
 
 def test_a_wiped_replica_told_it_led_an_epoch_acts_as_an_observer():
-    """A replica that started without a quorum-state is told that its id led epoch 3: it is a
-    new disk under an old id, not that leader; it neither fails nor stands for election."""
+    """A replica that started without a quorum-state is told, in a voter's answer, that its id
+    led epoch 3: it is a new disk under an old id, not that leader; it neither fails nor stands
+    for election."""
     h = Harness(1, (1, 2, 3), directory_id=WIPED)
     assert not h.take(VoteRequest)
-    h.deliver(2, BeginQuorumEpochRequest(CLUSTER, 1, 3, 1, None))  # names 1 the leader of 3
+    h.time_out_election()
+    (ask, *_) = h.pre_votes()
+    h.respond(ask, VoteResponse(Errors.NONE, 1, 3, False))  # names 1 the leader of 3
     assert h.epoch == 3 and not h.core.quorum.is_voter
     h.time_out_election()
     assert not h.take(VoteRequest)
+
+
+def test_a_begin_quorum_epoch_naming_the_receivers_own_id_changes_nothing():
+    """A leader tells the other voters, never itself: a BeginQuorumEpoch naming the receiver's
+    own id the leader comes from no leader, and neither demotes it nor moves its epoch."""
+    h = Harness(1, (1, 2, 3), directory_id=WIPED)
+    answer = h.request(2, BeginQuorumEpochRequest(CLUSTER, 1, 3, 1, None))
+    assert answer.error_code == Errors.INVALID_REQUEST
+    assert h.epoch == 0 and h.core.quorum.is_voter
 
 
 # ---- AddRaftVoter ---------------------------------------------------------------------------

@@ -27,10 +27,10 @@ steady writer (``Producer``, acks=all) writes numbered values:
 Raft input that is legitimate is never sent: a Vote or BeginQuorumEpoch with our cluster id
 (or none) and a high epoch is what a real candidate or leader sends, and may depose the leader
 -- that is the protocol working, not a bug (the protocol has no authentication on a PLAINTEXT
-listener; Kafka's has none either). With the voter set in the log any id may be a voter (a
-replica's view of the set may be behind, so none is refused for its id), and a voter change
-from anyone is an operator's on a PLAINTEXT listener. So these are sent only with another
-cluster id; a replica Fetch, which counts toward the high watermark only from a voter, also
+listener; Kafka's has none either). A Vote from an id outside the voter set gets no vote but
+still raises the epoch (a removed voter may be stranded in a higher one: docs/raft.md), and a
+voter change from anyone is an operator's on a PLAINTEXT listener. So these are sent only with
+another cluster id; a replica Fetch, which counts toward the high watermark only from a voter, also
 from ids outside the voter set. Every mutated frame that still decodes is checked locally: if
 it is legitimate input, it is counted as skipped and not sent.
 
@@ -42,6 +42,10 @@ no node logged a traceback, an ERROR or a CRITICAL line; each connection attack 
 (refused past the caps, closed by the timeouts, held within the budget); and once the fuzzing
 connections are closed, each node's open file descriptors are back within 10 of the baseline
 and its resident memory grew by less than 64 MiB.
+
+In this process too (``test_mutated_raft_rpcs_with_a_nodes_credentials_...``): every raft
+RPC built valid against a SASL_PLAINTEXT cluster as it is, one to three fields then set by
+what they mean, sent with a voter's and a non-voter's node login.
 
 ``RAFTCORE_FUZZ_WIRE_SEED`` replays a run (the seed is printed, and named in every failure);
 ``RAFTCORE_FUZZ_WIRE_ITERATIONS`` (default 1) multiplies the mutated and random frames and
@@ -1452,3 +1456,308 @@ def test_a_client_that_asks_and_never_reads_cannot_make_the_node_hold_its_answer
             writer.close()
 
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+# ---- structure-aware mutations of every raft RPC, sent with a node's credentials --------------
+#
+# In this process: three voters on SASL_PLAINTEXT, and each raft RPC built valid for the
+# cluster as it is (its cluster id, topic id, leader, epoch, log end and the voters' directory
+# ids), then one to three of its fields set to values a confused or hostile node would send:
+# ids of voters, of no voter, negative or huge; epochs around the current one and absurd ones;
+# the voters' directory ids, another's, a random one, none; offsets and positions around the
+# log's end and at the limits; sizes and waits at the limits; arrays emptied or repeated. Each
+# is sent over a connection logged in as a voter (node-2, whose own requests are legitimate:
+# they may depose the leader or move node 2's endpoint) or as a replica outside the voter set
+# (node-9, which may fetch and ask to be added, as a joining node does). Then: no node stopped,
+# no traceback was logged, and every node still answers.
+
+RAFT_RPCS = (
+    ApiKey.VOTE,
+    ApiKey.BEGIN_QUORUM_EPOCH,
+    ApiKey.END_QUORUM_EPOCH,
+    ApiKey.FETCH,
+    ApiKey.FETCH_SNAPSHOT,
+    ApiKey.DESCRIBE_QUORUM,
+    ApiKey.ADD_RAFT_VOTER,
+    ApiKey.REMOVE_RAFT_VOTER,
+    ApiKey.UPDATE_RAFT_VOTER,
+)
+RAFT_SHOTS = 270 * ITERATIONS  # 30 of each RPC
+RAFT_FUZZ_S = 12.0 * ITERATIONS  # and no longer than this
+RAFT_ANSWER_S = 0.3  # a parked fetch may hold its answer: a shot does not wait longer
+IDENTITIES = (2, 9)  # a voter's login, and a replica's outside the voter set
+
+
+@dataclass(frozen=True)
+class RaftView:
+    """The cluster as the fuzzer builds its valid requests against it."""
+
+    cluster_id: str
+    leader: int
+    epoch: int
+    end_offset: int
+    directory_ids: tuple[bytes, ...]
+
+
+def raft_view(nodes: list[Any]) -> RaftView:
+    lead = next((n for n in nodes if n.is_leader()), nodes[0])
+    core = lead.core
+    dirs = tuple(
+        key.directory_id
+        for key in (core.voter_set.key_of(i) for i in core.voter_set)
+        if key is not None and key.directory_id is not None
+    )
+    return RaftView(
+        lead.config.cluster_id,
+        lead.node_id,
+        lead.leader_and_epoch.epoch,
+        lead.log.end_offset,
+        dirs or (uuid.uuid4().bytes,),
+    )
+
+
+def raft_rpc(key: ApiKey, view: RaftView, source: int, rng: random.Random) -> Any:
+    """A valid body of raft RPC ``key`` at its highest served version, speaking for
+    ``source``."""
+    cls = request_spec(key).cls
+    epoch, end, cid = view.epoch, view.end_offset, view.cluster_id
+    own_dir = rng.choice(view.directory_ids)
+    endpoint = {"name": "PLAINTEXT", "host": "127.0.0.1", "port": 1}
+    if key == ApiKey.VOTE:
+        p = cls.PartitionData(
+            partition_index=0,
+            candidate_epoch=epoch + 1,
+            candidate_id=source,
+            candidate_directory_id=own_dir,
+            voter_directory_id=rng.choice(view.directory_ids),
+            last_offset_epoch=epoch,
+            last_offset=end,
+            pre_vote=rng.random() < 0.5,
+        )
+        return cls(
+            cluster_id=cid,
+            voter_id=rng.choice(VOTERS),
+            topics=[cls.TopicData(topic_name=TOPIC, partitions=[p])],
+        )
+    if key == ApiKey.BEGIN_QUORUM_EPOCH:
+        p = cls.PartitionData(
+            partition_index=0,
+            voter_directory_id=rng.choice(view.directory_ids),
+            leader_id=source,
+            leader_epoch=epoch + 1,
+        )
+        return cls(
+            cluster_id=cid,
+            voter_id=rng.choice(VOTERS),
+            topics=[cls.TopicData(topic_name=TOPIC, partitions=[p])],
+            leader_endpoints=[cls.LeaderEndpoint(**endpoint)],
+        )
+    if key == ApiKey.END_QUORUM_EPOCH:
+        p = cls.PartitionData(
+            partition_index=0,
+            leader_id=source,
+            leader_epoch=epoch,
+            preferred_candidates=[
+                cls.ReplicaInfo(candidate_id=v, candidate_directory_id=d)
+                for v, d in zip(VOTERS, view.directory_ids, strict=False)
+            ],
+        )
+        return cls(
+            cluster_id=cid,
+            topics=[cls.TopicData(topic_name=TOPIC, partitions=[p])],
+            leader_endpoints=[cls.LeaderEndpoint(**endpoint)],
+        )
+    if key == ApiKey.FETCH:
+        p = cls.FetchPartition(
+            partition=0,
+            current_leader_epoch=epoch,
+            fetch_offset=end,
+            last_fetched_epoch=epoch,
+            partition_max_bytes=65536,
+            replica_directory_id=own_dir,
+        )
+        return cls(
+            cluster_id=cid,
+            replica_state=cls.ReplicaState(replica_id=source, replica_epoch=-1),
+            max_wait_ms=50,
+            min_bytes=1,
+            max_bytes=1 << 20,
+            topics=[cls.FetchTopic(topic_id=topic_id(cid), partitions=[p])],
+        )
+    if key == ApiKey.FETCH_SNAPSHOT:
+        p = cls.PartitionSnapshot(
+            partition=0,
+            current_leader_epoch=epoch,
+            snapshot_id=cls.SnapshotId(end_offset=end, epoch=epoch),
+            position=0,
+            replica_directory_id=own_dir,
+        )
+        return cls(
+            cluster_id=cid,
+            replica_id=source,
+            max_bytes=1 << 20,
+            topics=[cls.TopicSnapshot(name=TOPIC, partitions=[p])],
+        )
+    if key == ApiKey.DESCRIBE_QUORUM:
+        return cls(
+            topics=[
+                cls.TopicData(topic_name=TOPIC, partitions=[cls.PartitionData(partition_index=0)])
+            ]
+        )
+    listeners = [cls.Listener(**endpoint)] if hasattr(cls, "Listener") else []
+    if key == ApiKey.ADD_RAFT_VOTER:
+        return cls(
+            cluster_id=cid,
+            timeout_ms=200,
+            voter_id=source,
+            voter_directory_id=own_dir,
+            listeners=listeners,
+        )
+    if key == ApiKey.REMOVE_RAFT_VOTER:
+        return cls(cluster_id=cid, voter_id=rng.choice(VOTERS), voter_directory_id=own_dir)
+    if key == ApiKey.UPDATE_RAFT_VOTER:
+        return cls(
+            cluster_id=cid,
+            current_leader_epoch=epoch,
+            voter_id=source,
+            voter_directory_id=own_dir,
+            listeners=listeners,
+            k_raft_version_feature=cls.KRaftVersionFeature(
+                min_supported_version=0, max_supported_version=1
+            ),
+        )
+    raise AssertionError(f"not a raft RPC: {key!r}")
+
+
+def raft_value(f: FieldSpec, version: int, current: Any, view: RaftView, rng: random.Random) -> Any:
+    """A value for field ``f`` chosen by what it means: an id, an epoch, a directory id, an
+    offset, a size; anything else gets :func:`extreme_value`."""
+    name = f.name.lower()
+    if f.type == "uuid" and "directory" in name:
+        return rng.choice((*view.directory_ids, uuid.uuid4().bytes, bytes(16)))
+    if f.type in ("int32", "int64") and not f.is_array:
+        lo, hi = INT_RANGES[f.type]
+        if "epoch" in name:
+            e = view.epoch
+            return rng.choice((e - 1, e, e + 1, e + 2, e + 1000, -1, 0, hi))
+        if name.endswith("id"):
+            return rng.choice((*VOTERS, 9, 0, -1, -2, hi, lo))
+        if "offset" in name or "position" in name or "watermark" in name:
+            end = view.end_offset
+            return rng.choice((end - 1, end, end + 1, end + 1000, 0, -1, hi, lo))
+        if "bytes" in name or "timeout" in name or "wait" in name:
+            return rng.choice((-1, 0, 1, 100, hi))
+    return extreme_value(f, version, current, rng)
+
+
+def mutated_raft_rpc(key: ApiKey, view: RaftView, source: int, rng: random.Random) -> bytes:
+    """A valid encoding of raft RPC ``key`` with one to three fields mutated (a frame that
+    cannot be encoded after a mutation is built again)."""
+    version = SUPPORTED_VERSIONS[key][1]
+    while True:
+        body = raft_rpc(key, view, source, rng)
+        fields = present_fields(request_spec(key).root, body, version)
+        for obj, f in rng.sample(fields, min(len(fields), rng.randint(1, 3))):
+            value = raft_value(f, version, getattr(obj, f.attr), view, rng)
+            object.__setattr__(obj, f.attr, value)
+        try:
+            return encode_request(key, version, rng.randrange(1 << 31), "raft-fuzz", body)
+        except (ProtocolError, TypeError, ValueError, AttributeError, OverflowError):
+            continue
+
+
+async def logged_in(node: Any, identity: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection to ``node`` logged in as ``node-<identity>`` (SASL PLAIN)."""
+    from sasl_helpers import NODE_PASSWORD, Raw
+
+    raw = await Raw.open(node)
+    answer = await raw.login_plain(f"node-{identity}", NODE_PASSWORD)
+    assert answer is not None and answer.error_code == Errors.NONE, answer
+    return raw.reader, raw.writer
+
+
+async def fire_raft(node: Any, identity: int, frame: bytes) -> str:
+    """Send one frame on a fresh logged-in connection: "answered", "closed" or "held"."""
+    reader, writer = await logged_in(node, identity)
+    try:
+        writer.write(framed(frame))
+        await writer.drain()
+        try:
+            (size,) = struct.unpack(
+                ">i", await asyncio.wait_for(reader.readexactly(4), RAFT_ANSWER_S)
+            )
+            await asyncio.wait_for(reader.readexactly(size), RAFT_ANSWER_S)
+        except asyncio.TimeoutError:
+            return "held"
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return "closed"
+        return "answered"
+    finally:
+        writer.close()
+
+
+async def still_serving(nodes: list[Any]) -> None:
+    """Each node answers a DescribeQuorum (whatever it says: a voter's own requests may have
+    moved the epoch, changed its endpoint or added node 9, as that node may)."""
+    from sasl_helpers import Raw
+
+    cls = request_spec(ApiKey.DESCRIBE_QUORUM).cls
+    body = cls(
+        topics=[cls.TopicData(topic_name=TOPIC, partitions=[cls.PartitionData(partition_index=0)])]
+    )
+    for node in nodes:
+        raw = await Raw.open(node)
+        try:
+            assert (await raw.login_plain("node-2", _node_password())).error_code == Errors.NONE
+            answer = await raw.ask(ApiKey.DESCRIBE_QUORUM, 0, body)
+            assert answer is not None, f"node {node.node_id} does not answer; {REPLAY}"
+        finally:
+            raw.close()
+
+
+def _node_password() -> str:
+    from sasl_helpers import NODE_PASSWORD
+
+    return NODE_PASSWORD
+
+
+def test_mutated_raft_rpcs_with_a_nodes_credentials_stop_no_node_and_log_no_traceback(
+    tmp_path, caplog
+):
+    """Every raft RPC, valid but for one to three fields, sent as node-2 (a voter) and as
+    node-9 (outside the voter set): no node stops, none logs a traceback, each still answers
+    (see the comment above for what is mutated)."""
+    import logging
+
+    from sasl_helpers import users_file
+    from test_sasl_identity import nodes_with, plaintext
+
+    caplog.set_level(logging.INFO)
+    rng = random.Random(SEED)
+    print(f"raft wire fuzz: {REPLAY}")
+    outcomes: Counter[str] = Counter()
+    sent: Counter[str] = Counter()
+
+    async def main() -> None:
+        security = plaintext(users_file(tmp_path))
+        async with nodes_with(tmp_path, {1: security, 2: security, 3: security}) as nodes:
+            deadline = time.monotonic() + RAFT_FUZZ_S
+            for i in range(RAFT_SHOTS):
+                if time.monotonic() > deadline:
+                    break
+                key = RAFT_RPCS[i % len(RAFT_RPCS)]
+                identity = rng.choice(IDENTITIES)
+                view = raft_view(nodes)
+                frame = mutated_raft_rpc(key, view, identity, rng)
+                node = rng.choice(nodes)
+                outcomes[await fire_raft(node, identity, frame)] += 1
+                sent[key.name] += 1
+                stopped = {n.node_id: str(n.failure) for n in nodes if n.failure is not None}
+                assert not stopped, f"stopped after {key.name} {frame!r}: {stopped}; {REPLAY}"
+            await still_serving(nodes)
+
+    asyncio.run(asyncio.wait_for(main(), RAFT_FUZZ_S + 60))
+    print(f"raft wire fuzz: sent {dict(sent)}, outcomes {dict(outcomes)}")
+    assert set(sent) == {k.name for k in RAFT_RPCS}, sent
+    tracebacks = [r.getMessage() for r in caplog.records if r.exc_info or r.exc_text]
+    assert not tracebacks, f"{tracebacks[:3]}; {REPLAY}"

@@ -243,8 +243,8 @@ def add_node_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
         "--admin-principals",
         default=None,
         metavar="User:NAME[,...]",
-        help="on a TLS or SASL listener, the principals besides the nodes that may add and "
-        "remove voters and hand leadership over (Kafka's super.users)",
+        help="on a TLS or SASL listener, the principals that may add and remove voters and "
+        "hand leadership over (Kafka's super.users); a node may only add itself",
     )
     p.add_argument(
         "--listen",

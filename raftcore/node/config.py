@@ -51,8 +51,8 @@ class NodeConfig:
       observer, learns the leader and the voter set from the cluster and replicates the log;
       an operator adds it as a voter (``raftcore quorum add-voter``), or it asks to be added
       itself once caught up with ``auto_join`` (Kafka's ``controller.quorum.auto.join.enable``);
-    - ``admin_principals``: on a TLS or SASL listener, who besides the nodes may add and remove
-      voters and hand leadership over (``User:alice``: Kafka's ``super.users``);
+    - ``admin_principals``: on a TLS or SASL listener, who may add and remove voters and hand
+      leadership over (``User:alice``: Kafka's ``super.users``); a node may only add itself;
     - ``listen`` / ``advertised``: where this node accepts connections and what it tells
       clients and the other nodes (default: the listen address, or its entry in ``voters``);
     - ``node_listen`` / ``node_advertised``: a separate listener for the other nodes (Kafka's

@@ -446,7 +446,7 @@ class Messaging:
                 return refused
             return await self._handle_raft_request(header, body, conn)
         if api_key in admin.ADMIN_APIS:
-            refused = authorization.refuse_unless_admin(self, conn, header)
+            refused = authorization.refuse_unless_admin(self, conn, header, body)
             if refused is not None:
                 return refused
             started = time.perf_counter()

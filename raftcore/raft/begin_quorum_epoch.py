@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from raftcore.error_codes import Errors
 from raftcore.raft.leader_news import handle_common_response, maybe_transition
 from raftcore.raft.messages import BeginQuorumEpochRequest, BeginQuorumEpochResponse
+from raftcore.raft.refusals import refused_leader
 from raftcore.raft.states import LeaderState, ProspectiveState
 from raftcore.raft.voters import ReplicaKey
 
@@ -43,7 +44,10 @@ def handle_request(
         request.voter_id, request.voter_directory_id
     ).addressed_to(core.local_key):
         return _response(core, Errors.INVALID_VOTER_KEY)  # meant for another replica (KIP-853)
-    maybe_transition(
+    error = refused_leader(core, request.leader_id, request.leader_epoch, "BeginQuorumEpoch", now)
+    if error is not None:
+        return _response(core, error)
+    maybe_transition(  # cannot contradict: refused_leader asked the same
         core,
         request.leader_id,
         request.leader_epoch,
@@ -69,7 +73,7 @@ def handle_response(
     core: RaftCore, source: int, response: BeginQuorumEpochResponse, now: int
 ) -> bool:
     handled = handle_common_response(
-        core, response.error_code, response.leader_id, response.leader_epoch, now
+        core, response.error_code, response.leader_id, response.leader_epoch, now, source=source
     )
     if handled is not None:
         return handled

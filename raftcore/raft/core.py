@@ -71,6 +71,7 @@ from raftcore.raft.purgatory import FetchPurgatory
 from raftcore.raft.quorum_state import QuorumState
 from raftcore.raft.quorum_store import QuorumStateStore
 from raftcore.raft.read_index import ReadIndexOutcome
+from raftcore.raft.refusals import Refusals
 from raftcore.raft.replicated_log import ReplicatedLog
 from raftcore.raft.request_manager import RequestManager
 from raftcore.raft.snapshots import SnapshotManager
@@ -185,6 +186,8 @@ class RaftCore(LeaderRequests):
         self.damage = DamageTracker(log)  # damaged batches in the log (raftcore.raft.damage)
         # no leader makes this replica truncate below it (raftcore.raft.committed)
         self.committed = CommittedOffset(committed_offset)
+        # requests refused for contradicting what this replica knows (raftcore.raft.refusals)
+        self.refusals = Refusals(self.prefix)
         self._outbox: list[Outbound] = []
         self._completions: list[AppendOutcome] = []
         self._append_token = 0
@@ -437,11 +440,10 @@ class RaftCore(LeaderRequests):
             # (an epoch that could not be raised again: no cluster gets there, a client may
             # send it)
             return Errors.INVALID_REQUEST
-        # Neither the sender nor this replica need be a voter of this replica's voter set
-        # (KIP-853; Kafka 3.9 checks neither): a replica's view may be behind -- a voter just
-        # added has not read the record that added it (found by the simulation: a lagging
-        # voter that refused a new voter's pre-votes kept a quorum from electing anyone). A
-        # candidate counts only the votes of its own voter set, by key.
+        # Whether the sender is a voter is asked next, by each handler, with what it knows of
+        # the sender (raftcore.raft.refusals.non_voter: a lagging voter set is allowed for).
+        # This replica need not be a voter of its own set (KIP-853, as Kafka 3.9): a voter
+        # just added has not read the record that added it.
         return None
 
     def validate_leader_only_request(self, request_epoch: int) -> int | None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from raftcore.error_codes import Errors
 from raftcore.raft.leader_news import handle_common_response, maybe_transition
 from raftcore.raft.messages import EndQuorumEpochRequest, EndQuorumEpochResponse
+from raftcore.raft.refusals import refused_leader
 from raftcore.raft.states import FollowerState, ResignedState
 
 if TYPE_CHECKING:
@@ -45,7 +46,10 @@ def handle_request(
     error = core.validate_voter_only_request(request.leader_id, request.leader_epoch)
     if error is not None:
         return _response(core, error)
-    maybe_transition(
+    error = refused_leader(core, request.leader_id, request.leader_epoch, "EndQuorumEpoch", now)
+    if error is not None:
+        return _response(core, error)
+    maybe_transition(  # cannot contradict: refused_leader asked the same
         core,
         request.leader_id,
         request.leader_epoch,
@@ -70,7 +74,7 @@ def handle_response(
     core: RaftCore, source: int, response: EndQuorumEpochResponse, now: int
 ) -> bool:
     handled = handle_common_response(
-        core, response.error_code, response.leader_id, response.leader_epoch, now
+        core, response.error_code, response.leader_id, response.leader_epoch, now, source=source
     )
     if handled is not None:
         return handled

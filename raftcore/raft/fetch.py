@@ -233,6 +233,7 @@ def handle_response(core: RaftCore, source: int, response: FetchResponse, now: i
         -1 if leader.leader_id is None else leader.leader_id,
         leader.epoch,
         now,
+        source=source,
     )
     if handled is not None:
         return handled

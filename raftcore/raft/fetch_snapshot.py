@@ -68,7 +68,9 @@ def handle_request(core: RaftCore, source: int, request: FetchSnapshotRequest, n
     sid = request.snapshot_id
     log = snapshot_log(core.log)
     reader = None
-    if log is not None and sid != BOOTSTRAP_SNAPSHOT_ID and sid.offset > 0:
+    # No snapshot has a negative epoch (or an offset of 0 or less but the bootstrap one): one
+    # asked for is not found, as Kafka's readSnapshot finds none -- never a bad file name.
+    if log is not None and sid != BOOTSTRAP_SNAPSHOT_ID and sid.offset > 0 and sid.epoch >= 0:
         reader = log.read_snapshot(sid)
     if reader is None:
         return _answer(core, Errors.SNAPSHOT_NOT_FOUND, snapshot_id=sid)
@@ -166,6 +168,7 @@ def handle_response(core: RaftCore, source: int, response: FetchSnapshotResponse
         -1 if leader.leader_id is None else leader.leader_id,
         leader.epoch,
         now,
+        source=source,
     )
     if handled is not None:
         return handled

@@ -10,7 +10,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from raftcore.error_codes import Errors, error_name
-from raftcore.errors import RaftInvariantError
+from raftcore.raft.refusals import leader_contradiction, refuse_response
 from raftcore.raft.states import LeaderState, ResignedState
 
 if TYPE_CHECKING:
@@ -23,9 +23,12 @@ logger = logging.getLogger("raftcore.raft.core")
 
 def maybe_transition(
     core: RaftCore, leader_id: int | None, epoch: int, now: int, reason: str
-) -> None:
-    """Follow what a message says about the leader of ``epoch`` (Kafka's maybeTransition),
-    refusing what would mean two leaders in one epoch."""
+) -> str | None:
+    """Follow what a message says about the leader of ``epoch`` (Kafka's maybeTransition).
+    Returns None when followed (or nothing to follow), else what the message contradicts in
+    this replica's record (:func:`raftcore.raft.refusals.leader_contradiction`): then nothing
+    changed, and the caller refuses it. Kafka's hasConsistentLeader throws there; a peer's
+    message is input, so a contradiction is the peer's error, never this replica's exit."""
     quorum = core.quorum
     if leader_id is not None and leader_id == core.node_id and _not_our_leadership(core, epoch):
         # Another replica under this id led that epoch (a new or wiped disk, KIP-853): this
@@ -36,29 +39,23 @@ def maybe_transition(
         )
         if epoch > quorum.epoch:
             core.transition_to_unattached(epoch, now, reason)
-        return
-    if leader_id is not None and epoch == quorum.epoch:
-        known = quorum.leader_id
-        if leader_id == core.node_id and not isinstance(quorum.state, (LeaderState, ResignedState)):
-            raise RaftInvariantError(
-                f"{core.prefix} a message names this replica leader of epoch {epoch}, "
-                f"but it is {quorum.state!r}"
-            )
-        if known is not None and known != leader_id:
-            raise RaftInvariantError(
-                f"{core.prefix} epoch {epoch}: leader {leader_id} reported, {known} known"
-            )
+        return None
+    contradiction = leader_contradiction(core, leader_id, epoch)
+    if contradiction is not None:
+        return contradiction
     if epoch > quorum.epoch:
-        if leader_id is not None and leader_id != core.node_id:
-            core.transition_to_follower(epoch, leader_id, now, reason)
-        elif leader_id == core.node_id:
-            raise RaftInvariantError(
-                f"{core.prefix} a message names this replica leader of future epoch {epoch}"
-            )
+        if leader_id is not None:
+            core.transition_to_follower(epoch, leader_id, now, reason)  # not us: checked above
         else:
             core.transition_to_unattached(epoch, now, reason)
-    elif leader_id is not None and quorum.leader_id is None and leader_id != core.node_id:
+    elif (
+        epoch == quorum.epoch
+        and leader_id is not None
+        and quorum.leader_id is None
+        and leader_id != core.node_id
+    ):
         core.transition_to_follower(epoch, leader_id, now, reason)
+    return None
 
 
 def _not_our_leadership(core: RaftCore, epoch: int) -> bool:
@@ -76,7 +73,7 @@ def _not_our_leadership(core: RaftCore, epoch: int) -> bool:
 
 
 def handle_common_response(
-    core: RaftCore, error: int, leader_id: int, epoch: int, now: int
+    core: RaftCore, error: int, leader_id: int, epoch: int, now: int, *, source: int
 ) -> bool | None:
     """What every response says before its own content (Kafka's maybeHandleCommonResponse).
 
@@ -90,17 +87,19 @@ def handle_common_response(
         Errors.FENCED_LEADER_EPOCH,
         Errors.NOT_LEADER_OR_FOLLOWER,
     ):
-        maybe_transition(
+        refused = maybe_transition(
             core, leader, epoch, now, f"a response in epoch {epoch} ({error_name(error)})"
         )
-        return True
+        return True if refused is None else refuse_response(core, source, refused, now)
     if leader is not None and core.quorum.leader_id is None and leader != core.node_id:
         core.transition_to_follower(epoch, leader, now, f"{leader} leads epoch {epoch}")
         return None if error == Errors.NONE else True
     if error == Errors.BROKER_NOT_AVAILABLE:
         return False
     if error == Errors.INVALID_REQUEST:
-        raise RaftInvariantError(f"{core.prefix} a peer found our request invalid")
+        # Kafka treats it as fatal; it is a peer's verdict, and a peer may be wrong or lying
+        core.refusals.refuse(source, error, f"node {source} found our request invalid", now)
+        return False
     if error == Errors.INCONSISTENT_CLUSTER_ID:
         logger.error("%s a peer belongs to another cluster (INCONSISTENT_CLUSTER_ID)", core.prefix)
         return False

@@ -529,6 +529,7 @@ def handle_update_response(
         -1 if leader.leader_id is None else leader.leader_id,
         leader.epoch,
         now,
+        source=source,
     )
     if handled is not None:
         return handled

@@ -21,6 +21,7 @@ from raftcore.error_codes import Errors
 from raftcore.raft.election_backoff import start_election_backoff
 from raftcore.raft.leader_news import handle_common_response
 from raftcore.raft.messages import VoteRequest, VoteResponse
+from raftcore.raft.refusals import non_voter
 from raftcore.raft.replicated_log import end_offset_and_epoch
 from raftcore.raft.states import CandidateState, ProspectiveState, UnattachedState
 from raftcore.raft.values import OffsetAndEpoch
@@ -72,10 +73,31 @@ def handle_request(core: RaftCore, request: VoteRequest, now: int) -> VoteRespon
     error = core.validate_voter_only_request(request.candidate_id, request.candidate_epoch)
     if error is not None:
         return _response(core, error)
+    candidate = ReplicaKey(request.candidate_id, request.candidate_directory_id)
+    candidate_log = OffsetAndEpoch(request.last_offset, request.last_offset_epoch)
+    kind = "pre-vote" if request.pre_vote else "vote"
+    if request.candidate_id == core.node_id:
+        # A candidate asks the other voters, never itself: another process under this id, or
+        # a forgery; neither may move this replica's epoch.
+        line = f"refusing a {kind} request naming this replica's own id {core.node_id}"
+        error = core.refusals.refuse(candidate.id, Errors.INVALID_REQUEST, line, now)
+        return _response(core, error)
+    # Asked before a higher epoch is adopted: whether this replica has a live leader then
+    why = non_voter(core, candidate, request.candidate_epoch, "candidate", candidate_log)
     if request.candidate_epoch > core.quorum.epoch:
+        # Adopted even from a replica outside the voter set: a voter removed before it read
+        # its removal may be stranded in a higher epoch (it stood for election, or adopted
+        # an epoch, while it still counted itself a voter); until the voters pass that epoch it
+        # can never learn the leader, and so never its removal (found by the simulation,
+        # seed 5350). It is not granted the vote below.
         core.transition_to_unattached(
             request.candidate_epoch, now, f"vote request from {request.candidate_id}"
         )
+    if why is not None:
+        # KIP-595 validateVoterOnlyRequest: no vote for a replica outside the voter set
+        line = f"refusing a {kind} request in epoch {request.candidate_epoch}: {why}"
+        error = core.refusals.refuse(candidate.id, Errors.INCONSISTENT_VOTER_SET, line, now)
+        return _response(core, error)
     if request.voter_id >= 0 and not ReplicaKey(
         request.voter_id, request.voter_directory_id
     ).addressed_to(core.local_key):
@@ -86,8 +108,6 @@ def handle_request(core: RaftCore, request: VoteRequest, now: int) -> VoteRespon
         # formatted to join an existing cluster: no voter of the static set, whatever id the
         # request names, until the voter set in the log takes it in (KIP-853)
         return _response(core, Errors.INVALID_VOTER_KEY)
-    candidate = ReplicaKey(request.candidate_id, request.candidate_directory_id)
-    candidate_log = OffsetAndEpoch(request.last_offset, request.last_offset_epoch)
     up_to_date = candidate_log >= end_offset_and_epoch(core.log)
     state = core.quorum.state
     if request.pre_vote:
@@ -127,7 +147,7 @@ def handle_response(core: RaftCore, source: int, response: VoteResponse, now: in
         core.transition_to_candidate(now, f"voter {source} does not support pre-vote")
         return True
     handled = handle_common_response(
-        core, response.error_code, response.leader_id, response.leader_epoch, now
+        core, response.error_code, response.leader_id, response.leader_epoch, now, source=source
     )
     if handled is not None:
         return handled

@@ -17,9 +17,12 @@ The check has two steps, both here:
    of a Fetch or FetchSnapshot); node 3 holding node 2's certificate and claiming to be node 3
    is answered CLUSTER_AUTHORIZATION_FAILED.
 
-The voter set may be changed, on those listeners, by a node or by a principal the node's
-configuration names as an administrator (``--admin-principals User:alice,User:ops``, as Kafka's
-``super.users``); anyone else is answered CLUSTER_AUTHORIZATION_FAILED.
+The voter set may be changed, on those listeners, only by a principal the node's configuration
+names as an administrator (``--admin-principals User:alice,User:ops``, as Kafka's
+``super.users``), and by a node for its own id only: AddRaftVoter of itself (``--auto-join``) and
+UpdateRaftVoter of itself (step 2). A node's certificate or login is not an administrator's: it
+cannot add or remove another replica nor hand leadership over. Anyone else is answered
+CLUSTER_AUTHORIZATION_FAILED.
 
 Each refusal is logged once per connection (a peer retries every few milliseconds). On a
 PLAINTEXT listener nothing is checked: a PLAINTEXT cluster trusts its network.
@@ -76,24 +79,32 @@ def refuse_unless_that_node(node: Any, conn: Any, header: Any, source: int) -> A
     return _refusal(header)
 
 
-def refuse_unless_admin(node: Any, conn: Any, header: Any) -> Answer | None:
-    """The refusal of a voter change or a transfer from a connection that is neither a node's
-    nor an administrator's, or None."""
+def refuse_unless_admin(node: Any, conn: Any, header: Any, body: Any) -> Answer | None:
+    """The refusal of a voter change or a transfer from a connection that is not an
+    administrator's, or None. A node speaks only for its own id: it may ask to add itself
+    (``--auto-join``), never to add or remove another replica or hand leadership over."""
     principal = conn.principal
-    if (
-        not _checked(node)
-        or principal.kind == "node"
-        or str(principal) in node.config.admin_principals
-    ):
+    if not _checked(node) or str(principal) in node.config.admin_principals:
         return None
     key = header.request_api_key
-    _log_once(node, conn, ApiKey(key).name, "a node or an administrator (--admin-principals)")
+    if principal.kind == "node" and key == ApiKey.ADD_RAFT_VOTER:
+        if body.voter_id == principal.node_id:
+            return None  # a node adding itself (auto-join)
+        wanted = f"node-{body.voter_id} or an administrator (--admin-principals)"
+        _log_once(node, conn, f"an ADD_RAFT_VOTER of node {body.voter_id}", wanted)
+        return _refusal(
+            header,
+            f"{principal} may add only itself as a voter: the administrators named by the "
+            f"nodes' --admin-principals may add others (node {node.config.node_id} names "
+            f"{_names(node.config.admin_principals)})",
+        )
+    _log_once(node, conn, ApiKey(key).name, "an administrator (--admin-principals)")
     # the answer says why too: the caller's command prints it (the node's log is elsewhere)
     return _refusal(
         header,
-        f"{principal} may not change the voters or the leader: only the nodes and the "
-        "administrators named by the nodes' --admin-principals may (node "
-        f"{node.config.node_id} names {_names(node.config.admin_principals)})",
+        f"{principal} may not change the voters or the leader: only the administrators named "
+        f"by the nodes' --admin-principals may (node {node.config.node_id} names "
+        f"{_names(node.config.admin_principals)})",
     )
 
 
