@@ -282,7 +282,7 @@ def test_on_a_tls_listener_only_an_administrator_may_change_the_voters_and_a_nod
     assert "an ADD_RAFT_VOTER of node 9 from" in caplog.text
 
 
-def test_on_a_sasl_listener_only_an_administrator_may_change_the_voters_told_why_and_a_node_add_itself(
+def test_on_sasl_only_an_administrator_may_change_the_voters_told_why_and_a_node_add_itself(
     tmp_path,
 ):
     def login(user: str, password: str) -> ClientSecurity:
