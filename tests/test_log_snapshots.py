@@ -175,19 +175,30 @@ def test_reopen_after_truncate_to_latest_snapshot_keeps_the_log_at_the_snapshot(
         assert log.latest_snapshot_id() == sid
 
 
-def test_a_corrupt_snapshot_ahead_of_the_log_fails_the_open_and_the_log_stays(tmp_path):
-    """The log is never given up for a snapshot that would not load."""
+def test_a_corrupt_snapshot_ahead_of_the_log_is_set_aside_at_open_and_the_log_stays(
+    tmp_path, caplog
+):
+    """The log is never given up for a snapshot that would not load: the open verifies every
+    snapshot, sets a damaged one aside (renamed, kept) with one WARNING naming it, and the log
+    opens as it was; the id stays listed, damaged, never read, until a copy replaces it."""
     sid, data = foreign_snapshot(epoch=4)
     with open_log(tmp_path) as log:
         fill(log, [1, 1])
         download(log, sid, data)
         expected = records(log)
     corrupt_file(tmp_path / "00000000000000000010-0000000004.checkpoint", len(data) // 2)
-    with pytest.raises(CorruptSnapshotError, match="00000000000000000010-0000000004"):
-        open_log(tmp_path)
-    (tmp_path / "00000000000000000010-0000000004.checkpoint").unlink()
-    with open_log(tmp_path) as log:
+    with caplog.at_level("WARNING"), open_log(tmp_path) as log:
         assert records(log) == expected
+        assert log.snapshot_damaged(log.latest_snapshot_id())
+        with pytest.raises(CorruptSnapshotError, match="00000000000000000010-0000000004"):
+            log.read_snapshot(log.latest_snapshot_id())
+        writer = log.create_new_snapshot_unchecked(log.latest_snapshot_id())
+        assert writer is not None  # the leader's copy may replace it
+        writer.discard()
+    assert (tmp_path / "00000000000000000010-0000000004.checkpoint.damaged").exists()
+    assert not (tmp_path / "00000000000000000010-0000000004.checkpoint").exists()
+    lines = [r for r in caplog.records if "set aside" in r.getMessage()]
+    assert len(lines) == 1 and "00000000000000000010-0000000004" in lines[0].getMessage()
 
 
 def test_a_corrupt_snapshot_is_never_served_or_loaded(tmp_path):

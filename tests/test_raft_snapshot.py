@@ -10,6 +10,7 @@ from raft_harness import CLUSTER, Harness, RecordingListener, batch
 from raftcore.error_codes import Errors
 from raftcore.errors import OffsetOutOfRangeError, RaftcoreError, SnapshotError
 from raftcore.raft import FetchRequest, FetchResponse, LeaderAndEpoch, OffsetAndEpoch
+from raftcore.raft.fetch_snapshot import REFUSED_BACKOFF_BASE_MS, REFUSED_LOG_EVERY_MS
 from raftcore.raft.messages import FetchSnapshotRequest, FetchSnapshotResponse
 from raftcore.raft.snapshots import InvalidSnapshotError
 from raftcore.raft.states import FollowerState
@@ -387,7 +388,99 @@ def test_a_downloaded_snapshot_that_fails_verification_is_never_installed():
     serve(h, sid, data, chunk=1000, mangle=flip)
     assert h.log.latest_snapshot_id() is None and h.log.log_start_offset == 0
     assert h.listener.loaded == []
-    assert h.take(FetchRequest, 2)  # it starts over with a fetch
+    assert h.take(FetchRequest, 2) == []  # it backs off first
+    h.advance(REFUSED_BACKOFF_BASE_MS)
+    h.poll()
+    assert h.take(FetchRequest, 2)  # then starts over with a fetch
+
+
+def flip_first_chunk(response):  # type: ignore[no-untyped-def]
+    if response.position != 0:
+        return response
+    data = bytearray(response.data)
+    data[70] ^= 0x10
+    return FetchSnapshotResponse(
+        response.error_code,
+        response.current_leader,
+        response.snapshot_id,
+        response.size,
+        response.position,
+        bytes(data),
+    )
+
+
+def test_a_follower_that_keeps_refusing_a_snapshot_backs_off_exponentially_to_a_cap(caplog):
+    """A leader serving a damaged snapshot must not be asked for it 13 times a second,
+    forever: each refusal in a row doubles the pause (from REFUSED_BACKOFF_BASE_MS), up to
+    half the fetch timeout, so the pause never costs the follower its leader; one ERROR line
+    per REFUSED_LOG_EVERY_MS says so, and the follower stays a follower throughout."""
+    h = following()
+    sid, data = snapshot_bytes()
+    cap = h.core.config.fetch_timeout_ms // 2
+    pauses = []
+    with caplog.at_level("ERROR", logger="raftcore.raft.fetch_snapshot"):
+        (fetch,) = h.take(FetchRequest, 2)
+        for _ in range(7):
+            h.respond(
+                fetch,
+                FetchResponse(
+                    Errors.NONE, sid.offset, sid.offset, LeaderAndEpoch(2, 5), snapshot_id=sid
+                ),
+            )
+            h.poll()
+            serve(h, sid, data, chunk=10_000, mangle=flip_first_chunk)
+            waited = 0
+            while not (sent := h.take(FetchRequest, 2)):
+                h.advance(10)
+                h.poll()
+                waited += 10
+                assert waited <= cap + 10, "no fetch within the cap"
+            (fetch,) = sent
+            pauses.append(waited)
+    assert isinstance(h.state, FollowerState)
+    expected = [min(cap, REFUSED_BACKOFF_BASE_MS << i) for i in range(7)]
+    assert pauses == expected
+    assert h.core.snapshots.refused == 7
+    lines = [r for r in caplog.records if "not installed" in r.getMessage()]
+    assert len(lines) == 1 + sum(pauses[:-1]) // REFUSED_LOG_EVERY_MS
+    assert h.log.latest_snapshot_id() is None and h.listener.loaded == []
+
+
+def test_a_snapshot_installed_after_refusals_starts_the_backoff_over():
+    h = following()
+    sid, data = snapshot_bytes()
+    answer_fetch_with_snapshot(h, sid)
+    serve(h, sid, data, chunk=10_000, mangle=flip_first_chunk)
+    assert h.core.snapshots.refused_in_row == 1
+    h.advance(REFUSED_BACKOFF_BASE_MS)
+    h.poll()
+    (out,) = h.take(FetchRequest, 2)
+    h.respond(
+        out,
+        FetchResponse(Errors.NONE, sid.offset, sid.offset, LeaderAndEpoch(2, 5), snapshot_id=sid),
+    )
+    h.poll()
+    serve(h, sid, data, chunk=10_000)
+    assert h.log.latest_snapshot_id() == sid
+    assert h.core.snapshots.refused_in_row == 0
+
+
+def test_a_leader_answering_kafka_storage_error_for_its_snapshot_is_asked_again_after_a_pause():
+    h = following()
+    sid, _ = snapshot_bytes()
+    answer_fetch_with_snapshot(h, sid)
+    (out,) = h.take(FetchSnapshotRequest, 2)
+    h.respond(
+        out,
+        FetchSnapshotResponse(Errors.KAFKA_STORAGE_ERROR, LeaderAndEpoch(2, 5), sid, -1, -1, b""),
+    )
+    h.poll()
+    assert h.state.fetching_snapshot is None  # the download is dropped
+    assert h.take(FetchRequest, 2) == [] and h.take(FetchSnapshotRequest, 2) == []
+    h.advance(REFUSED_BACKOFF_BASE_MS)
+    h.poll()
+    assert h.take(FetchRequest, 2)
+    assert isinstance(h.state, FollowerState)
 
 
 def test_a_torn_download_announced_as_complete_is_never_installed():

@@ -555,6 +555,17 @@ class SegmentedLog(TruncationAndRetention):
     def read_snapshot(self, snapshot_id: OffsetAndEpoch) -> LogSnapshotReader | None:
         return self._snapshot_store().read(snapshot_id)
 
+    def check_snapshot(self, snapshot_id: OffsetAndEpoch, when: str) -> bool:
+        """Verify the snapshot whole now; a damaged one is set aside (False)."""
+        return self._snapshot_store().check(snapshot_id, when)
+
+    def snapshot_damaged(self, snapshot_id: OffsetAndEpoch) -> bool:
+        return self._snapshot_store().is_damaged(snapshot_id)
+
+    def damaged_snapshot_header(self, snapshot_id: OffsetAndEpoch) -> Any:
+        """A damaged snapshot's header batch, if intact (LogSnapshots.damaged_header)."""
+        return self._snapshot_store().damaged_header(snapshot_id)
+
     def delete_before_snapshot(self, snapshot_id: OffsetAndEpoch) -> bool:
         return self._snapshot_store().delete_before(snapshot_id)
 
