@@ -257,10 +257,9 @@ class RaftNode:
         self.core = core
         self.address_book.voters = lambda: core.voter_set
         if self.applier is not None and hasattr(self.state_machine, "on_damaged"):
-            applier = self.applier
             self.rebuild = StateRebuild(
                 self._loop,
-                rewind_applier=applier.rewind,
+                rewind_applier=self.applier.rewind,
                 rewind_feed=lambda: self._run(core.rewind_listener),
                 prefix=self.prefix,
             )

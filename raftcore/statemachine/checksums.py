@@ -95,7 +95,7 @@ def upgrade_values(txn: lmdb.Transaction, data: lmdb._Database) -> int:
         for key, value in reader.iternext():
             if key == after:
                 continue
-            chunk.append((key, value))
+            chunk.append((bytes(key), bytes(value)))
             if len(chunk) >= UPGRADE_CHUNK:
                 break
         if not chunk:
