@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from statemachine_helpers import committed
 
 from raftcore._native.crc32c import crc32c, open_pairs, open_value, seal_pairs, seal_value
+from raftcore.records import decode_kv_pairs, encode_batch
 from raftcore.statemachine import LmdbStateMachine, MemorySnapshotReader, MemorySnapshotWriter
 from raftcore.statemachine.checksums import DamagedValueError
 
@@ -68,6 +69,29 @@ def test_any_flipped_bit_of_a_sealed_value_or_its_key_is_found(key, value, data)
     other[0] ^= 0x01
     assert open_value(bytes(other), sealed) is None
     assert open_pairs([(key, sealed), (key, bytes(damaged))]) == ([(key, value)], 1)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.binary(max_size=20) | st.none(), st.none() | st.binary(max_size=80)),
+        min_size=1,
+        max_size=30,
+    ),
+    st.sampled_from(["none", "gzip", "zstd"]),
+)
+def test_the_batch_decoder_seals_values_as_seal_pairs_does(pairs, compression):
+    """The apply path's sealing (in the one copy the decoder makes) equals the reference's,
+    for every record the key rule keeps, compressed batches too."""
+    data = encode_batch(pairs, base_offset=10, leader_epoch=1, compression=compression)
+    plain = decode_kv_pairs(data)
+    sealed = decode_kv_pairs(data, seal=True)
+    assert sealed.pairs == seal_pairs(plain.pairs)
+    assert (sealed.skipped, sealed.deletes, sealed.records) == (
+        plain.skipped,
+        plain.deletes,
+        plain.records,
+    )
 
 
 def test_a_stored_value_too_short_to_hold_a_checksum_is_damaged():

@@ -76,12 +76,14 @@ class CommittedBatch:
             self._records = [r for r in self._batch.records() if r.offset >= self._from]
         return self._records
 
-    def kv_pairs(self, max_key_size: int = DEFAULT_MAX_KEY_SIZE) -> KvPairs:
+    def kv_pairs(self, max_key_size: int = DEFAULT_MAX_KEY_SIZE, *, seal: bool = False) -> KvPairs:
         """The records as (key, value) pairs, decoded natively without a Record per record
         (:func:`raftcore.records.decode_kv_pairs`; records whose key is null, empty or longer
         than ``max_key_size`` are reported in ``skipped`` instead). The CRC is not checked
-        again: the feed checked it before handing the batch out."""
-        return decode_kv_pairs(self._batch.buffer, self._from, max_key_size, False)
+        again: the feed checked it before handing the batch out. ``seal``: values sealed with
+        their checksum, as the LMDB state machine stores them
+        (:mod:`raftcore.statemachine.checksums`)."""
+        return decode_kv_pairs(self._batch.buffer, self._from, max_key_size, False, seal)
 
     def __repr__(self) -> str:
         return f"CommittedBatch({self.base_offset}..{self.last_offset}, epoch={self.epoch})"
