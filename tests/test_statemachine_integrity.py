@@ -225,3 +225,62 @@ def test_a_damaged_value_read_on_a_replica_is_refused_then_served_again_once_reb
                 m.close()
 
     run(main(), timeout_s=120)
+
+
+def test_a_replica_that_must_load_its_damaged_snapshot_downloads_the_leaders_copy(tmp_path):
+    """An observer whose state machine is gone (behind its log start) and whose only
+    snapshot is damaged: at start the snapshot is set aside, its listener waits, and it
+    downloads the leader's copy of the same snapshot with FetchSnapshot, loads it, and ends
+    with the leader's state -- instead of stopping with no advice."""
+
+    async def main():
+        cfgs = voter_configs(tmp_path, quorum=INTEGRITY)
+        machines = [lmdb_at(c) for c in cfgs]
+        nodes = [RaftNode(c, state_machine=m) for c, m in zip(cfgs, machines, strict=True)]
+        observer = None
+        try:
+            for n in nodes:
+                await n.start()
+            leader = await leader_of(nodes)
+            end = await write(leader, 0, 5_000)
+            await wait_until(
+                lambda: leader.log.log_start_offset > 0,  # type: ignore[union-attr]
+                30,
+                "the leader's log start past 0",
+            )
+            # an observer that takes no snapshot of its own: its only one is the leader's
+            ocfg = observer_config(tmp_path, leader.config, snapshot_min_records=0)
+            observer = RaftNode(ocfg, state_machine=lmdb_at(ocfg))
+            await observer.start()
+            await observer.wait_applied(end, timeout_s=60)
+            assert observer.log is not None and leader.log is not None
+            installed = observer.log.latest_snapshot_id()
+            assert installed is not None and installed == leader.log.latest_snapshot_id()
+            await observer.stop()
+            observer.state_machine.close()  # type: ignore[union-attr]
+            observer = None
+
+            # the state machine lost, the snapshot damaged
+            for f in (ocfg.data_dir / "state").iterdir():
+                f.unlink()
+            damaged = latest_snapshot_file(ocfg.data_dir)
+            flip_snapshot_byte(damaged)
+            osm = lmdb_at(ocfg)
+            assert osm.applied_offset == 0
+            observer = RaftNode(ocfg, state_machine=osm)
+            await observer.start()
+            assert damaged.with_name(damaged.name + ".damaged").exists()
+            await observer.wait_applied(end, timeout_s=60)
+            assert observer.failure is None
+            assert observer.log.latest_snapshot_id() == installed  # type: ignore[union-attr]
+            assert not observer.log.snapshot_damaged(installed)  # type: ignore[union-attr]
+            same_state(osm, machines[nodes.index(leader)])
+        finally:
+            if observer is not None:
+                await observer.stop()
+                observer.state_machine.close()  # type: ignore[union-attr]
+            await stop_all(nodes)
+            for m in machines:
+                m.close()
+
+    run(main(), timeout_s=120)

@@ -13,7 +13,7 @@
 - Damage: ``set_aside(id, why)`` renames a snapshot that failed its checks to
   ``<id>.checkpoint.damaged`` (kept for the operator, never deleted by the store). Its id
   stays listed, *damaged*, until a newer snapshot makes it obsolete (``delete``) or a
-  download of the same id replaces it (``receive``, ``writer``): the raft layer still knows
+  sound copy of the same id is frozen (``receive``, ``writer``): the raft layer still knows
   where the log start stands, but ``open`` and ``verify`` refuse it (CorruptSnapshotError).
   At start a ``.damaged`` file at or above the log start offset is listed damaged again.
 - Deleting: ``delete(id)`` and ``delete_before(id)`` rename ``<id>.checkpoint`` to
@@ -210,8 +210,8 @@ class SnapshotStore:
         return target
 
     def _forget_damaged(self, snapshot_id: SnapshotId) -> bool:
-        """A damaged id leaves the listing (a replacement of the same id comes, or a newer
-        snapshot made it obsolete); its ``.damaged`` file stays."""
+        """A damaged id leaves the listing (a newer snapshot made it obsolete); its
+        ``.damaged`` file stays."""
         with self._lock:
             if self._damaged.pop(snapshot_id, None) is None:
                 return False
@@ -278,8 +278,8 @@ class SnapshotStore:
         ``extra_header_records``: KRaftVersion / Voters control records for the header batch.
         """
         snapshot_id = SnapshotId.of(snapshot_id)
-        self._forget_damaged(snapshot_id)  # written again: the new one replaces it
-        if snapshot_id in self:
+        # a damaged one is written again: listed (damaged) until the new one is frozen
+        if snapshot_id in self and not self.is_damaged(snapshot_id):
             raise SnapshotExistsError(f"{self.directory}: snapshot {snapshot_id} already exists")
         part = PartFile(self.directory, snapshot_id)
         try:
@@ -306,8 +306,8 @@ class SnapshotStore:
         from another source is dropped and started over. SnapshotExistsError if the snapshot
         is already frozen here (Kafka: "already stored")."""
         snapshot_id = SnapshotId.of(snapshot_id)
-        self._forget_damaged(snapshot_id)  # downloaded again: the leader's copy replaces it
-        if snapshot_id in self:
+        # a damaged one is downloaded again: listed (damaged) until the copy is frozen
+        if snapshot_id in self and not self.is_damaged(snapshot_id):
             raise SnapshotExistsError(f"{self.directory}: snapshot {snapshot_id} already exists")
         with self._lock:
             current = self._receivers.get(snapshot_id)
@@ -333,6 +333,7 @@ class SnapshotStore:
     def _frozen(self, snapshot_id: SnapshotId, summary: SnapshotSummary) -> None:
         with self._lock:
             self._ids.add(snapshot_id)
+            self._damaged.pop(snapshot_id, None)  # replaced by a sound copy
             self._verified[snapshot_id] = summary
         log.info(
             "%s: snapshot %s frozen (%d bytes, %d records)",
