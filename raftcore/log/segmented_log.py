@@ -556,8 +556,9 @@ class SegmentedLog(TruncationAndRetention):
         return self._snapshot_store().read(snapshot_id)
 
     def check_snapshot(self, snapshot_id: OffsetAndEpoch, when: str) -> bool:
-        """Verify the snapshot whole now; a damaged one is set aside (False)."""
-        return self._snapshot_store().check(snapshot_id, when)
+        """Verify every CRC of the snapshot (header, data batches, footer) now, before it is
+        served; a damaged one is set aside (False)."""
+        return self._snapshot_store().check(snapshot_id, when, records=False)
 
     def snapshot_damaged(self, snapshot_id: OffsetAndEpoch) -> bool:
         return self._snapshot_store().is_damaged(snapshot_id)
