@@ -10,6 +10,10 @@ are committed and applied on this replica, so a read here sees them. Reads:
   committed before the read is below), waits until this replica has applied up to it, then
   reads. Leader only: elsewhere it raises
   :class:`~raftcore.node.reads.NotLeaderForReadError` naming the leader and its endpoint.
+
+A read never returns a value that fails its checksum: it raises
+:class:`~raftcore.statemachine.DamagedValueError` instead, while the replica rebuilds its state
+from its latest snapshot and its log (docs/statemachine.md, "A damaged state machine").
 """
 
 from __future__ import annotations

@@ -177,11 +177,10 @@ class LmdbStateMachine:
             with self.env.begin(write=True) as txn:
                 cursor = txn.cursor(data)
                 for kv in decoded:
-                    pairs = kv.pairs
                     if not kv.deletes:  # every value is bytes
-                        cursor.putmulti(cast("list[tuple[bytes, bytes]]", pairs))
+                        cursor.putmulti(cast("list[tuple[bytes, bytes]]", kv.pairs))
                         continue
-                    for key, value in pairs:
+                    for key, value in kv.pairs:
                         if value is None:
                             txn.delete(key, db=data)
                         else:
