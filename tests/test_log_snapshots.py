@@ -397,3 +397,21 @@ def test_a_crash_between_any_two_steps_of_download_then_install_recovers(tmp_pat
 
     steps = _crash_everywhere(tmp_path, prepare, operation, check)
     assert steps >= 5
+
+
+def test_the_log_start_never_moves_onto_a_damaged_snapshot(tmp_path):
+    """A snapshot set aside as damaged stays listed, but delete_before_snapshot refuses to
+    stand the log start on it; a sound one later is taken."""
+    with open_log(tmp_path) as log:
+        fill(log, [1, 1, 1, 1])
+        sid = snapshot(log, 4, 1, [(b"k", b"v" * 100)])
+    corrupt_file(tmp_path / "00000000000000000004-0000000001.checkpoint", 120)
+    with open_log(tmp_path) as log:
+        assert log.snapshot_damaged(sid)
+        assert not log.delete_before_snapshot(sid)
+        assert log.log_start_offset == 0
+        later = snapshot(log, 8, 1)
+        assert log.delete_before_snapshot(later)
+        assert log.log_start_offset == 8
+        assert log.snapshot_ids() == [later]  # the damaged id is forgotten ...
+    assert (tmp_path / "00000000000000000004-0000000001.checkpoint.damaged").exists()  # ... kept

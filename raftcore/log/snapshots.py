@@ -280,8 +280,9 @@ class LogSnapshots:
 
     def delete_before(self, snapshot_id: OffsetAndEpoch) -> bool:
         """Kafka's deleteBeforeSnapshot: advance the log start offset to ``snapshot_id`` iff
-        it exists and ``log_start < offset <= min(latest.offset, end)``; the log deletes the
-        segments wholly below it, then the older snapshots go. Returns whether it moved."""
+        it exists, is not damaged, and ``log_start < offset <= min(latest.offset, end)``; the
+        log deletes the segments wholly below it, then the older snapshots go. Returns whether
+        it moved."""
         log = self._log
         offset = snapshot_id.offset
         with log._lock:
@@ -289,6 +290,7 @@ class LogSnapshots:
             latest = self.latest_id()
             if (
                 snapshot_id not in self.store
+                or self.is_damaged(snapshot_id)  # the log start never moves onto one
                 or latest is None
                 or not log.log_start_offset < offset <= min(latest.offset, log.end_offset)
             ):

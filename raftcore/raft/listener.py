@@ -148,7 +148,8 @@ class ListenerFeed:
             return  # a new listener stays new until there is something to read
         fresh, self._fresh = self._fresh, False
         log = snapshot_log(self.log)
-        below = self.next_offset < self.log.log_start_offset
+        start = self.log.log_start_offset
+        below = self.next_offset < start
         if log is None or not (fresh or below):
             return
         latest = log.latest_snapshot_id()
@@ -160,6 +161,9 @@ class ListenerFeed:
                 )
             return
         damaged: Any = getattr(log, "snapshot_damaged", None)
+        if damaged is not None and damaged(latest) and self.next_offset == 0 == start:
+            self.waiting_for = None  # the whole log is here: replayed from 0 instead
+            return
         if damaged is not None and damaged(latest):
             # never loaded; the follower downloads the leader's copy (fetch_snapshot), and
             # delivery resumes from here once it is installed
