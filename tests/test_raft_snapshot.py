@@ -9,8 +9,18 @@ from raft_harness import CLUSTER, Harness, RecordingListener, batch
 
 from raftcore.error_codes import Errors
 from raftcore.errors import OffsetOutOfRangeError, RaftcoreError, SnapshotError
-from raftcore.raft import FetchRequest, FetchResponse, LeaderAndEpoch, OffsetAndEpoch
-from raftcore.raft.fetch_snapshot import REFUSED_BACKOFF_BASE_MS, REFUSED_LOG_EVERY_MS
+from raftcore.raft import (
+    FetchRequest,
+    FetchResponse,
+    LeaderAndEpoch,
+    OffsetAndEpoch,
+    fetch_snapshot,
+)
+from raftcore.raft.fetch_snapshot import (
+    REFUSED_BACKOFF_BASE_MS,
+    REFUSED_LOG_EVERY_MS,
+    SERVE_CHECK_EVERY_MS,
+)
 from raftcore.raft.messages import FetchSnapshotRequest, FetchSnapshotResponse
 from raftcore.raft.snapshots import InvalidSnapshotError
 from raftcore.raft.states import FollowerState
@@ -192,6 +202,39 @@ def test_fetch_snapshot_serves_at_most_replica_fetch_response_max_bytes_whatever
     sid = take_snapshot(h, [(b"k%d" % i, b"x" * 50) for i in range(20)])
     r = h.request(2, FetchSnapshotRequest(CLUSTER, 2, h.epoch, sid, 0, max_bytes=(1 << 31) - 1))
     assert (r.error_code, len(r.data)) == (Errors.NONE, 64)
+
+
+def test_a_leader_checks_its_snapshot_before_serving_a_download_at_most_every_ten_seconds(
+    monkeypatch,
+):
+    """Position 0 starts a download: the leader checks the snapshot's CRCs first (the log's
+    check_snapshot), but not again within SERVE_CHECK_EVERY_MS, so a flood of requests cannot
+    keep it reading; a chunk past 0 is never checked. Damaged: KAFKA_STORAGE_ERROR, nothing
+    served, and a new snapshot is due."""
+    assert SERVE_CHECK_EVERY_MS == 10_000
+    monkeypatch.setattr(fetch_snapshot, "SERVE_CHECK_EVERY_MS", 50)  # within check quorum
+    h = committed_leader()
+    sid = take_snapshot(h, [(b"k%d" % i, b"x" * 50) for i in range(20)])
+    checks: list[OffsetAndEpoch] = []
+    sound = [True]
+
+    def check_snapshot(snapshot_id, when):  # type: ignore[no-untyped-def]
+        checks.append(snapshot_id)
+        return sound[0]
+
+    h.log.check_snapshot = check_snapshot  # type: ignore[attr-defined]
+    for position in (0, 0, 10, 0):
+        r = h.request(2, FetchSnapshotRequest(CLUSTER, 2, h.epoch, sid, position, max_bytes=100))
+        assert r.error_code == Errors.NONE
+    assert checks == [sid]
+    h.advance(50)
+    sound[0] = False
+    r = h.request(2, FetchSnapshotRequest(CLUSTER, 2, h.epoch, sid, 0, max_bytes=100))
+    assert r.error_code == Errors.KAFKA_STORAGE_ERROR and len(r.data) == 0
+    assert checks == [sid, sid]
+    assert h.core.snapshots.replace_due
+    r = h.request(2, FetchSnapshotRequest(CLUSTER, 2, h.epoch, sid, 0, max_bytes=100))
+    assert r.error_code == Errors.KAFKA_STORAGE_ERROR  # checked again: never served
 
 
 def test_fetch_snapshot_past_the_end_is_position_out_of_range():

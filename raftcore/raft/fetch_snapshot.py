@@ -22,7 +22,7 @@ rises to the snapshot's end (Kafka's updateFollowerHighWatermark after the full 
 and the listener loads the snapshot (:mod:`raftcore.raft.listener`).
 
 Damage. A leader verifies its snapshot whole before it serves the first chunk of a download
-(every batch's CRC and the footer): a damaged one is set aside, never served, and answered
+(every batch's CRC and the footer; at most once per SERVE_CHECK_EVERY_MS): a damaged one is set aside, never served, and answered
 KAFKA_STORAGE_ERROR; a new snapshot becomes due to stand in its place
 (``SnapshotManager.replace_damaged``). A follower that refuses a snapshot it downloaded (it
 fails verification) or is answered KAFKA_STORAGE_ERROR backs off before it asks again,
@@ -55,6 +55,10 @@ logger = logging.getLogger(__name__)
 BOOTSTRAP_SNAPSHOT_ID = OffsetAndEpoch(0, 0)
 REFUSED_BACKOFF_BASE_MS = 100
 REFUSED_LOG_EVERY_MS = 10_000
+# A leader checks a snapshot again before serving a download at most this often: a flood of
+# FetchSnapshot(position 0) cannot keep it reading its snapshot (a follower verifies every
+# download whole anyway, and refuses a damaged one).
+SERVE_CHECK_EVERY_MS = 10_000
 
 
 # ---- the leader's answer ----------------------------------------------------------------------
@@ -81,10 +85,8 @@ def handle_request(core: RaftCore, source: int, request: FetchSnapshotRequest, n
     log = snapshot_log(core.log)
     reader = None
     if log is not None and sid != BOOTSTRAP_SNAPSHOT_ID and sid.offset > 0:
-        check = getattr(log, "check_snapshot", None)
         try:
-            # a download starts: the whole file is verified again before any of it leaves
-            if request.position == 0 and check is not None and not check(sid, "serving it"):
+            if request.position == 0 and not _sound_to_serve(core, log, sid, now):
                 raise CorruptSnapshotError(f"snapshot {sid} failed its checks")
             reader = log.read_snapshot(sid)
         except CorruptSnapshotError:
@@ -115,6 +117,23 @@ def handle_request(core: RaftCore, source: int, request: FetchSnapshotRequest, n
         position=request.position,
         data=reader.slice(request.position, length),  # a view (of the map, on disk): no copy
     )
+
+
+def _sound_to_serve(core: RaftCore, log: object, sid: OffsetAndEpoch, now: int) -> bool:
+    """A download starts: the snapshot's CRCs are checked again before any of it leaves,
+    unless they were within SERVE_CHECK_EVERY_MS. False: damaged, and set aside."""
+    check = getattr(log, "check_snapshot", None)
+    if check is None:
+        return True
+    checked = core.snapshots.served_checked_at
+    last = checked.get(sid)
+    if last is not None and now - last < SERVE_CHECK_EVERY_MS:
+        return True
+    if not check(sid, "serving it"):
+        checked.pop(sid, None)
+        return False
+    checked[sid] = now
+    return True
 
 
 # ---- the follower -----------------------------------------------------------------------------

@@ -104,6 +104,8 @@ class SnapshotManager:
         # The follower's refusals of downloaded snapshots in a row (fetch_snapshot's backoff)
         self.refused_in_row = 0
         self.refused_logged_at: int | None = None
+        # When the leader last checked each snapshot it serves (fetch_snapshot)
+        self.served_checked_at: dict[OffsetAndEpoch, int] = {}
 
     def start(self, now: int) -> None:
         self.last_snapshot_ms = now
@@ -346,4 +348,6 @@ class SnapshotManager:
             self.log_start_moves += 1
             self._log_start_moved = True
             self._known = [s for s in self._known if s.offset >= sid.offset]
+            checked = self.served_checked_at
+            self.served_checked_at = {s: t for s, t in checked.items() if s.offset >= sid.offset}
             logger.info("%s log start offset -> %d (%s)", self.core.prefix, sid.offset, reason)
