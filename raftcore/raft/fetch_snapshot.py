@@ -22,12 +22,12 @@ rises to the snapshot's end (Kafka's updateFollowerHighWatermark after the full 
 and the listener loads the snapshot (:mod:`raftcore.raft.listener`).
 
 Damage. A leader verifies its snapshot whole before it serves the first chunk of a download
-(every batch's CRC and the footer; at most once per SERVE_CHECK_EVERY_MS): a damaged one is set aside, never served, and answered
-KAFKA_STORAGE_ERROR; a new snapshot becomes due to stand in its place
-(``SnapshotManager.replace_damaged``). A follower that refuses a snapshot it downloaded (it
-fails verification) or is answered KAFKA_STORAGE_ERROR backs off before it asks again,
-exponentially from ``REFUSED_BACKOFF_BASE_MS`` up to half the fetch timeout (so that the
-pause never costs it its leader), and says so once per ``REFUSED_LOG_EVERY_MS``. A follower
+(every batch's CRC and the footer; at most once per SERVE_CHECK_EVERY_MS): a damaged one is
+set aside, never served, and answered KAFKA_STORAGE_ERROR; a new snapshot becomes due to
+stand in its place (``SnapshotManager.replace_damaged``). A follower that refuses a snapshot
+it downloaded (it fails verification) or is answered KAFKA_STORAGE_ERROR backs off before it
+asks again, exponentially from ``REFUSED_BACKOFF_BASE_MS`` up to half the fetch timeout (so
+that the pause never costs it its leader), and says so once per ``REFUSED_LOG_EVERY_MS``. A follower
 whose listener must load a snapshot that is damaged here downloads the leader's copy of it
 (the listener feed waits for it, ``ListenerFeed.waiting_for``).
 """
