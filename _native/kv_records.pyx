@@ -41,7 +41,9 @@ from batch_header cimport (
     batch_header_rules,
     parse_batch_header,
 )
-from crc32c_impl cimport rc_crc32c_init
+from libc.string cimport memcpy
+
+from crc32c_impl cimport rc_crc32c, rc_crc32c_init
 from wire cimport read_varint, read_varlong
 
 from raftcore._native.records import decompress_records
@@ -80,10 +82,14 @@ cdef class KvPairs:
 
 
 def decode_kv_pairs(buffer, int64_t from_offset=0, Py_ssize_t max_key_size=DEFAULT_MAX_KEY_SIZE,
-                    bint check_crc=True):
+                    bint check_crc=True, bint seal=False):
     """The (key, value) pairs of the records of ``buffer`` -- exactly one record batch -- at
     offsets >= ``from_offset``. See the module docstring for the rules and :class:`KvPairs`
-    for the result. A control batch has no key/value records: it is refused (ValueError)."""
+    for the result. A control batch has no key/value records: it is refused (ValueError).
+
+    With ``seal`` every value comes sealed, as the LMDB state machine stores it: CRC-32C of
+    key and value (4 bytes, big-endian), then the value (``raftcore._native.crc32c``'s
+    ``seal_value``), made in the one copy the value takes anyway."""
     cdef Py_buffer view
     cdef KvPairs out
     if isinstance(buffer, str):
@@ -93,14 +99,14 @@ def decode_kv_pairs(buffer, int64_t from_offset=0, Py_ssize_t max_key_size=DEFAU
     PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
     try:
         out = _decode(buffer, <const uint8_t *>view.buf, view.len, from_offset, max_key_size,
-                      check_crc)
+                      check_crc, seal)
     finally:
         PyBuffer_Release(&view)
     return out
 
 
 cdef KvPairs _decode(object owner, const uint8_t *b, Py_ssize_t size, int64_t from_offset,
-                     Py_ssize_t max_key_size, bint check_crc):
+                     Py_ssize_t max_key_size, bint check_crc, bint seal):
     cdef BatchHeader h
     cdef int problem
     cdef uint32_t crc
@@ -147,13 +153,13 @@ cdef KvPairs _decode(object owner, const uint8_t *b, Py_ssize_t size, int64_t fr
     out.base_offset = h.base_offset
     out.last_offset = h.base_offset + h.last_offset_delta
     _walk(out, b, start, end, payload is not None, h.base_offset, h.last_offset_delta,
-          h.record_count, from_offset, max_key_size)
+          h.record_count, from_offset, max_key_size, seal)
     return out
 
 
 cdef int _walk(KvPairs out, const uint8_t *batch, const uint8_t *start, const uint8_t *end,
                bint compressed, int64_t base_offset, int32_t last_delta, int32_t count,
-               int64_t from_offset, Py_ssize_t max_key_size) except -1:
+               int64_t from_offset, Py_ssize_t max_key_size, bint seal) except -1:
     cdef const uint8_t *p = start
     cdef const uint8_t *q
     cdef const uint8_t *rec_start
@@ -164,6 +170,8 @@ cdef int _walk(KvPairs out, const uint8_t *batch, const uint8_t *start, const ui
     cdef int32_t prev_delta = -1
     cdef int64_t ts_delta, offset
     cdef bint wanted
+    cdef uint32_t sealed_crc
+    cdef unsigned char *vp
     cdef list pairs = out.pairs
     cdef object key, value
     for i in range(count):
@@ -205,7 +213,17 @@ cdef int _walk(KvPairs out, const uint8_t *batch, const uint8_t *start, const ui
         p = q
         value = None
         if vlen >= 0:
-            if wanted:
+            if wanted and seal:
+                value = PyBytes_FromStringAndSize(NULL, vlen + 4)
+                vp = <unsigned char *>PyBytes_AS_STRING(value)
+                sealed_crc = rc_crc32c(rc_crc32c(0, kp, <size_t>(klen if klen > 0 else 0)),
+                                       p, <size_t>vlen)
+                vp[0] = (sealed_crc >> 24) & 0xFF
+                vp[1] = (sealed_crc >> 16) & 0xFF
+                vp[2] = (sealed_crc >> 8) & 0xFF
+                vp[3] = sealed_crc & 0xFF
+                memcpy(vp + 4, p, <size_t>vlen)
+            elif wanted:
                 value = PyBytes_FromStringAndSize(<const char *>p, vlen)
             p += vlen
         q = read_varint(p, rec_end, &hcount)

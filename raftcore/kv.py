@@ -20,6 +20,10 @@ once committed and applied on this replica, so a read here sees them. Reads:
 
 Every write is a record whose key is the key and whose value the value (None deletes): a Kafka
 consumer of the cluster reads the store's history, and a Kafka producer may write to it.
+
+A read never returns a value that fails its checksum: it raises
+:class:`~raftcore.statemachine.DamagedValueError` instead, while the replica rebuilds its state
+from its latest snapshot and its log (docs/statemachine.md, "A damaged state machine").
 """
 
 from __future__ import annotations

@@ -175,19 +175,30 @@ def test_reopen_after_truncate_to_latest_snapshot_keeps_the_log_at_the_snapshot(
         assert log.latest_snapshot_id() == sid
 
 
-def test_a_corrupt_snapshot_ahead_of_the_log_fails_the_open_and_the_log_stays(tmp_path):
-    """The log is never given up for a snapshot that would not load."""
+def test_a_corrupt_snapshot_ahead_of_the_log_is_set_aside_at_open_and_the_log_stays(
+    tmp_path, caplog
+):
+    """The log is never given up for a snapshot that would not load: the open verifies every
+    snapshot, sets a damaged one aside (renamed, kept) with one WARNING naming it, and the log
+    opens as it was; the id stays listed, damaged, never read, until a copy replaces it."""
     sid, data = foreign_snapshot(epoch=4)
     with open_log(tmp_path) as log:
         fill(log, [1, 1])
         download(log, sid, data)
         expected = records(log)
     corrupt_file(tmp_path / "00000000000000000010-0000000004.checkpoint", len(data) // 2)
-    with pytest.raises(CorruptSnapshotError, match="00000000000000000010-0000000004"):
-        open_log(tmp_path)
-    (tmp_path / "00000000000000000010-0000000004.checkpoint").unlink()
-    with open_log(tmp_path) as log:
+    with caplog.at_level("WARNING"), open_log(tmp_path) as log:
         assert records(log) == expected
+        assert log.snapshot_damaged(log.latest_snapshot_id())
+        with pytest.raises(CorruptSnapshotError, match="00000000000000000010-0000000004"):
+            log.read_snapshot(log.latest_snapshot_id())
+        writer = log.create_new_snapshot_unchecked(log.latest_snapshot_id())
+        assert writer is not None  # the leader's copy may replace it
+        writer.discard()
+    assert (tmp_path / "00000000000000000010-0000000004.checkpoint.damaged").exists()
+    assert not (tmp_path / "00000000000000000010-0000000004.checkpoint").exists()
+    lines = [r for r in caplog.records if "set aside" in r.getMessage()]
+    assert len(lines) == 1 and "00000000000000000010-0000000004" in lines[0].getMessage()
 
 
 def test_a_corrupt_snapshot_is_never_served_or_loaded(tmp_path):
@@ -386,3 +397,21 @@ def test_a_crash_between_any_two_steps_of_download_then_install_recovers(tmp_pat
 
     steps = _crash_everywhere(tmp_path, prepare, operation, check)
     assert steps >= 5
+
+
+def test_the_log_start_never_moves_onto_a_damaged_snapshot(tmp_path):
+    """A snapshot set aside as damaged stays listed, but delete_before_snapshot refuses to
+    stand the log start on it; a sound one later is taken."""
+    with open_log(tmp_path) as log:
+        fill(log, [1, 1, 1, 1])
+        sid = snapshot(log, 4, 1, [(b"k", b"v" * 100)])
+    corrupt_file(tmp_path / "00000000000000000004-0000000001.checkpoint", 120)
+    with open_log(tmp_path) as log:
+        assert log.snapshot_damaged(sid)
+        assert not log.delete_before_snapshot(sid)
+        assert log.log_start_offset == 0
+        later = snapshot(log, 8, 1)
+        assert log.delete_before_snapshot(later)
+        assert log.log_start_offset == 8
+        assert log.snapshot_ids() == [later]  # the damaged id is forgotten ...
+    assert (tmp_path / "00000000000000000004-0000000001.checkpoint.damaged").exists()  # ... kept

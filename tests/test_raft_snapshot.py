@@ -9,7 +9,18 @@ from raft_harness import CLUSTER, Harness, RecordingListener, batch
 
 from raftcore.error_codes import Errors
 from raftcore.errors import OffsetOutOfRangeError, RaftcoreError, SnapshotError
-from raftcore.raft import FetchRequest, FetchResponse, LeaderAndEpoch, OffsetAndEpoch
+from raftcore.raft import (
+    FetchRequest,
+    FetchResponse,
+    LeaderAndEpoch,
+    OffsetAndEpoch,
+    fetch_snapshot,
+)
+from raftcore.raft.fetch_snapshot import (
+    REFUSED_BACKOFF_BASE_MS,
+    REFUSED_LOG_EVERY_MS,
+    SERVE_CHECK_EVERY_MS,
+)
 from raftcore.raft.messages import FetchSnapshotRequest, FetchSnapshotResponse
 from raftcore.raft.snapshots import InvalidSnapshotError
 from raftcore.raft.states import FollowerState
@@ -191,6 +202,39 @@ def test_fetch_snapshot_serves_at_most_replica_fetch_response_max_bytes_whatever
     sid = take_snapshot(h, [(b"k%d" % i, b"x" * 50) for i in range(20)])
     r = h.request(2, FetchSnapshotRequest(CLUSTER, 2, h.epoch, sid, 0, max_bytes=(1 << 31) - 1))
     assert (r.error_code, len(r.data)) == (Errors.NONE, 64)
+
+
+def test_a_leader_checks_its_snapshot_before_serving_a_download_at_most_every_ten_seconds(
+    monkeypatch,
+):
+    """Position 0 starts a download: the leader checks the snapshot's CRCs first (the log's
+    check_snapshot), but not again within SERVE_CHECK_EVERY_MS, so a flood of requests cannot
+    keep it reading; a chunk past 0 is never checked. Damaged: KAFKA_STORAGE_ERROR, nothing
+    served, and a new snapshot is due."""
+    assert SERVE_CHECK_EVERY_MS == 10_000
+    monkeypatch.setattr(fetch_snapshot, "SERVE_CHECK_EVERY_MS", 50)  # within check quorum
+    h = committed_leader()
+    sid = take_snapshot(h, [(b"k%d" % i, b"x" * 50) for i in range(20)])
+    checks: list[OffsetAndEpoch] = []
+    sound = [True]
+
+    def check_snapshot(snapshot_id, when):  # type: ignore[no-untyped-def]
+        checks.append(snapshot_id)
+        return sound[0]
+
+    h.log.check_snapshot = check_snapshot  # type: ignore[attr-defined]
+    for position in (0, 0, 10, 0):
+        r = h.request(2, FetchSnapshotRequest(CLUSTER, 2, h.epoch, sid, position, max_bytes=100))
+        assert r.error_code == Errors.NONE
+    assert checks == [sid]
+    h.advance(50)
+    sound[0] = False
+    r = h.request(2, FetchSnapshotRequest(CLUSTER, 2, h.epoch, sid, 0, max_bytes=100))
+    assert r.error_code == Errors.KAFKA_STORAGE_ERROR and len(r.data) == 0
+    assert checks == [sid, sid]
+    assert h.core.snapshots.replace_due
+    r = h.request(2, FetchSnapshotRequest(CLUSTER, 2, h.epoch, sid, 0, max_bytes=100))
+    assert r.error_code == Errors.KAFKA_STORAGE_ERROR  # checked again: never served
 
 
 def test_fetch_snapshot_past_the_end_is_position_out_of_range():
@@ -387,7 +431,99 @@ def test_a_downloaded_snapshot_that_fails_verification_is_never_installed():
     serve(h, sid, data, chunk=1000, mangle=flip)
     assert h.log.latest_snapshot_id() is None and h.log.log_start_offset == 0
     assert h.listener.loaded == []
-    assert h.take(FetchRequest, 2)  # it starts over with a fetch
+    assert h.take(FetchRequest, 2) == []  # it backs off first
+    h.advance(REFUSED_BACKOFF_BASE_MS)
+    h.poll()
+    assert h.take(FetchRequest, 2)  # then starts over with a fetch
+
+
+def flip_first_chunk(response):  # type: ignore[no-untyped-def]
+    if response.position != 0:
+        return response
+    data = bytearray(response.data)
+    data[70] ^= 0x10
+    return FetchSnapshotResponse(
+        response.error_code,
+        response.current_leader,
+        response.snapshot_id,
+        response.size,
+        response.position,
+        bytes(data),
+    )
+
+
+def test_a_follower_that_keeps_refusing_a_snapshot_backs_off_exponentially_to_a_cap(caplog):
+    """A leader serving a damaged snapshot must not be asked for it 13 times a second,
+    forever: each refusal in a row doubles the pause (from REFUSED_BACKOFF_BASE_MS), up to
+    half the fetch timeout, so the pause never costs the follower its leader; one ERROR line
+    per REFUSED_LOG_EVERY_MS says so, and the follower stays a follower throughout."""
+    h = following()
+    sid, data = snapshot_bytes()
+    cap = h.core.config.fetch_timeout_ms // 2
+    pauses = []
+    with caplog.at_level("ERROR", logger="raftcore.raft.fetch_snapshot"):
+        (fetch,) = h.take(FetchRequest, 2)
+        for _ in range(7):
+            h.respond(
+                fetch,
+                FetchResponse(
+                    Errors.NONE, sid.offset, sid.offset, LeaderAndEpoch(2, 5), snapshot_id=sid
+                ),
+            )
+            h.poll()
+            serve(h, sid, data, chunk=10_000, mangle=flip_first_chunk)
+            waited = 0
+            while not (sent := h.take(FetchRequest, 2)):
+                h.advance(10)
+                h.poll()
+                waited += 10
+                assert waited <= cap + 10, "no fetch within the cap"
+            (fetch,) = sent
+            pauses.append(waited)
+    assert isinstance(h.state, FollowerState)
+    expected = [min(cap, REFUSED_BACKOFF_BASE_MS << i) for i in range(7)]
+    assert pauses == expected
+    assert h.core.snapshots.refused == 7
+    lines = [r for r in caplog.records if "not installed" in r.getMessage()]
+    assert len(lines) == 1 + sum(pauses[:-1]) // REFUSED_LOG_EVERY_MS
+    assert h.log.latest_snapshot_id() is None and h.listener.loaded == []
+
+
+def test_a_snapshot_installed_after_refusals_starts_the_backoff_over():
+    h = following()
+    sid, data = snapshot_bytes()
+    answer_fetch_with_snapshot(h, sid)
+    serve(h, sid, data, chunk=10_000, mangle=flip_first_chunk)
+    assert h.core.snapshots.refused_in_row == 1
+    h.advance(REFUSED_BACKOFF_BASE_MS)
+    h.poll()
+    (out,) = h.take(FetchRequest, 2)
+    h.respond(
+        out,
+        FetchResponse(Errors.NONE, sid.offset, sid.offset, LeaderAndEpoch(2, 5), snapshot_id=sid),
+    )
+    h.poll()
+    serve(h, sid, data, chunk=10_000)
+    assert h.log.latest_snapshot_id() == sid
+    assert h.core.snapshots.refused_in_row == 0
+
+
+def test_a_leader_answering_kafka_storage_error_for_its_snapshot_is_asked_again_after_a_pause():
+    h = following()
+    sid, _ = snapshot_bytes()
+    answer_fetch_with_snapshot(h, sid)
+    (out,) = h.take(FetchSnapshotRequest, 2)
+    h.respond(
+        out,
+        FetchSnapshotResponse(Errors.KAFKA_STORAGE_ERROR, LeaderAndEpoch(2, 5), sid, -1, -1, b""),
+    )
+    h.poll()
+    assert h.state.fetching_snapshot is None  # the download is dropped
+    assert h.take(FetchRequest, 2) == [] and h.take(FetchSnapshotRequest, 2) == []
+    h.advance(REFUSED_BACKOFF_BASE_MS)
+    h.poll()
+    assert h.take(FetchRequest, 2)
+    assert isinstance(h.state, FollowerState)
 
 
 def test_a_torn_download_announced_as_complete_is_never_installed():

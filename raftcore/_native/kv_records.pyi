@@ -20,5 +20,9 @@ class KvPairs:
     def last_offset(self) -> int: ...
 
 def decode_kv_pairs(
-    buffer: Buffer, from_offset: int = 0, max_key_size: int = 511, check_crc: bool = True
+    buffer: Buffer,
+    from_offset: int = 0,
+    max_key_size: int = 511,
+    check_crc: bool = True,
+    seal: bool = False,
 ) -> KvPairs: ...

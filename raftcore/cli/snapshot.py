@@ -50,6 +50,7 @@ __all__ = ["add_snapshot_commands", "log_directory", "verdict_line"]
 _KIND_NOTE = {
     SnapshotFileKind.PART: "PARTIAL (.part: being written or received, or left by a crash)",
     SnapshotFileKind.DELETED: "DELETED (.deleted: being deleted, or left by a crash)",
+    SnapshotFileKind.DAMAGED: "DAMAGED (.damaged: failed its checks, set aside by the node)",
 }
 _ID_TEXT = re.compile(r"(\d+)-(\d+)")
 

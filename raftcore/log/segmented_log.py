@@ -555,6 +555,18 @@ class SegmentedLog(TruncationAndRetention):
     def read_snapshot(self, snapshot_id: OffsetAndEpoch) -> LogSnapshotReader | None:
         return self._snapshot_store().read(snapshot_id)
 
+    def check_snapshot(self, snapshot_id: OffsetAndEpoch, when: str) -> bool:
+        """Verify every CRC of the snapshot (header, data batches, footer) now, before it is
+        served; a damaged one is set aside (False)."""
+        return self._snapshot_store().check(snapshot_id, when, records=False)
+
+    def snapshot_damaged(self, snapshot_id: OffsetAndEpoch) -> bool:
+        return self._snapshot_store().is_damaged(snapshot_id)
+
+    def damaged_snapshot_header(self, snapshot_id: OffsetAndEpoch) -> Any:
+        """A damaged snapshot's header batch, if intact (LogSnapshots.damaged_header)."""
+        return self._snapshot_store().damaged_header(snapshot_id)
+
     def delete_before_snapshot(self, snapshot_id: OffsetAndEpoch) -> bool:
         return self._snapshot_store().delete_before(snapshot_id)
 

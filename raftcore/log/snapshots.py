@@ -21,6 +21,13 @@ Crash safety: every step leaves a directory that the next open recovers, in Kafk
   (segments renamed ``.deleted``, the log start offset written, a new segment) -- a crash
   part-way leaves the snapshot ahead of the log, and the next open truncates again.
 
+Damage: every snapshot is verified whole when the log opens (every batch's CRC, header
+first, footer last, the size), and again by a leader before it serves one to a replica
+(``check``). One that fails is set aside (``<id>.checkpoint.damaged``, kept for the operator,
+one WARNING line naming the file and the position) and never read again; its id stays listed,
+damaged, so the log start still stands on it, until a download of the same id from the leader
+or a newer snapshot replaces it. A damaged snapshot never stops the log from opening.
+
 A log that has never held a snapshot keeps working without one (retention through
 ``set_log_start_offset``, as before); once the directory holds a snapshot, a log start offset
 above 0 must be reached by one (Kafka's rule at open).
@@ -32,7 +39,7 @@ import logging
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from raftcore.errors import SnapshotError
+from raftcore.errors import CorruptSnapshotError, SnapshotError
 from raftcore.offsets import OffsetAndEpoch
 from raftcore.records import Record, iter_batches
 from raftcore.snapshot import (
@@ -45,6 +52,7 @@ from raftcore.snapshot import (
     SnapshotWriter,
     parse_snapshot_path,
 )
+from raftcore.snapshot.ids import damaged_path
 
 if TYPE_CHECKING:
     from raftcore.log.segmented_log import SegmentedLog
@@ -95,6 +103,8 @@ class LogSnapshots:
         if not holds_snapshots:
             return snapshots
         try:
+            for snapshot_id in store.ids():
+                snapshots.check(_core_id(snapshot_id), "at start")
             if snapshots.truncate_to_latest():
                 logger.info(
                     "[log %s] opened at snapshot %s, ahead of the log",
@@ -191,14 +201,66 @@ class LogSnapshots:
         )
 
     def create_unchecked(self, snapshot_id: OffsetAndEpoch) -> LogRawSnapshotWriter | None:
-        """A writer of a snapshot downloaded from the leader, or None when it exists. Each
-        call starts a download of its own (one under way for the same id is dropped)."""
-        if snapshot_id in self.store:
+        """A writer of a snapshot downloaded from the leader, or None when it exists (a
+        damaged one is downloaded again). Each call starts a download of its own (one under
+        way for the same id is dropped)."""
+        if snapshot_id in self.store and not self.is_damaged(snapshot_id):
             return None
         receiver = self.store.receive(SnapshotId.of(snapshot_id), source=object())
         return LogRawSnapshotWriter(snapshot_id, receiver)
 
     # ---- reading
+
+    def check(self, snapshot_id: OffsetAndEpoch, when: str, *, records: bool = True) -> bool:
+        """Verify the frozen snapshot whole, now (``when``: at start, before serving it;
+        ``records=False``: every CRC, header and footer, not each record's fields). A damaged
+        one is set aside (see the module docstring) and False is returned; True for a sound
+        one, or one that is not here."""
+        sid = SnapshotId.of(snapshot_id)
+        if sid not in self.store:
+            return True
+        try:
+            self.store.verify(sid, records=records)
+            return True
+        except CorruptSnapshotError as exc:
+            self.set_aside(snapshot_id, when, exc)
+            return False
+
+    def set_aside(self, snapshot_id: OffsetAndEpoch, when: str, exc: BaseException) -> None:
+        """Take a damaged snapshot out of use, with one WARNING line saying what follows."""
+        sid = SnapshotId.of(snapshot_id)
+        if self.store.is_damaged(sid):
+            return
+        self._readers.pop(_core_id(sid), None)
+        target = self.store.set_aside(sid, str(exc))
+        logger.warning(
+            "[log %s] snapshot %s is damaged (%s, found %s): set aside as %s; it is never "
+            "served or loaded, and is replaced by the next snapshot this node takes or by the "
+            "leader's copy",
+            self._log.directory,
+            sid,
+            exc,
+            when,
+            target.name,
+        )
+
+    def is_damaged(self, snapshot_id: OffsetAndEpoch) -> bool:
+        return self.store.is_damaged(SnapshotId.of(snapshot_id))
+
+    def damaged_header(self, snapshot_id: OffsetAndEpoch) -> DamagedHeader | None:
+        """The header batch of a damaged snapshot, if that batch is intact (its CRC holds):
+        the voter set it carries (KIP-853) is still known while the snapshot waits for its
+        replacement. None when it is not."""
+        path = damaged_path(self.store.directory, SnapshotId.of(snapshot_id))
+        try:
+            with open(path, "rb") as f:
+                head = f.read(1 << 20)
+        except OSError:
+            return None
+        first = next(iter_batches(head), None)
+        if first is None or not first.is_control or not first.is_valid():
+            return None
+        return DamagedHeader(head[: first.size_in_bytes])
 
     def read(self, snapshot_id: OffsetAndEpoch) -> LogSnapshotReader | None:
         """A reader of the frozen snapshot, or None. The file is verified whole the first
@@ -218,8 +280,9 @@ class LogSnapshots:
 
     def delete_before(self, snapshot_id: OffsetAndEpoch) -> bool:
         """Kafka's deleteBeforeSnapshot: advance the log start offset to ``snapshot_id`` iff
-        it exists and ``log_start < offset <= min(latest.offset, end)``; the log deletes the
-        segments wholly below it, then the older snapshots go. Returns whether it moved."""
+        it exists, is not damaged, and ``log_start < offset <= min(latest.offset, end)``; the
+        log deletes the segments wholly below it, then the older snapshots go. Returns whether
+        it moved."""
         log = self._log
         offset = snapshot_id.offset
         with log._lock:
@@ -227,6 +290,7 @@ class LogSnapshots:
             latest = self.latest_id()
             if (
                 snapshot_id not in self.store
+                or self.is_damaged(snapshot_id)  # the log start never moves onto one
                 or latest is None
                 or not log.log_start_offset < offset <= min(latest.offset, log.end_offset)
             ):
@@ -252,7 +316,10 @@ class LogSnapshots:
             ):
                 return False
             # Never give the log up for a snapshot that would not load (verified once per
-            # process: a download was verified as it froze).
+            # process: a download was verified as it froze); a damaged one waits for its
+            # replacement from the leader, the log as it is.
+            if self.is_damaged(latest):
+                return False
             self.store.open(SnapshotId.of(latest)).close()
             log.truncate_fully_and_start_at(latest.offset)
             return True
@@ -266,6 +333,24 @@ class LogSnapshots:
 
     def __repr__(self) -> str:
         return f"LogSnapshots({str(self.store.directory)!r}, {self.ids()})"
+
+
+class DamagedHeader:
+    """The intact header batch of a damaged snapshot, read as a snapshot reader's first
+    bytes are (``size``, ``slice``)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+    def slice(self, position: int, max_bytes: int) -> memoryview:
+        return memoryview(self.data)[position : position + max_bytes]
+
+    def close(self) -> None:
+        pass
 
 
 class LogSnapshotWriter:

@@ -40,7 +40,7 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -83,6 +83,15 @@ def check_start_offset(applied_offset: int, log: Any, prefix: str = "") -> int:
             "a snapshot first"
         )
     return applied_offset
+
+
+class EmptySnapshot:
+    """No state, as of offset 0: what a rebuild starts from when no snapshot is loaded."""
+
+    end_offset = 0
+
+    def __iter__(self) -> Iterator[list[tuple[bytes, bytes | None]]]:
+        return iter(())
 
 
 def _close(reader: Any) -> None:
@@ -167,6 +176,24 @@ class Applier:
         self._queue = deque(kept)
         self._restore = reader
         self._wake.set()  # (resuming delivery waits for the run loop: we are inside the core)
+
+    def rewind(self) -> None:
+        """The state machine is rebuilt (:mod:`raftcore.node.rebuild`): what is queued is
+        dropped (the core's feed hands it over again), and the state is first reset to an
+        empty one at offset 0, on the applier thread after the apply in progress. The feed
+        then hands over the latest snapshot, which replaces the reset, and the batches after
+        it."""
+        if self.failure is not None or self._closing:
+            return
+        self._queue.clear()
+        self._queued_bytes = 0
+        if self._restore is not None:
+            _close(self._restore)
+        self._restore = EmptySnapshot()
+        if self._paused:
+            self._paused = False
+            self._set_paused(False)
+        self._wake.set()
 
     def progress(self, delivered_end: int) -> None:
         """The core's listener offset after a step (it also passes control batches), and a

@@ -80,6 +80,7 @@ from raftcore.node.metrics_http import MetricsServer, serve_metrics
 from raftcore.node.partition import kafka_broker
 from raftcore.node.peers import SWEEP_EVERY_S, AddressBook, Peers
 from raftcore.node.poll_timer import PollTimer
+from raftcore.node.rebuild import StateRebuild
 from raftcore.node.retention import Retention
 from raftcore.node.scrubber import Scrubber
 from raftcore.node.snapshotter import Snapshotter, snapshot_source
@@ -127,6 +128,7 @@ class RaftNode:
             self.prefix, config.quorum, state_machine, listener
         )
         self.snapshotter: Snapshotter | None = None
+        self.rebuild: StateRebuild | None = None  # of a state machine that finds damage
         self.rng = rng or random.Random()
         self.log: SegmentedLog | None = None
         self.core: RaftCore | None = None
@@ -268,6 +270,14 @@ class RaftNode:
             raise
         self.core = core
         self.address_book.voters = lambda: core.voter_set
+        if self.applier is not None and hasattr(self.state_machine, "on_damaged"):
+            self.rebuild = StateRebuild(
+                self._loop,
+                rewind_applier=self.applier.rewind,
+                rewind_feed=lambda: self._run(core.rewind_listener),
+                prefix=self.prefix,
+            )
+            self.state_machine.on_damaged = self.rebuild.damaged  # type: ignore[union-attr]
         if self._snapshot_source is not None:
             applier = self.applier
             self.snapshotter = Snapshotter(
@@ -402,6 +412,8 @@ class RaftNode:
             stopped = str(self.failure)
         self._reads.fail_all(RaftcoreError(stopped))
         self._verdicts.fail_all(stopped)
+        if self.rebuild is not None:
+            self.rebuild.close()
         if self.snapshotter is not None:
             await self.snapshotter.close()  # before the applier, which it may be waiting for
         if self.applier is not None:

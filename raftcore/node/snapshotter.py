@@ -35,6 +35,7 @@ from typing import Any
 from raftcore.errors import RaftcoreError
 from raftcore.raft import Output, RaftCore
 from raftcore.raft.snapshots import InvalidSnapshotError
+from raftcore.statemachine.checksums import DamagedValueError
 
 __all__ = ["Snapshotter", "snapshot_source"]
 
@@ -215,6 +216,13 @@ class Snapshotter:
             # Nothing new applied since the latest snapshot (control batches only), or taken
             # already: not a failure, but nothing to retry at once either.
             logger.info("%s no snapshot taken: %s", self.prefix, exc)
+        elif isinstance(exc, DamagedValueError):
+            # never written with a damaged value; the state machine is being rebuilt
+            self.failed += 1
+            self.last_error = exc
+            logger.warning(
+                "%s snapshot given up, retrying in %d ms: %s", self.prefix, RETRY_MS, exc
+            )
         else:
             self.failed += 1
             self.last_error = exc

@@ -181,6 +181,7 @@ class RaftCore(LeaderRequests):
             log,
             self.quorum,
             listener_start_offset,  # None: a new listener (it loads the latest snapshot)
+            prefix=self.prefix,
         )
         self.snapshots = SnapshotManager(self)
         self.damage = DamageTracker(log)  # damaged batches in the log (raftcore.raft.damage)
@@ -346,6 +347,13 @@ class RaftCore(LeaderRequests):
 
     def snapshot_abandoned(self, now: int) -> Output:
         self.snapshots.abandoned(now)
+        return self._finish(now)
+
+    def rewind_listener(self, now: int) -> Output:
+        """The listener lost its state (a damaged state machine, being rebuilt): hand it the
+        latest snapshot again, then every committed batch after it (or, with no snapshot, the
+        log from its start). See ``ListenerFeed.rewind``."""
+        self.feed.rewind()
         return self._finish(now)
 
     def report_damage(self, damage: Damage, now: int, where: str = "scrubbing") -> Output:

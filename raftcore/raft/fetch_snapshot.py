@@ -20,6 +20,16 @@ snapshot first: a torn or corrupted download is discarded, never installed, and 
 starts over. Then the log starts at the snapshot (``install_snapshot``), the high watermark
 rises to the snapshot's end (Kafka's updateFollowerHighWatermark after the full truncation),
 and the listener loads the snapshot (:mod:`raftcore.raft.listener`).
+
+Damage. A leader verifies its snapshot whole before it serves the first chunk of a download
+(every batch's CRC and the footer; at most once per SERVE_CHECK_EVERY_MS): a damaged one is
+set aside, never served, and answered KAFKA_STORAGE_ERROR; a new snapshot becomes due to
+stand in its place (``SnapshotManager.replace_damaged``). A follower that refuses a snapshot
+it downloaded (it fails verification) or is answered KAFKA_STORAGE_ERROR backs off before it
+asks again, exponentially from ``REFUSED_BACKOFF_BASE_MS`` up to half the fetch timeout (so
+that the pause never costs it its leader), and says so once per ``REFUSED_LOG_EVERY_MS``. A follower
+whose listener must load a snapshot that is damaged here downloads the leader's copy of it
+(the listener feed waits for it, ``ListenerFeed.waiting_for``).
 """
 
 from __future__ import annotations
@@ -43,6 +53,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 BOOTSTRAP_SNAPSHOT_ID = OffsetAndEpoch(0, 0)
+REFUSED_BACKOFF_BASE_MS = 100
+REFUSED_LOG_EVERY_MS = 10_000
+# A leader checks a snapshot again before serving a download at most this often: a flood of
+# FetchSnapshot(position 0) cannot keep it reading its snapshot (a follower verifies every
+# download whole anyway, and refuses a damaged one).
+SERVE_CHECK_EVERY_MS = 10_000
 
 
 # ---- the leader's answer ----------------------------------------------------------------------
@@ -71,7 +87,13 @@ def handle_request(core: RaftCore, source: int, request: FetchSnapshotRequest, n
     # No snapshot has a negative epoch (or an offset of 0 or less but the bootstrap one): one
     # asked for is not found, as Kafka's readSnapshot finds none -- never a bad file name.
     if log is not None and sid != BOOTSTRAP_SNAPSHOT_ID and sid.offset > 0 and sid.epoch >= 0:
-        reader = log.read_snapshot(sid)
+        try:
+            if request.position == 0 and not _sound_to_serve(core, log, sid, now):
+                raise CorruptSnapshotError(f"snapshot {sid} failed its checks")
+            reader = log.read_snapshot(sid)
+        except CorruptSnapshotError:
+            core.snapshots.replace_damaged(sid, f"serving replica {request.replica_id}")
+            return _answer(core, Errors.KAFKA_STORAGE_ERROR, snapshot_id=sid)
     if reader is None:
         return _answer(core, Errors.SNAPSHOT_NOT_FOUND, snapshot_id=sid)
     size = reader.size
@@ -97,6 +119,23 @@ def handle_request(core: RaftCore, source: int, request: FetchSnapshotRequest, n
         position=request.position,
         data=reader.slice(request.position, length),  # a view (of the map, on disk): no copy
     )
+
+
+def _sound_to_serve(core: RaftCore, log: object, sid: OffsetAndEpoch, now: int) -> bool:
+    """A download starts: the snapshot's CRCs are checked again before any of it leaves,
+    unless they were within SERVE_CHECK_EVERY_MS. False: damaged, and set aside."""
+    check = getattr(log, "check_snapshot", None)
+    if check is None:
+        return True
+    checked = core.snapshots.served_checked_at
+    last = checked.get(sid)
+    if last is not None and now - last < SERVE_CHECK_EVERY_MS:
+        return True
+    if not check(sid, "serving it"):
+        checked.pop(sid, None)
+        return False
+    checked[sid] = now
+    return True
 
 
 # ---- the follower -----------------------------------------------------------------------------
@@ -196,6 +235,16 @@ def handle_response(core: RaftCore, source: int, response: FetchSnapshotResponse
         )
         state.drop_snapshot_download()
         state.reset_fetch_timeout(now)
+        if error == Errors.SNAPSHOT_NOT_FOUND and core.feed.waiting_for == writer.snapshot_id:
+            # the leader's copy of a snapshot damaged here is gone: ask again after a pause
+            _back_off(core, state, source, writer.snapshot_id, why="not held by it", now=now)
+        return True
+    if error == Errors.KAFKA_STORAGE_ERROR:
+        # the leader's copy is damaged: it takes a new one meanwhile
+        _drop_quietly(core, state)
+        _back_off(
+            core, state, source, writer.snapshot_id, why="the leader's copy is damaged", now=now
+        )
         return True
     if error != Errors.NONE:
         logger.info("%s fetch snapshot from %d failed: %d", core.prefix, source, error)
@@ -227,17 +276,67 @@ def handle_response(core: RaftCore, source: int, response: FetchSnapshotResponse
                 )
             writer.freeze()  # verifies the whole snapshot before it is installed
         except (OSError, SnapshotError) as exc:
+            _discard_quietly(core, writer)
+            if isinstance(exc, CorruptSnapshotError):
+                core.snapshots.refused += 1
+                _back_off(core, state, source, snapshot_id, why=f"refused: {exc}", now=now)
+                return True  # nothing installed; the fetch after the pause starts over
             logger.error(
                 "%s refusing snapshot %r from leader %d: %s", core.prefix, snapshot_id, source, exc
             )
-            if isinstance(exc, CorruptSnapshotError):
-                core.snapshots.refused += 1
-            _discard_quietly(core, writer)
             state.reset_fetch_timeout(now)
             return True  # nothing installed; the next fetch starts over
         _installed(core, state, snapshot_id, source, now)
     state.reset_fetch_timeout(now)
     return True
+
+
+def refused_backoff_ms(refused_in_row: int, fetch_timeout_ms: int) -> int:
+    """The pause after the ``refused_in_row``-th snapshot refused in a row: doubling from
+    REFUSED_BACKOFF_BASE_MS, capped at half the fetch timeout (the follower must hear from its
+    leader before the fetch timeout, or it stands for election)."""
+    cap = max(REFUSED_BACKOFF_BASE_MS, fetch_timeout_ms // 2)
+    return min(cap, REFUSED_BACKOFF_BASE_MS << min(max(refused_in_row - 1, 0), 30))
+
+
+def _back_off(
+    core: RaftCore,
+    state: FollowerState,
+    source: int,
+    snapshot_id: OffsetAndEpoch,
+    *,
+    why: str,
+    now: int,
+) -> None:
+    """A snapshot from ``source`` that could not be installed: ask again only after a pause
+    that grows with each one in a row; one ERROR line per REFUSED_LOG_EVERY_MS."""
+    snapshots = core.snapshots
+    snapshots.refused_in_row += 1
+    pause = refused_backoff_ms(snapshots.refused_in_row, core.config.fetch_timeout_ms)
+    core.requests.back_off(source, now + pause)
+    state.reset_fetch_timeout(now)
+    last = snapshots.refused_logged_at
+    if last is None or now - last >= REFUSED_LOG_EVERY_MS:
+        snapshots.refused_logged_at = now
+        logger.error(
+            "%s snapshot %r from leader %d not installed (%s); %d in a row, asking again in %d ms",
+            core.prefix,
+            snapshot_id,
+            source,
+            why,
+            snapshots.refused_in_row,
+            pause,
+        )
+
+
+def fetch_damaged(core: RaftCore, state: FollowerState, now: int) -> None:
+    """The listener waits for a snapshot that is damaged here: download the leader's copy
+    (once the leader is ready to be asked: a backoff holds it)."""
+    sid = core.feed.waiting_for
+    if sid is None or state.fetching_snapshot is not None:
+        return
+    logger.info("%s fetching the leader's copy of damaged snapshot %r", core.prefix, sid)
+    start_download(core, state, sid, state.leader, now)
 
 
 def _drop_quietly(core: RaftCore, state: FollowerState) -> None:
@@ -278,6 +377,7 @@ def _installed(
         # Everything below the snapshot's end is committed (KAFKA-9491).
         state.update_high_watermark(snapshot_id.offset)
     core.snapshots.on_snapshot_installed(snapshot_id)
+    core.snapshots.refused_in_row = 0
     if damaged_below:
         core.snapshots.move_log_start(snapshot_id, "the damaged batch is below the snapshot")
     logger.info(

@@ -11,13 +11,14 @@ snapshot's end offset.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
 from raftcore.errors import RaftcoreError
 from raftcore.raft.damage import Damage, read_intact
 from raftcore.raft.replicated_log import snapshot_log
 from raftcore.raft.states import LeaderState
-from raftcore.raft.values import LeaderAndEpoch
+from raftcore.raft.values import LeaderAndEpoch, OffsetAndEpoch
 from raftcore.records import (
     DEFAULT_MAX_KEY_SIZE,
     KvPairs,
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
     from raftcore.raft.replicated_log import ReplicatedLog
 
 __all__ = ["CommittedBatch", "Listener", "ListenerFeed"]
+
+logger = logging.getLogger(__name__)
 
 LISTENER_READ_BYTES = 1 << 20
 
@@ -73,12 +76,14 @@ class CommittedBatch:
             self._records = [r for r in self._batch.records() if r.offset >= self._from]
         return self._records
 
-    def kv_pairs(self, max_key_size: int = DEFAULT_MAX_KEY_SIZE) -> KvPairs:
+    def kv_pairs(self, max_key_size: int = DEFAULT_MAX_KEY_SIZE, *, seal: bool = False) -> KvPairs:
         """The records as (key, value) pairs, decoded natively without a Record per record
         (:func:`raftcore.records.decode_kv_pairs`; records whose key is null, empty or longer
         than ``max_key_size`` are reported in ``skipped`` instead). The CRC is not checked
-        again: the feed checked it before handing the batch out."""
-        return decode_kv_pairs(self._batch.buffer, self._from, max_key_size, False)
+        again: the feed checked it before handing the batch out. ``seal``: values sealed with
+        their checksum, as the LMDB state machine stores them
+        (:mod:`raftcore.statemachine.checksums`)."""
+        return decode_kv_pairs(self._batch.buffer, self._from, max_key_size, False, seal)
 
     def __repr__(self) -> str:
         return f"CommittedBatch({self.base_offset}..{self.last_offset}, epoch={self.epoch})"
@@ -113,10 +118,12 @@ class ListenerFeed:
         log: ReplicatedLog,
         quorum: QuorumState,
         next_offset: int | None,
+        prefix: str = "",
     ) -> None:
         """``next_offset`` None: a new listener (it loads the latest snapshot if there is one,
         else starts at the log start offset)."""
         self.listener = listener
+        self.prefix = prefix
         self.log = log
         self.quorum = quorum
         self.next_offset = log.log_start_offset if next_offset is None else next_offset
@@ -129,6 +136,9 @@ class ListenerFeed:
         self.paused = False
         # A damaged batch where the listener reads next: the core repairs it, then clears this.
         self.damaged: Damage | None = None
+        # A snapshot the listener must load that is damaged here: delivery waits until a
+        # copy from the leader replaces it (raftcore.raft.fetch_snapshot).
+        self.waiting_for: OffsetAndEpoch | None = None
         self._last_fired = LeaderAndEpoch(None, 0)
 
     def _maybe_load_snapshot(self, hw: int) -> None:
@@ -138,7 +148,8 @@ class ListenerFeed:
             return  # a new listener stays new until there is something to read
         fresh, self._fresh = self._fresh, False
         log = snapshot_log(self.log)
-        below = self.next_offset < self.log.log_start_offset
+        start = self.log.log_start_offset
+        below = self.next_offset < start
         if log is None or not (fresh or below):
             return
         latest = log.latest_snapshot_id()
@@ -149,6 +160,25 @@ class ListenerFeed:
                     f"{self.log.log_start_offset} and there is no snapshot to load"
                 )
             return
+        damaged: Any = getattr(log, "snapshot_damaged", None)
+        if damaged is not None and damaged(latest) and self.next_offset == 0 == start:
+            self.waiting_for = None  # the whole log is here: replayed from 0 instead
+            return
+        if damaged is not None and damaged(latest):
+            # never loaded; the follower downloads the leader's copy (fetch_snapshot), and
+            # delivery resumes from here once it is installed
+            if self.waiting_for != latest:
+                logger.warning(
+                    "%s listener at offset %d must load snapshot %s, which is damaged here: "
+                    "waiting for the leader's copy",
+                    self.prefix,
+                    self.next_offset,
+                    latest,
+                )
+            self.waiting_for = latest
+            self._fresh = fresh
+            return
+        self.waiting_for = None
         load: Any = getattr(self.listener, "handle_load_snapshot", None)
         if load is None:
             raise RaftcoreError(
@@ -161,6 +191,13 @@ class ListenerFeed:
         load(reader)
         self.next_offset = latest.offset
         self.snapshots_loaded += 1
+
+    def rewind(self) -> None:
+        """Deliver again from the start: the latest snapshot, then the batches after it; with
+        none, the log from its start offset (a listener that rebuilds a damaged state)."""
+        self.next_offset = self.log.log_start_offset
+        self._fresh = True
+        self.waiting_for = None
 
     def resume_after_repair(self) -> None:
         """A damaged batch was repaired: read on (the next update checks again)."""
@@ -196,7 +233,14 @@ class ListenerFeed:
             and (self._fresh or self.next_offset < self.log.log_start_offset)
         ):
             self._maybe_load_snapshot(hw)
-        while hw is not None and self.next_offset < hw and not self.paused and not self.damaged:
+        # (waiting_for: a damaged snapshot to load first, nothing is delivered past it)
+        while (
+            hw is not None
+            and self.next_offset < hw
+            and not self.paused
+            and not self.damaged
+            and self.waiting_for is None
+        ):
             # A copy: the batches handed out may outlive the log's mapped view (a truncation,
             # a closed segment); copying is cheap, decoding the records is left to the listener.
             # Only sound batches (raftcore.raft.damage): a damaged one stops the listener there

@@ -149,6 +149,8 @@ def _poll_follower(core: RaftCore, state: FollowerState, now: int) -> float:
         # that still does; an observer added as a voter may be needed for a majority).
         state.has_fetched = False
         _discover_leader(core, now)
+    if core.requests.is_ready(state.leader, now) and core.feed.waiting_for is not None:
+        fetch_snapshot.fetch_damaged(core, state, now)  # a damaged snapshot to load here
     if core.requests.is_ready(state.leader, now) and state.fetching_snapshot is not None:
         # KIP-630: a snapshot download pauses fetching; it acknowledges nothing.
         core.send_request(state.leader, fetch_snapshot.build_request(core, state), now)

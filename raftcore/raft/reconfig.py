@@ -120,7 +120,20 @@ def load_history(core: RaftCore) -> None:
     start = core.log.log_start_offset
     latest = log.latest_snapshot_id() if log is not None else None
     if latest is not None and latest.offset >= start:
-        reader = log.read_snapshot(latest)  # type: ignore[union-attr]
+        damaged = getattr(log, "snapshot_damaged", None)
+        if damaged is not None and damaged(latest):
+            # set aside (raftcore.log.snapshots): its header batch, if intact, still names
+            # the voters; else the log alone does, until its replacement comes
+            reader = log.damaged_snapshot_header(latest)  # type: ignore[union-attr]
+            if reader is None:
+                logger.warning(
+                    "%s the header of damaged snapshot %r is damaged too: the voters are the "
+                    "log's alone until a copy replaces it",
+                    core.prefix,
+                    latest,
+                )
+        else:
+            reader = log.read_snapshot(latest)  # type: ignore[union-attr]
         if reader is not None:
             history.load_snapshot(latest.offset, snapshot_header_records(reader))
         start = max(start, latest.offset)

@@ -47,6 +47,12 @@ class RequestManager:
         self._inflight.pop(destination, None)
         self._backoff[destination] = now + self.retry_backoff_ms
 
+    def back_off(self, destination: int, until: int) -> None:
+        """Send nothing to ``destination`` before ``until`` (a longer pause than a failure's,
+        chosen by the caller)."""
+        self._inflight.pop(destination, None)
+        self._backoff[destination] = max(until, self._backoff.get(destination, 0))
+
     def reset(self) -> None:
         """Forget every request (on a change of state: answers to them no longer matter)."""
         self._inflight.clear()

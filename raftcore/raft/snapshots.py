@@ -98,6 +98,14 @@ class SnapshotManager:
         # DeleteRecords: the log start offset a client asked for (the leader's).
         self.requested_log_start = 0
         self._log_start_moved = False  # since the last Output
+        # A snapshot of this node failed its checks (at start, or when serving it): a new one
+        # is due as soon as the listener is past it, to stand in its place.
+        self.replace_due = False
+        # The follower's refusals of downloaded snapshots in a row (fetch_snapshot's backoff)
+        self.refused_in_row = 0
+        self.refused_logged_at: int | None = None
+        # When the leader last checked each snapshot it serves (fetch_snapshot)
+        self.served_checked_at: dict[OffsetAndEpoch, int] = {}
 
     def start(self, now: int) -> None:
         self.last_snapshot_ms = now
@@ -105,6 +113,25 @@ class SnapshotManager:
             self.log.truncate_to_latest_snapshot()  # a snapshot ahead of the log after a crash
             for sid in (self.log.earliest_snapshot_id(), self.log.latest_snapshot_id()):
                 self._remember(sid)
+            latest = self.log.latest_snapshot_id()
+            damaged = getattr(self.log, "snapshot_damaged", None)
+            if latest is not None and damaged is not None and damaged(latest):
+                self.replace_damaged(latest, "found at start")
+
+    def replace_damaged(self, sid: OffsetAndEpoch, when: str) -> None:
+        """This node's snapshot ``sid`` failed its checks (``when``) and was set aside: take a
+        new one once the listener is past it (a follower whose listener must load it gets the
+        leader's copy instead, :mod:`raftcore.raft.fetch_snapshot`)."""
+        if not self.replace_due:
+            logger.warning(
+                "%s snapshot %r is damaged (%s): a new snapshot is due once the state is past "
+                "offset %d",
+                self.core.prefix,
+                sid,
+                when,
+                sid.offset,
+            )
+        self.replace_due = True
 
     def _remember(self, sid: OffsetAndEpoch | None) -> None:
         if sid is not None and sid not in self._known:
@@ -144,6 +171,8 @@ class SnapshotManager:
         read = feed.next_offset - self._base_offset()
         if hw is None or read <= 0 or feed.next_offset > hw:
             return False
+        if self.replace_due:
+            return True  # a damaged snapshot to stand in for (see replace_damaged)
         if self.requested_log_start > self._base_offset() and (
             feed.next_offset >= self.requested_log_start
         ):
@@ -227,6 +256,7 @@ class SnapshotManager:
         self.last_snapshot_ms = now
         self.bytes_at_last = self.core.feed.bytes_read
         self.taken += 1
+        self.replace_due = False
         self._remember(snapshot_id)
         logger.info("%s snapshot %r frozen", self.core.prefix, snapshot_id)
 
@@ -318,4 +348,6 @@ class SnapshotManager:
             self.log_start_moves += 1
             self._log_start_moved = True
             self._known = [s for s in self._known if s.offset >= sid.offset]
+            checked = self.served_checked_at
+            self.served_checked_at = {s: t for s, t in checked.items() if s.offset >= sid.offset}
             logger.info("%s log start offset -> %d (%s)", self.core.prefix, sid.offset, reason)

@@ -25,12 +25,14 @@ from raftcore.offsets import OffsetAndEpoch
 
 __all__ = [
     "BOOTSTRAP_SNAPSHOT_ID",
+    "DAMAGED_SUFFIX",
     "DELETED_SUFFIX",
     "PART_SUFFIX",
     "SUFFIX",
     "SnapshotFileKind",
     "SnapshotId",
     "SnapshotPath",
+    "damaged_path",
     "deleted_path",
     "parse_snapshot_path",
     "snapshot_path",
@@ -39,6 +41,7 @@ __all__ = [
 SUFFIX = ".checkpoint"
 PART_SUFFIX = ".checkpoint.part"
 DELETED_SUFFIX = ".checkpoint.deleted"
+DAMAGED_SUFFIX = ".checkpoint.damaged"
 
 OFFSET_WIDTH = 20
 EPOCH_WIDTH = 10
@@ -47,6 +50,7 @@ _MAX_EPOCH = 2**31 - 1  # an epoch an int32
 
 _FROZEN_NAME = re.compile(r"(\d{20})-(\d{10})\.checkpoint")
 _DELETED_NAME = re.compile(r"(\d{20})-(\d{10})\.checkpoint\.deleted")
+_DAMAGED_NAME = re.compile(r"(\d{20})-(\d{10})\.checkpoint\.damaged")
 # Kafka's temp files have a random number after the id; ours a random token. Any tail is a
 # partial file of that id.
 _PART_NAME = re.compile(r"(\d{20})-(\d{10})(?:-[^/]*)?\.checkpoint\.part")
@@ -110,6 +114,7 @@ class SnapshotFileKind(enum.Enum):
     FROZEN = "frozen"  # <id>.checkpoint: complete, verified, read-only
     PART = "part"  # <id>-<tail>.checkpoint.part: being written or received
     DELETED = "deleted"  # <id>.checkpoint.deleted: renamed on its way to being unlinked
+    DAMAGED = "damaged"  # <id>.checkpoint.damaged: failed its checks, set aside, kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +136,11 @@ def deleted_path(directory: str | os.PathLike[str], snapshot_id: SnapshotId) -> 
     return Path(directory) / (snapshot_id.stem + DELETED_SUFFIX)
 
 
+def damaged_path(directory: str | os.PathLike[str], snapshot_id: SnapshotId) -> Path:
+    """The name a snapshot that failed its checks is set aside under (kept, never read)."""
+    return Path(directory) / (snapshot_id.stem + DAMAGED_SUFFIX)
+
+
 def parse_snapshot_path(path: str | os.PathLike[str]) -> SnapshotPath | None:
     """The snapshot file ``path`` names, or None when its name is not a snapshot file's
     (segments, indexes, checkpoints and strangers alike)."""
@@ -140,6 +150,7 @@ def parse_snapshot_path(path: str | os.PathLike[str]) -> SnapshotPath | None:
         (_FROZEN_NAME, SnapshotFileKind.FROZEN),
         (_PART_NAME, SnapshotFileKind.PART),
         (_DELETED_NAME, SnapshotFileKind.DELETED),
+        (_DAMAGED_NAME, SnapshotFileKind.DAMAGED),
     ):
         m = pattern.fullmatch(name)
         if m is not None:

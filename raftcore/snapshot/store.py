@@ -10,6 +10,12 @@
   CRC, header first, footer last, size) and returns a SnapshotReader; ``open_latest()``.
 - Writing locally: ``writer(id, ...)``; receiving from a leader: ``receive(id, source=...)``,
   resumable while the process lives. Both verify the whole file before it is renamed.
+- Damage: ``set_aside(id, why)`` renames a snapshot that failed its checks to
+  ``<id>.checkpoint.damaged`` (kept for the operator, never deleted by the store). Its id
+  stays listed, *damaged*, until a newer snapshot makes it obsolete (``delete``) or a
+  sound copy of the same id is frozen (``receive``, ``writer``): the raft layer still knows
+  where the log start stands, but ``open`` and ``verify`` refuse it (CorruptSnapshotError).
+  At start a ``.damaged`` file at or above the log start offset is listed damaged again.
 - Deleting: ``delete(id)`` and ``delete_before(id)`` rename ``<id>.checkpoint`` to
   ``<id>.checkpoint.deleted`` and then unlink it (Kafka's markForDelete, then its delayed
   delete; readers already open keep their mapping, so there is no need to wait). As in Kafka,
@@ -34,6 +40,7 @@ from typing import Any
 
 from raftcore.errors import (
     CorruptLogError,
+    CorruptSnapshotError,
     SnapshotExistsError,
     SnapshotNotFoundError,
 )
@@ -47,6 +54,7 @@ from raftcore.snapshot.format import (
 from raftcore.snapshot.ids import (
     SnapshotFileKind,
     SnapshotId,
+    damaged_path,
     deleted_path,
     parse_snapshot_path,
     snapshot_path,
@@ -79,12 +87,15 @@ class SnapshotStore:
         self._ids: set[SnapshotId] = set()
         self._verified: dict[SnapshotId, SnapshotSummary] = {}
         self._receivers: dict[SnapshotId, SnapshotReceiver] = {}
+        # ids whose file failed its checks and was set aside: listed, never opened
+        self._damaged: dict[SnapshotId, str] = {}
         self._recover(log_start_offset)
 
     # ---- start
 
     def _recover(self, log_start_offset: int) -> None:
         removed = []
+        damaged: list[SnapshotId] = []
         for entry in sorted(self.directory.iterdir()):
             found = parse_snapshot_path(entry)
             if found is None:
@@ -94,6 +105,10 @@ class SnapshotStore:
                 and found.snapshot_id.end_offset >= log_start_offset
             ):
                 self._ids.add(found.snapshot_id)
+                continue
+            if found.kind is SnapshotFileKind.DAMAGED:  # the operator's: never removed here
+                if found.snapshot_id.end_offset >= log_start_offset:
+                    damaged.append(found.snapshot_id)
                 continue
             try:
                 entry.unlink()
@@ -107,6 +122,12 @@ class SnapshotStore:
                 len(removed),
                 ", ".join(removed),
             )
+        for snapshot_id in damaged:
+            if snapshot_id not in self._ids:  # (a frozen copy of the same id replaced it)
+                self._ids.add(snapshot_id)
+                self._damaged[snapshot_id] = (
+                    f"set aside as {damaged_path(self.directory, snapshot_id)}"
+                )
         if log_start_offset > 0 and not any(i.end_offset >= log_start_offset for i in self._ids):
             raise CorruptLogError(
                 f"{self.directory}: the log starts at offset {log_start_offset} but no snapshot "
@@ -150,7 +171,52 @@ class SnapshotStore:
         """The snapshot's size in bytes (for retention by size); SnapshotNotFoundError."""
         snapshot_id = SnapshotId.of(snapshot_id)
         self._require(snapshot_id)
+        if self.is_damaged(snapshot_id):
+            return damaged_path(self.directory, snapshot_id).stat().st_size
         return self.path_of(snapshot_id).stat().st_size
+
+    # ---- damage
+
+    def is_damaged(self, snapshot_id: SnapshotId) -> bool:
+        """Whether ``snapshot_id`` failed its checks and was set aside."""
+        with self._lock:
+            return SnapshotId.of(snapshot_id) in self._damaged
+
+    def damaged_ids(self) -> list[SnapshotId]:
+        with self._lock:
+            return sorted(self._damaged)
+
+    def _refuse_damaged(self, snapshot_id: SnapshotId) -> None:
+        with self._lock:
+            why = self._damaged.get(snapshot_id)
+        if why is not None:
+            raise CorruptSnapshotError(
+                f"{self.directory}: snapshot {snapshot_id} is damaged ({why})",
+                str(damaged_path(self.directory, snapshot_id)),
+            )
+
+    def set_aside(self, snapshot_id: SnapshotId, why: str) -> Path:
+        """Take a snapshot that failed its checks out of use: renamed to
+        ``<id>.checkpoint.damaged`` (kept, never read again), listed as damaged. Readers
+        already open keep their map. Returns the new path."""
+        snapshot_id = SnapshotId.of(snapshot_id)
+        target = damaged_path(self.directory, snapshot_id)
+        with self._lock:
+            if snapshot_id in self._damaged or snapshot_id not in self._ids:
+                return target
+            self._verified.pop(snapshot_id, None)
+            self._damaged[snapshot_id] = f"{why}; set aside as {target.name}"
+        os.replace(self.path_of(snapshot_id), target)
+        return target
+
+    def _forget_damaged(self, snapshot_id: SnapshotId) -> bool:
+        """A damaged id leaves the listing (a newer snapshot made it obsolete); its
+        ``.damaged`` file stays."""
+        with self._lock:
+            if self._damaged.pop(snapshot_id, None) is None:
+                return False
+            self._ids.discard(snapshot_id)
+        return True
 
     def _require(self, snapshot_id: SnapshotId) -> None:
         if snapshot_id not in self:
@@ -158,13 +224,18 @@ class SnapshotStore:
 
     # ---- reading
 
-    def verify(self, snapshot_id: SnapshotId) -> SnapshotSummary:
+    def verify(self, snapshot_id: SnapshotId, *, records: bool = True) -> SnapshotSummary:
         """Verify the frozen snapshot whole, now, and remember the result. Raises
-        CorruptSnapshotError (naming file and position) or SnapshotNotFoundError."""
+        CorruptSnapshotError (naming file and position) or SnapshotNotFoundError.
+        ``records=False``: the structure and every CRC, not every record's fields (what a
+        leader checks again before serving a snapshot it verified when it was made)."""
         snapshot_id = SnapshotId.of(snapshot_id)
         self._require(snapshot_id)
+        self._refuse_damaged(snapshot_id)
         summary = verify_snapshot_file(
-            self.path_of(snapshot_id), snapshot_id=snapshot_id, check_records=self._check_records
+            self.path_of(snapshot_id),
+            snapshot_id=snapshot_id,
+            check_records=self._check_records and records,
         )
         with self._lock:
             self._verified[snapshot_id] = summary
@@ -176,6 +247,7 @@ class SnapshotStore:
         always, with ``verify``): a corrupt snapshot raises CorruptSnapshotError, and is never
         served or loaded. A snapshot this process wrote or received was verified then."""
         snapshot_id = SnapshotId.of(snapshot_id)
+        self._refuse_damaged(snapshot_id)
         with self._lock:
             summary = None if verify else self._verified.get(snapshot_id)
         if summary is None:
@@ -210,7 +282,8 @@ class SnapshotStore:
         ``extra_header_records``: KRaftVersion / Voters control records for the header batch.
         """
         snapshot_id = SnapshotId.of(snapshot_id)
-        if snapshot_id in self:
+        # a damaged one is written again: listed (damaged) until the new one is frozen
+        if snapshot_id in self and not self.is_damaged(snapshot_id):
             raise SnapshotExistsError(f"{self.directory}: snapshot {snapshot_id} already exists")
         part = PartFile(self.directory, snapshot_id)
         try:
@@ -237,7 +310,8 @@ class SnapshotStore:
         from another source is dropped and started over. SnapshotExistsError if the snapshot
         is already frozen here (Kafka: "already stored")."""
         snapshot_id = SnapshotId.of(snapshot_id)
-        if snapshot_id in self:
+        # a damaged one is downloaded again: listed (damaged) until the copy is frozen
+        if snapshot_id in self and not self.is_damaged(snapshot_id):
             raise SnapshotExistsError(f"{self.directory}: snapshot {snapshot_id} already exists")
         with self._lock:
             current = self._receivers.get(snapshot_id)
@@ -263,6 +337,7 @@ class SnapshotStore:
     def _frozen(self, snapshot_id: SnapshotId, summary: SnapshotSummary) -> None:
         with self._lock:
             self._ids.add(snapshot_id)
+            self._damaged.pop(snapshot_id, None)  # replaced by a sound copy
             self._verified[snapshot_id] = summary
         log.info(
             "%s: snapshot %s frozen (%d bytes, %d records)",
@@ -285,6 +360,13 @@ class SnapshotStore:
         """Delete one snapshot: rename to ``.deleted``, then unlink. Returns whether it was
         there. Readers already open stay readable."""
         snapshot_id = SnapshotId.of(snapshot_id)
+        if self._forget_damaged(snapshot_id):
+            log.info(
+                "%s: forgot damaged snapshot %s (its .damaged file stays)",
+                self.directory,
+                snapshot_id,
+            )
+            return True
         with self._lock:
             if snapshot_id not in self._ids:
                 return False

@@ -27,10 +27,13 @@ def decode_batches(
     *,
     prefix: str = "",
     max_key_size: int = MAX_KEY_SIZE,
+    seal: bool = False,
 ) -> tuple[list[KvPairs], int, int]:
     """The pairs of each batch, the applied offset after them, and how many records were
     skipped. Raises StateMachineError, before anything is applied, if a batch starts below
-    ``applied_offset`` or below the end of the batch before it."""
+    ``applied_offset`` or below the end of the batch before it. ``seal``: the values come
+    sealed with their checksum (:mod:`raftcore.statemachine.checksums`), made as they are
+    decoded."""
     decoded: list[KvPairs] = []
     expected = applied_offset
     skipped = 0
@@ -41,7 +44,7 @@ def decode_batches(
                 f"{prefix} batch {batch.base_offset}..{batch.last_offset} (from offset "
                 f"{first}) was applied already: the applied offset is {expected}"
             )
-        kv = batch.kv_pairs(max_key_size)
+        kv = batch.kv_pairs(max_key_size, seal=seal)
         if kv.skipped:
             skipped += len(kv.skipped)
             offset, reason = kv.skipped[0]

@@ -27,6 +27,15 @@ argument.
 applies go on in their own write transactions (LMDB readers never block the writer). They are
 written in key order, so ``restore`` loads them with MDB_APPEND (no tree search per key).
 
+**Checksums.** Every stored value is sealed with the CRC-32C of its key and value
+(:mod:`raftcore.statemachine.checksums`), checked whenever it is read and whenever it is
+written into a snapshot. A value that fails it is never served nor copied: the state machine
+is marked ``damaged`` (one ERROR line naming the key), every later read and snapshot raises
+:class:`~raftcore.statemachine.checksums.DamagedValueError`, and ``on_damaged`` is told, once,
+so that the node rebuilds it (``restore``, then the log; :mod:`raftcore.node.rebuild`). A
+store of the format before checksums (``raftcore-kv-1``) is upgraded in place when opened:
+every value is sealed in one write transaction, once.
+
 **Keys** are 1 to 511 bytes (LMDB's limit); records with another key are skipped with a
 warning by every replica alike (:mod:`raftcore.statemachine.kv_batches`).
 
@@ -40,6 +49,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -51,6 +61,13 @@ from raftcore.statemachine.api import (
     StateMachineError,
     StateMachineFullError,
 )
+from raftcore.statemachine.checksums import (
+    DamagedValueError,
+    open_chunk,
+    open_value,
+    seal_pairs,
+    upgrade_values,
+)
 from raftcore.statemachine.kv_batches import decode_batches
 
 if TYPE_CHECKING:
@@ -58,11 +75,14 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_MAP_SIZE", "LmdbStateMachine"]
 
+_Stored = tuple[bytes, bytes]  # a key and its value (never a delete: it is stored)
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAP_SIZE = 16 << 30
 SNAPSHOT_CHUNK_PAIRS = 4096
-FORMAT = b"raftcore-kv-1"
+FORMAT = b"raftcore-kv-2"  # sealed values (checksums.py)
+UNSEALED_FORMAT = b"raftcore-kv-1"  # the same without checksums: upgraded in place
 _APPLIED = b"applied_offset"
 _FORMAT = b"format"
 
@@ -103,6 +123,17 @@ class LmdbStateMachine:
                 stored = txn.get(_FORMAT, db=self._meta)
                 if stored is None:
                     txn.put(_FORMAT, FORMAT, db=self._meta)
+                elif stored == UNSEALED_FORMAT:
+                    sealed = upgrade_values(txn, self._data)
+                    txn.put(_FORMAT, FORMAT, db=self._meta)
+                    logger.info(
+                        "%s %s: sealed the %d values of a store without checksums (%s -> %s)",
+                        log_prefix,
+                        self.path,
+                        sealed,
+                        UNSEALED_FORMAT.decode(),
+                        FORMAT.decode(),
+                    )
                 elif stored != FORMAT:
                     raise StateMachineError(
                         f"{self.path} holds state of format {stored!r}, not {FORMAT!r}"
@@ -112,6 +143,10 @@ class LmdbStateMachine:
             self.env.close()
             raise
         self.skipped_records = 0
+        # The first damaged value found (checksums.py): no read or snapshot until a restore.
+        self.damaged: DamagedValueError | None = None
+        # Told once per damage, on the thread that found it (the node rebuilds the state).
+        self.on_damaged: Callable[[DamagedValueError], None] | None = None
 
     def _read_applied(self, txn: lmdb.Transaction) -> int:
         raw = txn.get(_APPLIED, db=self._meta)
@@ -133,7 +168,10 @@ class LmdbStateMachine:
         """Apply ``batches`` and their applied offset in one write transaction."""
         if not batches:
             return
-        decoded, end, skipped = decode_batches(batches, self._applied, prefix=self.prefix)
+        # values sealed by the batch decoder itself: one CRC per value, no extra copy
+        decoded, end, skipped = decode_batches(
+            batches, self._applied, prefix=self.prefix, seal=True
+        )
         data = self._data
         try:
             with self.env.begin(write=True) as txn:
@@ -158,13 +196,17 @@ class LmdbStateMachine:
         self.skipped_records += skipped
 
     def snapshot(self, writer: SnapshotWriter) -> int:
-        """Write every pair, in key order, from one read transaction (applies go on)."""
+        """Write every pair, in key order, from one read transaction (applies go on). Each
+        value is checked first: a damaged one raises DamagedValueError and the snapshot is
+        given up (never written with it)."""
+        self._refuse_if_damaged()
         with self.env.begin(db=self._data) as txn:
             end = self._read_applied(txn)
             writer.start(end)
             it = txn.cursor().iternext()
+            where = f"{self.path} (snapshot at offset {end})"
             while chunk := list(itertools.islice(it, SNAPSHOT_CHUNK_PAIRS)):
-                writer.append(chunk)
+                writer.append(self._open_chunk(chunk, where))
         return end
 
     def restore(self, reader: SnapshotReader) -> None:
@@ -178,12 +220,13 @@ class LmdbStateMachine:
                 cursor = txn.cursor(self._data)
                 append = True
                 for chunk in reader:
-                    pairs = cast("list[tuple[bytes, bytes]]", list(chunk))
-                    if any(value is None for _, value in pairs):
+                    plain = list(chunk)
+                    if any(value is None for _, value in plain):
                         raise StateMachineError(
                             f"{self.prefix} snapshot {end} holds a null value: a snapshot "
                             "lists the keys that exist"
                         )
+                    pairs = cast("list[tuple[bytes, bytes]]", seal_pairs(plain))
                     if append:
                         _, added = cursor.putmulti(pairs, append=True)
                         if added == len(pairs):
@@ -201,26 +244,75 @@ class LmdbStateMachine:
                 f"{self.prefix} snapshot {end} holds a key LMDB cannot store: {exc}"
             ) from None
         self._applied = end
+        self.damaged = None  # the whole state is the snapshot's now
         logger.info("%s restored snapshot %d into %s", self.prefix, end, self.path)
 
     # ---- reads ---------------------------------------------------------------------------------
 
     def get(self, key: bytes, default: bytes | None = None) -> bytes | None:
         """This replica's value of ``key`` (a local read: as of this replica's applied
-        offset)."""
+        offset), checked: DamagedValueError if it, or any value read before, is damaged."""
+        self._refuse_if_damaged()
         with self.env.begin(db=self._data) as txn:
-            return txn.get(key, default)
+            stored = txn.get(key)
+        if stored is None:
+            return default
+        try:
+            return open_value(key, stored, str(self.path))
+        except DamagedValueError as exc:
+            self.mark_damaged(exc)
+            raise
 
     def items(self) -> list[tuple[bytes, bytes]]:
-        """Every pair in key order, from one read transaction (for tests and small states)."""
+        """Every pair in key order, from one read transaction (for tests and small states),
+        checked as ``get`` is."""
+        self._refuse_if_damaged()
         with self.env.begin(db=self._data) as txn:
-            return list(txn.cursor().iternext())
+            stored = list(txn.cursor().iternext())
+        return self._open_chunk(stored, str(self.path))
+
+    # ---- damage (checksums.py) -----------------------------------------------------------------
+
+    def _refuse_if_damaged(self) -> None:
+        damaged = self.damaged
+        if damaged is not None:
+            raise DamagedValueError(
+                f"{self.prefix} the state machine at {self.path} is damaged and being rebuilt "
+                f"(a value of key {damaged.key!r:.80} failed its checksum)".lstrip(),
+                damaged.key,
+            )
+
+    def _open_chunk(self, pairs: list[tuple[bytes, bytes]], where: str) -> list[_Stored]:
+        """The values of sealed ``pairs``; a damaged one marks the state machine damaged (see
+        ``mark_damaged``) and raises DamagedValueError."""
+        try:
+            return open_chunk(pairs, where)
+        except DamagedValueError as exc:
+            self.mark_damaged(exc)
+            raise
+
+    def mark_damaged(self, exc: DamagedValueError) -> None:
+        """Mark the state machine damaged (reads and snapshots refuse) until a restore."""
+        if self.damaged is not None:
+            return
+        self.damaged = exc
+        if self.on_damaged is not None:
+            self.on_damaged(exc)  # its owner says what it does (one line)
+            return
+        logger.error(
+            "%s state machine damaged: %s; no value is read from it or copied into a snapshot "
+            "until it is restored",
+            self.prefix,
+            exc,
+        )
 
     def range(
         self, start: bytes = b"", end: bytes | None = None, *, limit: int | None = None
     ) -> list[tuple[bytes, bytes]]:
         """The pairs with ``start <= key < end`` (no ``end``: to the last key) in key order, at
-        most ``limit`` of them, from one read transaction (a local read)."""
+        most ``limit`` of them, from one read transaction (a local read), checked as ``get``
+        is."""
+        self._refuse_if_damaged()
         out: list[tuple[bytes, bytes]] = []
         if limit is not None and limit <= 0:
             return out
@@ -234,7 +326,7 @@ class LmdbStateMachine:
                 out.append((key, value))
                 if limit is not None and len(out) >= limit:
                     break
-        return out
+        return self._open_chunk(out, str(self.path))
 
     def __len__(self) -> int:
         with self.env.begin() as txn:
