@@ -161,6 +161,8 @@ def test_generated_codec_skips_unknown_tagged_fields_and_reads_known_ones():
     obj.cluster_id = "c"  # a tagged field (tag 0) of the request
     endpoint = next(f for f in spec.root.fields if f.attr == "replica_endpoint")
     obj.replica_endpoint = endpoint.struct.cls()  # raftcore's own tag at its default: unwritten
+    client = next(f for f in spec.root.fields if f.attr == "client_endpoint")
+    obj.client_endpoint = client.struct.cls()  # likewise
     data = encoded(new, obj)
     assert data[-1:] != b"\x00"
     count_at = data.rindex(b"\x01\x00\x02\x02c")  # 1 tagged field: tag 0, 2 bytes, "c"
