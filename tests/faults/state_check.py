@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import crc32c
 import lmdb
 
 from raftcore.errors import CorruptSnapshotError, SnapshotError
@@ -38,8 +39,9 @@ if TYPE_CHECKING:
 __all__ = ["NodeState", "SnapshotFile", "check_states", "read_node_state"]
 
 MAX_DETAILS = 8
-# raftcore.statemachine.lmdb_kv's layout: named databases ``data`` (key -> value) and ``meta``
-# (the applied offset as 8 bytes big-endian under ``applied_offset``).
+# raftcore.statemachine.lmdb_kv's layout: named databases ``data`` (key -> value, each value
+# sealed: CRC-32C of key and value, 4 bytes big-endian, then the value) and ``meta`` (the
+# applied offset as 8 bytes big-endian under ``applied_offset``).
 _DATA_DB = b"data"
 _META_DB = b"meta"
 _APPLIED = b"applied_offset"
@@ -88,9 +90,15 @@ def read_node_state(node_id: int, data_dir: Path) -> NodeState:
         with env.begin() as txn:
             raw = txn.get(_APPLIED, db=meta)
             applied = int.from_bytes(raw, "big") if raw is not None else 0
-            pairs = {bytes(k): bytes(v) for k, v in txn.cursor(db=data).iternext()}
+            sealed = [(bytes(k), bytes(v)) for k, v in txn.cursor(db=data).iternext()]
     finally:
         env.close()
+    pairs: dict[bytes, bytes] = {}
+    for key, stored in sealed:
+        # opened here with the crc32c package, not raftcore's own code: a second reading
+        if len(stored) < 4 or crc32c.crc32c(key + stored[4:]) != int.from_bytes(stored[:4], "big"):
+            return NodeState(node_id, applied, {}, snaps, f"{path}: key {key!r} fails its checksum")
+        pairs[key] = stored[4:]
     return NodeState(node_id, applied, pairs, snaps)
 
 
