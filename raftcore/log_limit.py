@@ -4,7 +4,6 @@ handshake or a wrong password: librdkafka tries again every ~50 ms)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Hashable
 
 __all__ = ["RepeatLimiter"]
@@ -19,9 +18,15 @@ class RepeatLimiter:
         self,
         every_s: float = 30.0,
         *,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] | None = None,
         remembered: int = 4096,
     ) -> None:
+        """``clock``: seconds, monotonic (default ``time.monotonic``; the Raft core passes its
+        own ``now``, so this module imports no clock for it)."""
+        if clock is None:
+            import time
+
+            clock = time.monotonic
         self.every_s = every_s
         self.clock = clock
         self.remembered = remembered
