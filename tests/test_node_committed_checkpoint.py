@@ -19,6 +19,7 @@ from raftcore.log import SegmentedLog
 from raftcore.log.checkpoints import read_high_watermark
 from raftcore.log.config import HIGH_WATERMARK_FILE
 from raftcore.node.committed_checkpoint import read_committed_offset
+from raftcore.node.data_dir import format_data_dir
 from raftcore.node.node import RaftNode
 
 pytestmark = pytest.mark.timeout(60)
@@ -181,7 +182,14 @@ def test_a_survivor_of_two_wiped_disks_refuses_the_new_majority_and_keeps_its_lo
     kept.close()
     assert committed >= hw > 20
     for cfg in cfgs[1:]:
-        shutil.rmtree(cfg.data_dir)  # new disks
+        shutil.rmtree(cfg.data_dir)  # new disks, formatted as a new cluster's by mistake (the
+        # runbook formats them with --no-initial-voters; a node no longer formats itself)
+        format_data_dir(
+            cfg.data_dir,
+            cluster_id=cfg.cluster_id,
+            node_id=cfg.node_id,
+            initial_voters=list(cfg.voters),
+        )
 
     async def after():
         pair = {c.node_id: RaftNode(c) for c in cfgs[1:]}

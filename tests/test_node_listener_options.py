@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from cluster_helpers import produce
-from test_cli_node_startup import contents, finish, node_argv, refused, start_node, voters_argv
+from cluster_helpers import formatted, produce
+from test_cli_node_startup import finish, node_argv, refused, snapshot_of, start_node, voters_argv
 from test_node import run
 from test_node_listeners import _describe_body, _voter_directories, request_at
 
@@ -39,7 +39,8 @@ def test_node_listen_options_reach_the_config_and_a_client_listener_on_the_voter
         raftcore.node.runner, "run_node", lambda config, **kw: configs.append(config) or 0
     )
     ports = free_ports(4)
-    data = tmp_path / "d"
+    data = formatted(tmp_path / "d", voters=(1, 2, 3))
+    before = snapshot_of(data)
     own = f"127.0.0.1:{ports[0]}"
     client = f"127.0.0.1:{ports[3]}"
     argv = voters_argv(data, 1, ports[:3], f"--listen={client}", f"--node-listen={own}")
@@ -56,7 +57,7 @@ def test_node_listen_options_reach_the_config_and_a_client_listener_on_the_voter
     assert "needs a client listener too" in line, line
     line = refused(voters_argv(data, 1, ports[:3], f"--node-advertised={own}"), capsys, monkeypatch)
     assert "--node-advertised is for a node listener" in line, line
-    assert not data.exists()
+    assert snapshot_of(data) == before
 
 
 # ---- raftcore node, as a process ----------------------------------------------------------------
@@ -64,7 +65,8 @@ def test_node_listen_options_reach_the_config_and_a_client_listener_on_the_voter
 
 def test_a_node_listener_port_in_use_fails_with_one_line_and_writes_nothing(tmp_path: Path) -> None:
     """Both listeners are bound before anything is written into the data directory."""
-    data = tmp_path / "data"
+    data = formatted(tmp_path / "data")
+    before = snapshot_of(data)
     (client,) = free_ports(1)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -77,7 +79,7 @@ def test_a_node_listener_port_in_use_fails_with_one_line_and_writes_nothing(tmp_
     assert err.strip().splitlines() == [
         f"raftcore node: cannot listen on 127.0.0.1:{port}: address already in use"
     ], err
-    assert contents(data) is None
+    assert snapshot_of(data) == before
 
 
 def test_a_node_with_a_node_listener_names_both_and_serves_clients_on_the_client_one(
@@ -85,7 +87,7 @@ def test_a_node_with_a_node_listener_names_both_and_serves_clients_on_the_client
 ) -> None:
     node_port, client_port = free_ports(2)
     argv = node_argv(
-        tmp_path / "data",
+        formatted(tmp_path / "data"),
         node_port,
         f"--listen=127.0.0.1:{client_port}",
         f"--node-listen=127.0.0.1:{node_port}",
