@@ -97,3 +97,21 @@ def filled_log(name: str, total_bytes: int, segments: int) -> Iterator[Any]:
     finally:
         log.close()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def formatted(cfg: Any, *, joining: bool = False) -> Any:
+    """``cfg``'s data directory formatted as ``raftcore format`` does, unless it already is (a
+    node never formats itself): with the configured voters as the first voter set, or none
+    for a replica that ``joining`` an existing cluster. Returns ``cfg``."""
+    from pathlib import Path
+
+    from raftcore.node.data_dir import META_PROPERTIES, format_data_dir
+
+    if not (Path(cfg.data_dir) / META_PROPERTIES).exists():
+        format_data_dir(
+            cfg.data_dir,
+            cluster_id=cfg.cluster_id,
+            node_id=cfg.node_id,
+            initial_voters=None if joining else list(cfg.voters),
+        )
+    return cfg

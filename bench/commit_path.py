@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_helpers import formatted
+
 from raftcore.client import Producer
 from raftcore.endpoints import Endpoint
 from raftcore.node.config import NodeConfig
@@ -121,7 +123,7 @@ class Cluster:
             data_dir=self.root / f"node-{node_id}",
             cluster_id="commit-path-diagnostic",
         )
-        node = RaftNode(config)
+        node = RaftNode(formatted(config))
         self.nodes[node_id], self.loops[node_id] = node, loop
         self.threads[node_id] = threading.get_ident()
         loop.run_until_complete(node.start())

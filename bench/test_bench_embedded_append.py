@@ -59,6 +59,7 @@ class _EmbeddedLeader:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         c = self.cluster
+        c.format(1)  # started here, not by the cluster
         self.node = RaftNode(
             NodeConfig(
                 node_id=1,

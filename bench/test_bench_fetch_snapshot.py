@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import pytest
+from bench_helpers import formatted
 
 from raftcore.endpoints import Endpoint
 from raftcore.log import SegmentedLog
@@ -109,7 +110,7 @@ def leader(request):
     cfg = NodeConfig(
         node_id=1, voters=voters, data_dir=workdir / "leader", cluster_id=CLUSTER_ID, quorum=QUORUM
     )
-    sid = _build_leader_dir(cfg, int((100 << 20) * scale), loop)
+    sid = _build_leader_dir(formatted(cfg), int((100 << 20) * scale), loop)
     node = RaftNode(cfg)
 
     async def start() -> None:
@@ -191,7 +192,7 @@ def test_fetch_snapshot_between_two_nodes(benchmark, leader):
         return (cfg,), {}
 
     async def fetch(cfg: NodeConfig) -> int:
-        observer = RaftNode(cfg)
+        observer = RaftNode(formatted(cfg, joining=True))
         await observer.start()
         try:
             core = observer.core

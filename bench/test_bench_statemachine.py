@@ -30,6 +30,7 @@ import time
 
 import lmdb
 import pytest
+from bench_helpers import formatted
 
 from raftcore.endpoints import Endpoint
 from raftcore.node.config import NodeConfig
@@ -263,6 +264,7 @@ def _config(root: str, port: int) -> NodeConfig:
 
 
 async def _fill(cfg: NodeConfig, count: int) -> int:
+    formatted(cfg)
     sm = LmdbStateMachine(cfg.data_dir / "state", map_size=MAP_SIZE, sync=False)
     node = RaftNode(cfg, state_machine=sm)
     await node.start()
