@@ -34,15 +34,21 @@ class _CleanPoint:
     position: int
 
 
+def _read_one_line(path: Path, count: int) -> list[int] | None:
+    """The ``count`` integers of a one-line checkpoint, or None without the file; raises
+    CorruptCheckpointError (naming the file) for one that cannot be read."""
+    lines = read_checkpoint(path, CHECKPOINT_VERSION)
+    if lines is None:
+        return None
+    if len(lines) != 1:
+        raise CorruptCheckpointError(f"{path}: expected one line, got {len(lines)}")
+    return parse_ints(path, lines[0], 2, count)
+
+
 def read_log_start_offset(directory: Path) -> int | None:
-    path = directory / LOG_START_OFFSET_FILE
     try:
-        lines = read_checkpoint(path, CHECKPOINT_VERSION)
-        if lines is None:
-            return None
-        if len(lines) != 1:
-            raise CorruptCheckpointError(f"{path}: expected one line, got {len(lines)}")
-        return parse_ints(path, lines[0], 2, 1)[0]
+        ints = _read_one_line(directory / LOG_START_OFFSET_FILE, 1)
+        return None if ints is None else ints[0]
     except CorruptCheckpointError as exc:
         logger.warning("[log %s] %s; using the first segment's base offset", directory, exc)
         return None
@@ -53,15 +59,9 @@ def write_log_start_offset(directory: Path, log_start: int) -> None:
 
 
 def read_clean_point(directory: Path) -> _CleanPoint | None:
-    path = directory / RECOVERY_POINT_FILE
     try:
-        lines = read_checkpoint(path, CHECKPOINT_VERSION)
-        if lines is None:
-            return None
-        if len(lines) != 1:
-            raise CorruptCheckpointError(f"{path}: expected one line, got {len(lines)}")
-        offset, base, position = parse_ints(path, lines[0], 2, 3)
-        return _CleanPoint(offset, base, position)
+        ints = _read_one_line(directory / RECOVERY_POINT_FILE, 3)
+        return None if ints is None else _CleanPoint(*ints)
     except CorruptCheckpointError as exc:
         logger.warning("[log %s] %s; recovering every segment", directory, exc)
         return None
@@ -78,13 +78,8 @@ def write_clean_point(directory: Path, c: _CleanPoint) -> None:
 def read_high_watermark(directory: Path) -> int | None:
     """The checkpointed high watermark, or None without the file. Raises
     CorruptCheckpointError (naming the file) for one that cannot be read."""
-    path = directory / HIGH_WATERMARK_FILE
-    lines = read_checkpoint(path, CHECKPOINT_VERSION)
-    if lines is None:
-        return None
-    if len(lines) != 1:
-        raise CorruptCheckpointError(f"{path}: expected one line, got {len(lines)}")
-    return parse_ints(path, lines[0], 2, 1)[0]
+    ints = _read_one_line(directory / HIGH_WATERMARK_FILE, 1)
+    return None if ints is None else ints[0]
 
 
 def write_high_watermark(directory: Path, offset: int) -> None:
