@@ -124,6 +124,22 @@ async def scram_login(raw: Raw, mechanism: str, user: str, password: str) -> Any
 # ---- SASL_SSL: the certificate is the node ----------------------------------------------------
 
 
+def sasl_ssl(
+    certs: Path, users: Path, node_id: int, password: str | None = None
+) -> ListenerSecurity:
+    """Node ``node_id``'s SASL_SSL listener: its certificate from ``certs`` (``raftcore
+    certs``), client certificates requested (users log in instead), ``users`` to log in."""
+    return ListenerSecurity(
+        protocol="SASL_SSL",
+        ssl_certfile=certs / f"node-{node_id}.pem",
+        ssl_keyfile=certs / f"node-{node_id}.key",
+        ssl_cafile=certs / "ca.pem",
+        ssl_client_auth="requested",
+        sasl_users_file=users,
+        sasl_node_password=password,
+    )
+
+
 def test_a_sasl_login_as_a_node_on_sasl_ssl_is_not_a_node(tmp_path):
     """On SASL_SSL a node is the node its certificate names. The password the nodes used to
     share (still configured here, as the docs once set SASL_SSL up) logs in as node-2 only on
@@ -133,15 +149,7 @@ def test_a_sasl_login_as_a_node_on_sasl_ssl_is_not_a_node(tmp_path):
     users = write_file(tmp_path)
 
     def listener(node_id: int) -> ListenerSecurity:
-        return ListenerSecurity(
-            protocol="SASL_SSL",
-            ssl_certfile=certs / f"node-{node_id}.pem",
-            ssl_keyfile=certs / f"node-{node_id}.key",
-            ssl_cafile=certs / "ca.pem",
-            ssl_client_auth="requested",
-            sasl_users_file=users,
-            sasl_node_password=NODE_PASSWORD,
-        )
+        return sasl_ssl(certs, users, node_id, NODE_PASSWORD)
 
     def tls(cert: str | None) -> Any:
         sec = tls_client_security(certs, None)
