@@ -490,3 +490,30 @@ def test_contradicting_raft_requests_from_a_non_voters_node_identity_harm_no_nod
     run(main())
     lines = [r.getMessage() for r in caplog.records if "refusing" in r.getMessage()]
     assert any(f"Node:node-{OUTSIDER}, not an administrator" in line for line in lines), lines
+
+
+def test_a_refused_begin_or_end_quorum_epoch_teaches_no_leader_endpoint(tmp_path):
+    """A BeginQuorumEpoch or EndQuorumEpoch names where its leader listens. From node-9's
+    certificate on SASL_SSL, one naming node 5 or 6 leader is refused (node-9 speaks for node
+    9 only), and the receiver still knows no address for 5 or 6: a refused request would
+    otherwise send a joining node, which knows its leader from such words alone, to whatever
+    address the sender chose."""
+
+    async def main() -> None:
+        async with as_node_9(tmp_path, "SASL_SSL") as (nodes, connect):
+            q = await quorum_of(nodes)
+            follower = target(nodes, q, "follower")
+            for key, body in (
+                (ApiKey.BEGIN_QUORUM_EPOCH, begin(q, 5, q.epoch + 1, q.follower)),
+                (ApiKey.END_QUORUM_EPOCH, end(q, 6, q.epoch + 1)),
+            ):
+                raw = await connect(follower)
+                try:
+                    answer = await raw.ask(key, version(key), body)
+                finally:
+                    raw.close()
+                assert error_of(answer) == REFUSED, key.name
+            book = follower.address_book
+            assert (book.endpoint_of(5), book.endpoint_of(6)) == (None, None)
+
+    run(main())

@@ -79,10 +79,15 @@ def test_begin_quorum_epoch_carries_the_voters_directory_id_and_the_leaders_endp
     leader = _node(tmp_path, 4, voters=(1, 2, 3, 4), advertised=Endpoint("10.0.0.4", 7004))
     follower = _node(tmp_path, 1, voters=(1,), listen=Endpoint("127.0.0.1", 9001))
     request = BeginQuorumEpochRequest("c1", 4, 8, voter_id=1, voter_directory_id=DIR[1])
-    key, version, source, back = _trip(leader, follower, request)
+    key, version, frame = raft_wire.encode_request(leader, Outbound(9, 42, request, -1, True))
+    header, body = decode_request(frame)
+    source, back = raft_wire.decode_request(follower, header, body)
     assert (key, version, source) == (ApiKey.BEGIN_QUORUM_EPOCH, 1, 4)
     assert back == request
-    # node 4 is no static voter of the follower's: it learns where the leader listens
+    # node 4 is no static voter of the follower's: it learns where the leader listens, once
+    # the node has checked who sent the request (decoding it teaches nothing)
+    assert follower.address_book.endpoint_of(4) is None
+    raft_wire.learn_leader(follower, key, source, body)
     assert follower.address_book.endpoint_of(4) == Endpoint("10.0.0.4", 7004)
 
 

@@ -512,6 +512,7 @@ class Messaging:
                 # own connection only: on a shared PLAINTEXT listener anyone could send clients
                 # elsewhere (there the node endpoints serve clients too)
                 self.address_book.learn_client(source, *told)
+        raft_wire.learn_leader(self, api_key, source, body)  # not before the check above
         # The core's answer comes now (most requests) or later (a parked fetch); either way
         # _send hands it to the connection, which writes it in its turn: no task waits.
         later = Later()

@@ -69,6 +69,7 @@ __all__ = [
     "directory_id",
     "encode_request",
     "encode_response",
+    "learn_leader",
     "error_response",
     "client_endpoint",
     "is_replica_fetch",
@@ -261,9 +262,15 @@ def _leader_endpoints(node: WireNode, cls: Any) -> list[Any]:
     return [cls.LeaderEndpoint(name=cfg.listener_name, host=ep.host, port=ep.port)]
 
 
-def _learn_leader(node: WireNode, leader_id: int, endpoints: Any) -> None:
-    """A BeginQuorumEpoch or EndQuorumEpoch says where its leader listens."""
-    for ep in endpoints or ():
+def learn_leader(node: WireNode, key: int, leader_id: int, body: Any) -> None:
+    """A BeginQuorumEpoch or EndQuorumEpoch says where its leader listens. Called once the
+    request passed the check of who sent it (raftcore.security.authorization), never by
+    :func:`decode_request`: a request refused there teaches nothing (node-9's certificate
+    naming node 5 leader at an address of its choosing would send a joining node, which
+    knows its leader from such words alone, there)."""
+    if key not in (ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH):
+        return
+    for ep in getattr(body, "leader_endpoints", None) or ():
         node.address_book.learn(leader_id, ep.host, ep.port)
         break
 
@@ -364,7 +371,6 @@ def decode_request(node: WireNode, header: Any, body: Any) -> tuple[int, RaftReq
         )
     if key == ApiKey.BEGIN_QUORUM_EPOCH:
         p = _single_partition(node, key, body)
-        _learn_leader(node, p.leader_id, getattr(body, "leader_endpoints", None))
         return p.leader_id, BeginQuorumEpochRequest(
             cluster_id=body.cluster_id,
             leader_id=p.leader_id,
@@ -374,7 +380,6 @@ def decode_request(node: WireNode, header: Any, body: Any) -> tuple[int, RaftReq
         )
     if key == ApiKey.END_QUORUM_EPOCH:
         p = _single_partition(node, key, body)
-        _learn_leader(node, p.leader_id, getattr(body, "leader_endpoints", None))
         if header.request_api_version >= 1:
             # the candidates' directory ids are not the core's business: a replica that is not
             # a voter (a wiped disk under a voter's id) never stands, whatever it is told
