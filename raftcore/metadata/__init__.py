@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from raftcore.metadata.errors import MetadataError
 from raftcore.metadata.image import MetadataImage, PartitionImage, TopicImage
+from raftcore.metadata.placement import ReassignmentStep
 from raftcore.metadata.records import (
     ConfigRecord,
     MetadataRecord,
@@ -41,6 +42,7 @@ __all__ = [
     "PartitionChangeRecord",
     "PartitionImage",
     "PartitionRecord",
+    "ReassignmentStep",
     "RemoveTopicRecord",
     "TopicId",
     "TopicImage",
