@@ -4,6 +4,8 @@ checked whole before anything changes, with Kafka's errors for what contradicts 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from raftcore.error_codes import Errors
 from raftcore.metadata import (
@@ -236,3 +238,50 @@ def test_a_config_of_an_unknown_topic_or_another_resource_type_is_refused():
     refused(image, ConfigRecord("payments", "retention.ms", "1"), Errors.UNKNOWN_TOPIC_OR_PARTITION)
     broker = ConfigRecord("1", "retention.ms", "1", resource_type=4)
     refused(image, broker, Errors.INVALID_REQUEST)
+
+
+# ---- any log --------------------------------------------------------------------------------
+
+_ids = st.sampled_from([A, A, B, METADATA_TOPIC_ID])
+_nodes = (
+    st.lists(st.integers(0, 4), min_size=1, max_size=4, unique=True)
+    | st.lists(st.integers(-1, 4), max_size=4)
+).map(tuple)
+_any_record = st.one_of(
+    st.builds(TopicRecord, st.sampled_from(["orders", "payments", "payments", "a b"]), _ids),
+    st.builds(PartitionRecord, _ids, st.integers(-1, 3), _nodes, _nodes, leader=st.integers(-1, 4)),
+    st.builds(
+        PartitionChangeRecord,
+        _ids,
+        st.sampled_from([0, 0, 0, 1, -1]),
+        st.none() | _nodes,
+        st.none() | st.just(()) | _nodes,
+        st.none() | st.just(()) | _nodes,
+        st.none() | st.none() | _nodes,
+        st.sampled_from([-2, -2, -1, 1, 2, 3]),
+    ),
+    st.builds(
+        ConfigRecord,
+        st.sampled_from(["orders", "payments"]),
+        st.sampled_from(["retention.ms", "segment.bytes", "cleanup.policy", "x"]),
+        st.none() | st.sampled_from(["1", "-2", "delete", "compact", "14", ""]),
+    ),
+    st.builds(RemoveTopicRecord, _ids),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_any_record, max_size=25))
+def test_any_log_is_applied_or_refused_record_by_record_with_a_metadata_error_only(log):
+    """Whatever a log holds, each record is applied or refused with MetadataError (never
+    another exception), and the image is the replay of the records it took, on any node."""
+    image, taken = MetadataImage(), []
+    for record in [*orders(1), *log]:
+        try:
+            image.apply(record)
+        except MetadataError as exc:
+            assert "\n" not in str(exc)
+        else:
+            taken.append(record)
+    assert MetadataImage.replay(taken) == image
+    assert MetadataImage.replay(image.records()) == image

@@ -129,6 +129,20 @@ def test_flipped_bytes_give_a_record_or_one_error_line_never_another_exception(r
                 assert "\n" not in str(exc)
 
 
+@pytest.mark.parametrize("record", SAMPLES, ids=lambda r: type(r).__name__)
+def test_every_single_bit_flip_gives_a_record_or_one_error_line(record):
+    value = encode_record(record)
+    for bit in range(8 * len(value)):
+        damaged = bytearray(value)
+        damaged[bit // 8] ^= 1 << (bit % 8)
+        try:
+            decoded = decode_record(bytes(damaged))
+        except CorruptRecordError as exc:
+            assert "\n" not in str(exc)
+        else:
+            assert decoded != record  # every bit of the value means something
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=80))
 def test_random_bytes_give_a_record_or_one_error_line(data):
