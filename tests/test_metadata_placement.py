@@ -176,6 +176,7 @@ def test_decommissioning_a_node_when_every_other_node_holds_a_replica_is_refused
     with pytest.raises(MetadataError) as caught:
         decommission_plan([1, 2, 3], image, 1)
     assert caught.value.error is Errors.INVALID_REPLICATION_FACTOR
+    assert "orders-0" in str(caught.value)
 
 
 def test_a_move_is_recorded_as_kafkas_reassignment_adding_and_removing_then_the_new_replicas():

@@ -96,14 +96,17 @@ class _Spread:
         self._lead(topic_id, leader, 1)
         return chosen
 
-    def move(self, topic_id: TopicId, replicas: tuple[int, ...], node: int) -> tuple[int, int]:
+    def move(
+        self, topic_id: TopicId, replicas: tuple[int, ...], node: int, where: str
+    ) -> tuple[int, int]:
         """Take ``node`` out of ``replicas``: (the node added, the new preferred leader)."""
         candidates = [n for n in self.nodes if n not in replicas and n != node]
         if not candidates:
             raise MetadataError(
                 Errors.INVALID_REPLICATION_FACTOR,
-                f"no live node outside replicas {list(replicas)} to take node {node}'s place "
-                f"({len(self.nodes)} live nodes)",
+                f"{where}: no live node outside replicas {list(replicas)} to take node "
+                f"{node}'s place "
+                f"({len(self.nodes)} other live nodes)",
             )
         added = min(candidates, key=self.follower_key(topic_id))
         leader = replicas[0]
@@ -167,7 +170,7 @@ def decommission_plan(
     for name, p in image.partitions():
         if node not in p.replicas:
             continue
-        added, leader = spread.move(p.topic_id, p.replicas, node)
+        added, leader = spread.move(p.topic_id, p.replicas, node, f"{name}-{p.partition_id}")
         after = [added if n == node else n for n in p.replicas]
         after.remove(leader)
         replicas = (leader, *after)
