@@ -25,6 +25,7 @@ CLEAN = (
     "raftcore/protocol",
     "raftcore/kafka",
     "raftcore/testing",
+    "raftcore/metadata",
 )
 ERROR = re.compile(r"^(raftcore/[A-Za-z0-9_]+(?:\.pyi?)?)[/:].*: error: ")
 
