@@ -19,7 +19,13 @@ from test_embedding import followers, stores
 from test_node import run
 
 from raftcore.embed import KeyValueStore
-from raftcore.statemachine import DictStateMachine, LmdbStateMachine, StateMachineError
+from raftcore.statemachine import (
+    DamagedValueError,
+    DictStateMachine,
+    LmdbStateMachine,
+    StateMachineError,
+)
+from raftcore.statemachine.checksums import seal_value
 from raftcore.statemachine.conditions import IF_ABSENT, IF_VALUE, Outcomes, condition_headers
 
 pytestmark = pytest.mark.timeout(60)
@@ -127,6 +133,26 @@ def test_a_damaged_condition_from_a_remote_producer_is_refused_never_an_error_of
     assert sm.applied_offset == 4
     [line] = [r.getMessage() for r in caplog.records]
     assert "offset 1" in line and problem in line
+
+
+def test_a_damaged_stored_value_met_while_deciding_marks_the_state_damaged_and_gives_no_verdict(
+    tmp_path,
+):
+    """A value that fails its checksum cannot be compared: the state machine is marked
+    damaged (the node rebuilds it from a snapshot and the log, deciding again from intact
+    values, as the other replicas do) and gives no verdict, rather than a wrong one."""
+    told: list[DamagedValueError] = []
+    with LmdbStateMachine(tmp_path, map_size=64 << 20, sync=False) as sm:
+        sm.on_damaged = told.append
+        sm.apply([committed([(b"n", b"1"), (b"m", b"1")], 0)])
+        with sm.env.begin(write=True) as txn:  # n's bytes changed under its seal
+            txn.put(b"n", seal_value(b"n", b"1")[:4] + b"2", db=sm._data)
+        verdicts = apply_expecting(
+            sm, [committed([cas(b"n", b"1", b"3"), cas(b"m", b"1", b"2")], 2)]
+        )
+        assert verdicts == {3: True}  # the sound one is decided; the damaged one is not
+        assert [e.key for e in told] == [b"n"]
+        assert sm.applied_offset == 4
 
 
 def test_other_headers_do_not_make_a_write_conditional(sm):
