@@ -11,6 +11,11 @@ stay within LastOffsetDelta, a record's Length equals its fields, no byte follow
 record, and the CRC-32C covers the batch. A violation raises CorruptRecordError naming the byte
 position, never reads outside the buffer.
 
+Conditions: a header whose key starts with ``raftcore.if-`` is a write's condition (the key/value
+store's compare-and-set, :mod:`raftcore.statemachine.conditions`). Such headers are reported in
+``conditions``, which stays None for a batch without them: a record without headers pays nothing
+for this, one with headers a length test and a 12-byte compare per header.
+
 Key rule of the key/value records: a key is 1 to ``max_key_size`` bytes (LMDB's limit, 511,
 by default). A record with a null, empty or longer key is not a pair: it is reported in
 ``skipped`` with its offset and why, so that every replica skips the same records.
@@ -41,7 +46,7 @@ from batch_header cimport (
     batch_header_rules,
     parse_batch_header,
 )
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
 
 from crc32c_impl cimport rc_crc32c, rc_crc32c_init
 from wire cimport read_varint, read_varlong
@@ -52,6 +57,10 @@ from raftcore.errors import CorruptRecordError
 rc_crc32c_init()
 
 DEFAULT_MAX_KEY_SIZE = 511
+
+# Header keys that are a write's condition (raftcore.statemachine.conditions names them).
+cdef const char *CONDITION_PREFIX = b"raftcore.if-"
+cdef Py_ssize_t CONDITION_PREFIX_LEN = 12
 
 
 cdef object _corrupt(str message, Py_ssize_t position):
@@ -67,7 +76,9 @@ cdef class KvPairs:
     - ``deletes``: how many of ``pairs`` have a null value;
     - ``skipped``: ``(offset, reason)`` of each record whose key breaks the key rule;
     - ``records``: records at or after ``from_offset`` (pairs and skipped ones);
-    - ``base_offset`` and ``last_offset`` of the batch.
+    - ``base_offset`` and ``last_offset`` of the batch;
+    - ``conditions``: None, or ``(pair index, offset, header key, header value)`` for each
+      ``raftcore.if-*`` header of a record in ``pairs`` (value None for a null one).
     """
     cdef readonly list pairs
     cdef readonly Py_ssize_t deletes
@@ -75,6 +86,7 @@ cdef class KvPairs:
     cdef readonly Py_ssize_t records
     cdef readonly int64_t base_offset
     cdef readonly int64_t last_offset
+    cdef readonly object conditions
 
     def __repr__(self):
         return (f"KvPairs({self.base_offset}..{self.last_offset}, pairs={len(self.pairs)}, "
@@ -150,6 +162,7 @@ cdef KvPairs _decode(object owner, const uint8_t *b, Py_ssize_t size, int64_t fr
     out.skipped = []
     out.deletes = 0
     out.records = 0
+    out.conditions = None
     out.base_offset = h.base_offset
     out.last_offset = h.base_offset + h.last_offset_delta
     _walk(out, b, start, end, payload is not None, h.base_offset, h.last_offset_delta,
@@ -172,9 +185,12 @@ cdef int _walk(KvPairs out, const uint8_t *batch, const uint8_t *start, const ui
     cdef bint wanted
     cdef uint32_t sealed_crc
     cdef unsigned char *vp
+    cdef const uint8_t *kp_h
     cdef list pairs = out.pairs
     cdef object key, value
+    cdef list found
     for i in range(count):
+        found = None
         rec_start = p
         q = read_varint(p, end, &length)
         if q == NULL:
@@ -238,11 +254,19 @@ cdef int _walk(KvPairs out, const uint8_t *batch, const uint8_t *start, const ui
             p = q
             if not _is_utf8(p, hklen):
                 _bad(batch, start, p, compressed, base_offset, "record header key is not UTF-8")
+            kp_h = p
             p += hklen
             q = read_varint(p, rec_end, &hvlen)
             if q == NULL or hvlen < -1 or hvlen > rec_end - q:
                 _bad(batch, start, p, compressed, base_offset,
                      "record header value length does not fit in the record")
+            if hklen >= CONDITION_PREFIX_LEN and memcmp(kp_h, CONDITION_PREFIX,
+                                                        CONDITION_PREFIX_LEN) == 0:
+                if found is None:
+                    found = []
+                found.append((PyUnicode_DecodeUTF8(<const char *>kp_h, hklen, NULL),
+                              None if hvlen < 0 else
+                              PyBytes_FromStringAndSize(<const char *>q, hvlen)))
             p = q + (hvlen if hvlen > 0 else 0)
         if p != rec_end:
             _bad(batch, start, rec_start, compressed, base_offset,
@@ -259,6 +283,11 @@ cdef int _walk(KvPairs out, const uint8_t *batch, const uint8_t *start, const ui
         key = PyBytes_FromStringAndSize(<const char *>kp, klen)
         if value is None:
             out.deletes += 1
+        if found is not None:
+            if out.conditions is None:
+                out.conditions = []
+            for name, raw in found:
+                out.conditions.append((len(pairs), offset, name, raw))
         pairs.append((key, value))
     if p != end:
         _bad(batch, start, p, compressed, base_offset,

@@ -4,7 +4,7 @@
 
 A replica is a :class:`RaftNode` (a replicated log: ``write``, ``read``, ``records``) or a
 :class:`KeyValueStore` (a node and an LMDB state machine: ``put``, ``get``, ``range``,
-``prefix``, ``watch``). See docs/embedding.md.
+``prefix``, ``watch``, ``compare_and_set``). See docs/embedding.md.
 """
 
 from raftcore.endpoints import Endpoint, parse_endpoint, parse_voters

@@ -18,8 +18,15 @@ once committed and applied on this replica, so a read here sees them. Reads:
   to the keys under ``prefix`` from a committed offset on, each once this replica has applied
   it; ``listener=`` gets every change the same way, called on the event loop.
 
+Compare-and-set: ``compare_and_set(key, expected, new)`` writes ``new`` (None: deletes) only if
+the key's value is ``expected`` (None: only if the key does not exist), and says whether it
+did. The condition travels in the record's headers and is decided when the record is applied,
+by every replica alike (:mod:`raftcore.statemachine.conditions`); a write that loses leaves
+the key as it is everywhere.
+
 Every write is a record whose key is the key and whose value the value (None deletes): a Kafka
-consumer of the cluster reads the store's history, and a Kafka producer may write to it.
+consumer of the cluster reads the store's history (conditional writes with their condition
+headers, refused ones too), and a Kafka producer may write to it.
 
 A read never returns a value that fails its checksum: it raises
 :class:`~raftcore.statemachine.DamagedValueError` instead, while the replica rebuilds its state
@@ -40,7 +47,8 @@ from raftcore.node.config import NodeConfig
 from raftcore.node.data_dir import format_data_dir
 from raftcore.node.node import RaftNode
 from raftcore.raft import Appended
-from raftcore.statemachine.api import MAX_KEY_SIZE
+from raftcore.statemachine.api import MAX_KEY_SIZE, StateMachineError
+from raftcore.statemachine.conditions import condition_headers, is_conditional
 from raftcore.statemachine.lmdb_kv import DEFAULT_MAP_SIZE, LmdbStateMachine
 
 __all__ = ["Change", "KeyValueStore"]
@@ -200,6 +208,44 @@ class KeyValueStore:
         appended = await self.put_many([(key, None)], timeout_s=timeout_s, forward=forward)
         return appended.last_offset
 
+    async def compare_and_set(
+        self,
+        key: bytes,
+        expected: bytes | None,
+        new: bytes | None,
+        *,
+        timeout_s: float = 10.0,
+        forward: bool = True,
+    ) -> bool:
+        """Set ``key`` to ``new`` (None: delete it) only if its value is ``expected`` (None:
+        only if it does not exist). Returns, once the write is committed and applied here,
+        True if it was applied and False if the condition did not hold (the key is then as
+        the writes before it left it, on every replica). Errors as :meth:`put_many`; a
+        StateMachineError if this replica did not decide it (its state was rebuilt past the
+        write meanwhile: read the key)."""
+        _check_key(key)
+        for name, value in (("expected", expected), ("new", new)):
+            if value is not None and not isinstance(value, bytes):
+                raise ValueError(f"{name} is bytes or None, got {type(value).__name__}")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        # The record is appended after this, so its offset is >= the applied offset now.
+        outcomes = self.state.outcomes
+        with outcomes.waiting(self.state.applied_offset):
+            appended = await self.node.write(
+                [(key, new, condition_headers(expected))], timeout_s=timeout_s, forward=forward
+            )
+            offset = appended.last_offset
+            await self.node.wait_applied(offset + 1, max(0.0, deadline - loop.time()))
+            verdict = outcomes.get(offset)
+        if verdict is None:
+            raise StateMachineError(
+                f"[node {self.node_id}] the compare-and-set at offset {offset} was not decided "
+                "on this replica (its state was rebuilt past it): read the key to learn whether "
+                "it was applied"
+            )
+        return verdict
+
     async def wait_applied(self, offset: int, timeout_s: float | None = 10.0) -> None:
         """Until this replica has applied the write at ``offset`` (an offset a put returned,
         on any replica): a local read then sees it."""
@@ -267,12 +313,26 @@ class KeyValueStore:
         return self._changes(prefix, start)
 
     async def _changes(self, prefix: bytes, start: int) -> AsyncIterator[Change]:
-        async for record in self.node.records(start):
-            key = record.key
-            if key is None or not key.startswith(prefix) or not 1 <= len(key) <= MAX_KEY_SIZE:
-                continue  # a key the state machine skips is no change either
-            await self.node.wait_applied(record.offset + 1)
-            yield Change(record.offset, key, record.value)
+        outcomes = self.state.outcomes
+        with outcomes.waiting(start) as reader:
+            async for record in self.node.records(start):
+                reader.floor = record.offset  # the verdicts below are read (or not wanted)
+                key = record.key
+                if key is None or not key.startswith(prefix) or not 1 <= len(key) <= MAX_KEY_SIZE:
+                    continue  # a key the state machine skips is no change either
+                await self.node.wait_applied(record.offset + 1)
+                if is_conditional(record.headers):  # a refused write changed nothing
+                    verdict = outcomes.get(record.offset)
+                    if verdict is None:
+                        raise StateMachineError(
+                            f"[node {self.node_id}] the verdict of the conditional write at "
+                            f"offset {record.offset} is no longer known on this replica (it was "
+                            "decided before the watch began or the replica restarted): watch "
+                            "from a later offset"
+                        )
+                    if not verdict:
+                        continue
+                yield Change(record.offset, key, record.value)
 
 
 def prefix_end(prefix: bytes) -> bytes | None:

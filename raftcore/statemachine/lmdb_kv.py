@@ -36,6 +36,11 @@ so that the node rebuilds it (``restore``, then the log; :mod:`raftcore.node.reb
 store of the format before checksums (``raftcore-kv-1``) is upgraded in place when opened:
 every value is sealed in one write transaction, once.
 
+**Conditions.** A record with a ``raftcore.if-value`` or ``raftcore.if-absent`` header is
+applied only if its key's value is the expected one, or the key does not exist
+(:mod:`raftcore.statemachine.conditions`); the verdicts go to ``outcomes`` for the writers
+waiting for them. A batch without conditions is applied as before, with no work added.
+
 **Keys** are 1 to 511 bytes (LMDB's limit); records with another key are skipped with a
 warning by every replica alike (:mod:`raftcore.statemachine.kv_batches`).
 
@@ -66,12 +71,15 @@ from raftcore.statemachine.checksums import (
     open_chunk,
     open_value,
     seal_pairs,
+    seal_value,
     upgrade_values,
 )
+from raftcore.statemachine.conditions import Outcomes, conditions_of, refuse_damaged
 from raftcore.statemachine.kv_batches import decode_batches
 
 if TYPE_CHECKING:
     from raftcore.raft.listener import CommittedBatch
+    from raftcore.records import KvPairs
 
 __all__ = ["DEFAULT_MAP_SIZE", "LmdbStateMachine"]
 
@@ -147,6 +155,8 @@ class LmdbStateMachine:
         self.damaged: DamagedValueError | None = None
         # Told once per damage, on the thread that found it (the node rebuilds the state).
         self.on_damaged: Callable[[DamagedValueError], None] | None = None
+        # The verdicts of conditional writes, for the writers waiting (conditions.py).
+        self.outcomes = Outcomes()
 
     def _read_applied(self, txn: lmdb.Transaction) -> int:
         raw = txn.get(_APPLIED, db=self._meta)
@@ -173,10 +183,14 @@ class LmdbStateMachine:
             batches, self._applied, prefix=self.prefix, seal=True
         )
         data = self._data
+        decided: list[tuple[int, bool]] = []
         try:
             with self.env.begin(write=True) as txn:
                 cursor = txn.cursor(data)
                 for kv in decoded:
+                    if kv.conditions is not None:  # None for a batch of plain records
+                        self._apply_conditional(txn, kv, decided)
+                        continue
                     if not kv.deletes:  # every value is bytes
                         cursor.putmulti(cast("list[tuple[bytes, bytes]]", kv.pairs))
                         continue
@@ -194,6 +208,50 @@ class LmdbStateMachine:
             ) from None
         self._applied = end
         self.skipped_records += skipped
+        if decided:
+            self.outcomes.record(decided)
+
+    def _apply_conditional(
+        self, txn: lmdb.Transaction, kv: KvPairs, decided: list[tuple[int, bool]]
+    ) -> None:
+        """A batch with conditions, pair by pair: a conditional pair only if its condition
+        holds in ``txn`` (which sees the writes before it, this batch's too), its verdict
+        appended to ``decided``."""
+        conditions = conditions_of(kv)
+        data = self._data
+        for index, (key, value) in enumerate(kv.pairs):  # values sealed by the decoder
+            condition = conditions.get(index)
+            if condition is not None:
+                if condition.problem is not None:
+                    refuse_damaged(self.prefix, key, condition)
+                    holds = False
+                else:
+                    try:
+                        holds = self._holds(txn, key, condition.expected)
+                    except DamagedValueError as exc:
+                        # undecidable here: the rebuild (restore, then the log) decides it
+                        # again from intact values, as every other replica does
+                        self.mark_damaged(exc)
+                        continue
+                decided.append((condition.offset, holds))
+                if not holds:
+                    continue  # left out, on every replica alike
+            if value is None:
+                txn.delete(key, db=data)
+            else:
+                txn.put(key, value, db=data)
+
+    def _holds(self, txn: lmdb.Transaction, key: bytes, expected: bytes | None) -> bool:
+        """Whether ``key``'s value in ``txn`` is ``expected`` (None: the key does not exist).
+        Equal sealed bytes are an intact, equal value; on a mismatch the stored value is
+        checked, so that a damaged one raises DamagedValueError instead of a verdict."""
+        stored = txn.get(key, db=self._data)
+        if expected is None or stored is None:
+            return expected is None and stored is None
+        if stored == seal_value(key, expected):
+            return True
+        open_value(key, bytes(stored), str(self.path))
+        return False
 
     def snapshot(self, writer: SnapshotWriter) -> int:
         """Write every pair, in key order, from one read transaction (applies go on). Each

@@ -17,10 +17,12 @@ from raftcore.statemachine.api import (
     SnapshotWriter,
     StateMachineError,
 )
+from raftcore.statemachine.conditions import Outcomes, conditions_of, refuse_damaged
 from raftcore.statemachine.kv_batches import decode_batches
 
 if TYPE_CHECKING:
     from raftcore.raft.listener import CommittedBatch
+    from raftcore.records import KvPairs
 
 __all__ = ["DictStateMachine", "MemorySnapshotReader", "MemorySnapshotWriter"]
 
@@ -114,6 +116,8 @@ class DictStateMachine:
         self._lock = threading.Lock()
         self.prefix = log_prefix
         self.skipped_records = 0
+        # The verdicts of conditional writes, for the writers waiting (conditions.py).
+        self.outcomes = Outcomes()
 
     @property
     def applied_offset(self) -> int:
@@ -125,8 +129,11 @@ class DictStateMachine:
         decoded, end, skipped = decode_batches(batches, self._applied, prefix=self.prefix)
         with self._lock:
             data = self.data
+            decided: list[tuple[int, bool]] = []
             for kv in decoded:
-                if kv.deletes:
+                if kv.conditions is not None:
+                    self._apply_conditional(kv, decided)
+                elif kv.deletes:
                     for key, value in kv.pairs:
                         if value is None:
                             data.pop(key, None)
@@ -136,6 +143,28 @@ class DictStateMachine:
                     data.update(cast("list[tuple[bytes, bytes]]", kv.pairs))
             self._applied = end
             self.skipped_records += skipped
+        if decided:
+            self.outcomes.record(decided)
+
+    def _apply_conditional(self, kv: KvPairs, decided: list[tuple[int, bool]]) -> None:
+        """As the LMDB state machine decides conditions (conditions.py), on the dict."""
+        conditions = conditions_of(kv)
+        data = self.data
+        for index, (key, value) in enumerate(kv.pairs):
+            condition = conditions.get(index)
+            if condition is not None:
+                if condition.problem is not None:
+                    refuse_damaged(self.prefix, key, condition)
+                    holds = False
+                else:
+                    holds = data.get(key) == condition.expected
+                decided.append((condition.offset, holds))
+                if not holds:
+                    continue
+            if value is None:
+                data.pop(key, None)
+            else:
+                data[key] = value
 
     def snapshot(self, writer: SnapshotWriter) -> int:
         with self._lock:
