@@ -299,6 +299,78 @@ def test_a_follower_that_has_fetched_from_its_leader_refuses_pre_votes():
     assert isinstance(h.state, FollowerState) and h.epoch == 5
 
 
+def test_a_successor_refused_by_a_voter_still_following_the_resigned_leader_asks_it_again():
+    """A resigning leader's EndQuorumEpoch reaches its first successor before the other
+    follower; that follower refuses the pre-vote naming the leader that resigned. The
+    successor asks it again after the retry backoff instead of waiting out an election
+    timeout (the full-disk hand-over: the resigned leader has stopped and answers nothing)."""
+    h = follower(leader=2, epoch=5)
+    fetch_once(h)
+    h.request(2, EndQuorumEpochRequest(CLUSTER, 2, 5, (1, 3)))
+    resigned_at = h.now
+    h.poll()
+    assert isinstance(h.state, ProspectiveState) and h.epoch == 5
+    outs = {o.destination: o for o in h.pre_votes()}
+    h.respond(outs[3], VoteResponse(Errors.NONE, 2, 5, False))  # 3 has not heard yet
+    assert isinstance(h.state, ProspectiveState) and 3 not in h.state.rejected
+    assert not [o for o in h.pre_votes() if o.destination == 3]  # not at once: backed off
+    h.advance(h.config.retry_backoff_ms)
+    [again] = [o for o in h.pre_votes() if o.destination == 3]
+    h.respond(again, VoteResponse(Errors.NONE, -1, 5, True))  # its EndQuorumEpoch arrived
+    assert isinstance(h.state, CandidateState) and h.epoch == 6
+    assert h.now - resigned_at < h.config.election_timeout_ms // 2
+
+
+def test_a_second_refusal_naming_the_resigned_leader_counts_as_a_rejection():
+    """Asked again once only: the refusal may be for a log behind the voter's own."""
+    h = follower(leader=2, epoch=5)
+    fetch_once(h)
+    h.request(2, EndQuorumEpochRequest(CLUSTER, 2, 5, (1, 3)))
+    h.poll()
+    [out] = [o for o in h.pre_votes() if o.destination == 3]
+    h.respond(out, VoteResponse(Errors.NONE, 2, 5, False))
+    h.advance(h.config.retry_backoff_ms)
+    [again] = [o for o in h.pre_votes() if o.destination == 3]
+    h.respond(again, VoteResponse(Errors.NONE, 2, 5, False))
+    assert 3 in h.state.rejected
+
+
+def test_a_fetch_answered_before_the_leader_resigned_does_not_put_the_election_off():
+    """A held fetch is answered as the leader resigns; arriving after its EndQuorumEpoch,
+    it must not reset the fetch timeout that the EndQuorumEpoch shortened by rank."""
+    h = follower(leader=2, epoch=5, fetch_timeout_ms=3000, election_backoff_max_ms=100)
+    [held] = h.take(FetchRequest)
+    h.respond(held, FetchResponse(Errors.NONE, -1, 0, LeaderAndEpoch(2, 5)))
+    [late] = h.take(FetchRequest)
+    h.request(2, EndQuorumEpochRequest(CLUSTER, 2, 5, (3, 1)))  # second: waits 100 ms
+    h.respond(late, FetchResponse(Errors.NONE, -1, 0, LeaderAndEpoch(2, 5)))
+    h.advance(100)
+    assert isinstance(h.state, ProspectiveState)
+
+
+def test_a_pre_vote_refused_by_the_resigned_leader_itself_counts_as_a_rejection():
+    """The resigned leader knows it resigned: its refusal (our log is behind its own) is
+    final, and is not asked again."""
+    h = follower(leader=2, epoch=5)
+    fetch_once(h)
+    h.request(2, EndQuorumEpochRequest(CLUSTER, 2, 5, (1, 3)))
+    h.poll()
+    outs = {o.destination: o for o in h.pre_votes()}
+    h.respond(outs[2], VoteResponse(Errors.NONE, 2, 5, False))
+    assert isinstance(h.state, ProspectiveState) and 2 in h.state.rejected
+    h.advance(h.config.retry_backoff_ms)
+    assert not [o for o in h.pre_votes() if o.destination == 2]
+
+
+def test_a_pre_vote_refused_naming_a_leader_that_did_not_resign_counts_as_a_rejection():
+    h = follower(leader=2, epoch=5)
+    h.advance(h.config.fetch_timeout_ms)  # timed out: its leader never said it resigned
+    assert isinstance(h.state, ProspectiveState)
+    for out in h.pre_votes():
+        h.respond(out, VoteResponse(Errors.NONE, 2, 5, False))
+    assert isinstance(h.state, FollowerState) and h.state.leader == 2
+
+
 def test_a_follower_told_that_its_leader_resigned_grants_pre_votes_again():
     """Kafka PR #23168 (KAFKA-20895, open): after EndQuorumEpoch from its leader the
     successors' pre-votes must be able to win in a quorum of five."""

@@ -356,6 +356,7 @@ class QuorumState:
             leader=state.leader_id,
             voted=state.voted if isinstance(state, VotedState) else None,
             retries=state.retries if isinstance(state, CandidateState) else 0,
+            leader_resigned=isinstance(state, FollowerState) and state.leader_resigned,
         )
         self._switch(new, reason, durable=False)
         return new

@@ -165,6 +165,19 @@ def handle_response(core: RaftCore, source: int, response: VoteResponse, now: in
         # Requests are reset on every transition, so this answers our pre-vote.
         if response.vote_granted:
             state.record_granted(source)
+        elif (
+            state.leader_resigned
+            and response.leader_id == state.leader
+            and source != state.leader
+            and source not in state.asked_again
+        ):
+            # Refused by a voter still following the leader that resigned to us: our
+            # EndQuorumEpoch may have come first, its own on the way (the resigned leader
+            # repeats it). Asked once more after the retry backoff rather than the hand-over
+            # waiting out an election timeout (a full disk's leader resigned and stopped). Only
+            # once: the refusal may be for a log behind its own, which asking again won't change.
+            state.asked_again.add(source)
+            core.requests.back_off(source, now + core.config.retry_backoff_ms)
         else:
             state.record_rejected(source)
             if state.is_vote_rejected():

@@ -35,6 +35,7 @@ from raftcore.raft import (
 from raftcore.raft.messages import FetchSnapshotResponse
 from raftcore.raft.states import LeaderState
 from raftcore.sim.bit_rot import BitRot
+from raftcore.sim.handover import HandOvers
 from raftcore.sim.invariants import Invariants, Violation
 from raftcore.sim.membership import Membership, directory_id_of, endpoint_of
 from raftcore.sim.scenario import Scenario
@@ -230,6 +231,7 @@ class Simulation(SnapshotDriver):
         # full disks draw from their own generator: runs without them stay as they were
         self.disk_rng = random.Random(f"full-disk-events-{scenario.seed}")
         self.disk_stats = {"disks filled": 0, "leader appends refused": 0, "node stops": 0}
+        self.hand_overs = HandOvers(SIM_QUORUM["election_timeout_ms"])  # type: ignore[arg-type]
         self.trace: deque[str] = deque(maxlen=None if trace else 400)
         self.appends = 0
         self.events = 0
@@ -342,16 +344,28 @@ class Simulation(SnapshotDriver):
         """Process what ``call()`` (one call into the node's core) produced. An OSError out of
         it (its full disk) stops the node, as the real node exits: the step was left half
         done."""
+        state = node.core.state if node.alive else None
+        full_leader = isinstance(state, LeaderState) and node.disk_full
         try:
             output = call()
         except OSError as exc:
             self.log_event(f"node {node.node_id} stops: {exc}")
             self.disk_stats["node stops"] += 1
+            self.hand_overs.forget()  # (a hand-over with a voter down is not the rule's)
             node.crash()
             self.restart_after_failure(node, exc)
             return None
+        if full_leader and not isinstance(node.core.state, LeaderState):
+            self._left_leadership(state.epoch)  # type: ignore[union-attr]
+        self.hand_overs.observe(node.core.state, self.now)
         self.process(node, output)
         return node
+
+    def _left_leadership(self, epoch: int) -> None:
+        """A full disk's leader resigned: timed until the next leader, if every voter is up
+        (an election with a voter down may rightly wait out a timeout)."""
+        if all(n.alive for n in self.nodes.values() if n.is_voter):
+            self.hand_overs.left(epoch, self.now)
 
     def restart_after_failure(self, node: SimNode, exc: OSError) -> None:
         """The node's supervisor starts it again after a downtime (systemd's RestartSec)."""
@@ -414,6 +428,7 @@ class Simulation(SnapshotDriver):
                 except LogWriteError as exc:  # it resigned: its EndQuorumEpochs go out
                     node.write_refused_epoch = exc.leader.epoch
                     self.disk_stats["leader appends refused"] += 1
+                    self._left_leadership(exc.leader.epoch)
                     self.log_event(f"append refused at {node.node_id}: {exc}")
                     return self.step(node, partial(core.poll, self.now))
                 except NotLeaderError:
@@ -580,12 +595,13 @@ class Simulation(SnapshotDriver):
             dict(self.snapshot_stats) if self.scenario.snapshot_every else {},
             dict(self.membership.stats) if self.scenario.reconfig else {},
             dict(self.bit_rot.stats) if self.scenario.bit_rot_every_ms else {},
-            dict(self.disk_stats) if self.scenario.full_disks else {},
+            {**self.disk_stats, **self.hand_overs.stats} if self.scenario.full_disks else {},
         )
 
     def _heal(self) -> None:
         self.faults_active = False
         self.heal_started = self.now
+        self.hand_overs.forget()
         self.blocked = set()
         self.log_event("faults stop")
         for node in self.nodes.values():

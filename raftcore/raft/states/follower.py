@@ -47,7 +47,12 @@ class FollowerState(EpochState):
         return now >= self.fetch_deadline
 
     def reset_fetch_timeout(self, now: int) -> None:
-        self.fetch_deadline = now + self.fetch_timeout_ms
+        """A successful fetch from the leader. Once the leader said it resigned, no fetch
+        answer puts the election off again: one it answered before resigning (a held fetch
+        is answered as it leaves) may arrive after its EndQuorumEpoch, and must not undo the
+        successors' ranked backoff (the hand-over would wait a whole fetch timeout)."""
+        if not self.leader_resigned:
+            self.fetch_deadline = now + self.fetch_timeout_ms
         self.has_fetched = True
 
     def override_fetch_timeout(self, now: int, timeout_ms: int) -> None:

@@ -31,6 +31,7 @@ class ProspectiveState(VoteTally, EpochState):
         leader: int | None = None,
         voted: ReplicaKey | None = None,
         retries: int = 0,
+        leader_resigned: bool = False,
     ) -> None:
         super().__init__(epoch, voters)
         self.local_id = local_id
@@ -38,6 +39,10 @@ class ProspectiveState(VoteTally, EpochState):
         self.leader = leader  # the leader of this epoch it followed, if any
         self.voted = voted  # the vote it cast in this epoch, if any
         self.retries = retries  # elections lost since it last followed a leader
+        # its leader told it that it resigned (EndQuorumEpoch): a voter that refuses this
+        # pre-vote naming that leader has not heard yet, and is asked again (vote.py)
+        self.leader_resigned = leader_resigned
+        self.asked_again: set[int] = set()  # refusals taken as not yet heard, once per voter
         self._start_tally(local_id)
 
     @property
