@@ -344,8 +344,8 @@ class Simulation(SnapshotDriver):
         """Process what ``call()`` (one call into the node's core) produced. An OSError out of
         it (its full disk) stops the node, as the real node exits: the step was left half
         done."""
-        state = node.core.state if node.alive else None
-        full_leader = isinstance(state, LeaderState) and node.disk_full
+        core = node.core
+        leader = core.state if core is not None and node.disk_full else None
         try:
             output = call()
         except OSError as exc:
@@ -355,9 +355,10 @@ class Simulation(SnapshotDriver):
             node.crash()
             self.restart_after_failure(node, exc)
             return None
-        if full_leader and not isinstance(node.core.state, LeaderState):
-            self._left_leadership(state.epoch)  # type: ignore[union-attr]
-        self.hand_overs.observe(node.core.state, self.now)
+        if core is not None:
+            if isinstance(leader, LeaderState) and not isinstance(core.state, LeaderState):
+                self._left_leadership(leader.epoch)
+            self.hand_overs.observe(core.state, self.now)
         self.process(node, output)
         return node
 
