@@ -60,6 +60,28 @@ def test_a_put_on_a_follower_is_forwarded_to_the_leader_and_refused_only_when_as
     run(main())
 
 
+def test_writes_forwarded_while_the_leader_writes_too_hold_no_fetch_back(tmp_path):
+    """A forwarded write (an acks=all Produce) is answered only once the followers fetch past
+    it; sent on the connection that carries the follower's Fetches, it held their answers
+    back (a connection's requests are answered in order), the leader lost its followers for
+    a fetch timeout and an election followed. Every replica writing at once: all committed,
+    in one epoch."""
+
+    async def main() -> None:
+        async with stores(tmp_path) as (kvs, leader):
+            epoch = leader.node.core.epoch
+
+            async def writer(kv: KeyValueStore) -> None:
+                for i in range(20):
+                    await kv.put(b"%d-%d" % (kv.node.node_id, i), b"v", timeout_s=10.0)
+
+            await asyncio.gather(*(writer(kv) for kv in kvs))
+            assert leader.node.core.epoch == epoch and leader.node.core.is_leader
+            assert len(await leader.range(linearizable=True)) == 60
+
+    run(main())
+
+
 def test_a_linearizable_read_on_a_follower_sees_every_write_acknowledged_before_it(tmp_path):
     """The follower asks the leader for its read index (ReadIndex) and waits until it has
     applied that far: a write acknowledged by the leader a moment ago is seen at once."""

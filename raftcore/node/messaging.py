@@ -32,6 +32,7 @@ from raftcore.node.connection_limits import (
 from raftcore.node.connection_timeouts import ConnectionTimeouts
 from raftcore.node.listeners import RaftRefusals, Role, sees_directory_ids
 from raftcore.node.peer_apis import PeerApis
+from raftcore.node.peers import Peers
 from raftcore.node.tls_listener import serve_tls
 from raftcore.node.transport import CloseConnection, Later, ServerConnection
 from raftcore.protocol.api import (
@@ -54,7 +55,7 @@ if TYPE_CHECKING:
     from raftcore.kafka.partition import Broker
     from raftcore.node.config import NodeConfig
     from raftcore.node.metrics import NodeMetrics
-    from raftcore.node.peers import AddressBook, Peers
+    from raftcore.node.peers import AddressBook
     from raftcore.raft import Output, RaftCore
     from raftcore.security.sasl import SaslAuthenticator
 
@@ -96,6 +97,7 @@ class Messaging:
         self._run = run
         self._admin_handle = admin_handle  # the voter RPCs of an operator (raftcore.node.admin)
         self.peers: Peers | None = None  # the connections to the other nodes, from listen()
+        self._own_peers: Peers | None = None  # and those for the node's own requests
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tls_context: Any = None  # the listener's ssl.SSLContext, or None (PLAINTEXT)
         self.servers: list[Any] = []  # asyncio.Server or TlsServer: one, or client and node
@@ -144,6 +146,18 @@ class Messaging:
         the node listener's (or ``node_listen_socket``) when the node has one; the servers
         (``close()`` stops accepting)."""
         self.peers = peers
+        # The node's own requests (a forwarded write, ReadIndex, an admin request, ApiVersions)
+        # go on connections of their own: a node answers each connection's requests in order,
+        # and a forwarded acks=all Produce, answered only once the followers fetch past it,
+        # would hold this follower's Fetch answers back behind it on a shared one (the leader
+        # then misses a fetch timeout's worth of fetches and an election follows).
+        self._own_peers = Peers(
+            peers.book,
+            peers.prefix,
+            self._own_callbacks,
+            tls_context=peers.tls_context,
+            login=peers.login,
+        )
         self._loop = asyncio.get_running_loop()
         self._tls_context = tls_context
         cfg = self.config
@@ -193,6 +207,8 @@ class Messaging:
         for conn in list(self.connections):
             conn.close()
         await self.peer_apis.close()
+        if self._own_peers is not None:
+            await self._own_peers.close()
         self._inbound.clear()  # their connections close with the node
 
     # ---- raft messages on the wire ---------------------------------------------------------------
@@ -253,15 +269,6 @@ class Messaging:
         def on_response(correlation_id: int, frame: bytes) -> None:
             self.metrics.peer_received_bytes += len(frame) + 4
             key = (peer_id, correlation_id)
-            own = self._own_requests.pop(key, None)
-            if own is not None:
-                api_key, version, fut = own
-                if not fut.done():
-                    try:
-                        fut.set_result(decode_response(api_key, version, frame)[1])
-                    except RaftcoreError as exc:
-                        fut.set_exception(exc)
-                return
             sent = self._peer_requests.pop(key, None)
             core = self._running_core()
             if sent is None or core is None:
@@ -295,10 +302,6 @@ class Messaging:
             snapshot download resumes from the bytes it holds)."""
             self.metrics.peer_opened += 1
             self.peer_apis.connected(peer_id)  # what it serves (after the failures below)
-            for key in [k for k in self._own_requests if k[0] == peer_id]:
-                fut = self._own_requests.pop(key)[2]
-                if not fut.done():
-                    fut.set_exception(ConnectionError(f"the connection to node {peer_id} was lost"))
             lost = [cid for (peer, cid) in self._peer_requests if peer == peer_id]
             for cid in lost:
                 del self._peer_requests[(peer_id, cid)]
@@ -307,6 +310,30 @@ class Messaging:
                     self._run(functools.partial(core.request_lost, peer_id, cid))
 
         return on_connected
+
+    def _own_callbacks(self, peer_id: int) -> tuple[Any, Any, Any]:
+        """What a connection for the node's own requests to ``peer_id`` tells it: answers
+        settle the requests' futures; a new connection fails those sent on the old one."""
+
+        def on_response(correlation_id: int, frame: bytes) -> None:
+            self.metrics.peer_received_bytes += len(frame) + 4
+            own = self._own_requests.pop((peer_id, correlation_id), None)
+            if own is None:
+                return  # (timed out)
+            api_key, version, fut = own
+            if not fut.done():
+                try:
+                    fut.set_result(decode_response(api_key, version, frame)[1])
+                except RaftcoreError as exc:
+                    fut.set_exception(exc)
+
+        def on_connected() -> None:
+            for key in [k for k in self._own_requests if k[0] == peer_id]:
+                fut = self._own_requests.pop(key)[2]
+                if not fut.done():
+                    fut.set_exception(ConnectionError(f"the connection to node {peer_id} was lost"))
+
+        return (on_response, lambda: None, on_connected)
 
     def peer_callbacks(self, peer_id: int) -> tuple[Any, Any, Any]:
         """What a connection to ``peer_id`` tells the node (raftcore.node.peers)."""
@@ -319,14 +346,22 @@ class Messaging:
     async def request_peer(
         self, peer_id: int, api_key: int, version: int, body: Any, timeout_s: float
     ) -> Any:
-        """Send the node's own request to ``peer_id`` on its peer connection; the answer's
-        body. ConnectionError when there is no connection or it is lost, TimeoutError."""
+        """Send the node's own request to ``peer_id`` on the node's own-request connection
+        to it (apart from the Raft traffic: see :meth:`listen`), waiting for it to connect;
+        the answer's body. ConnectionError when there is no address or the connection is
+        lost, TimeoutError."""
         core = self._running_core()
-        if core is None or self.peers is None or self._loop is None:
+        own = self._own_peers
+        if core is None or own is None or self._loop is None:
             raise ConnectionError(f"{self.prefix} not running: no request to node {peer_id}")
-        peer = self.peers.get(peer_id)
+        own.sweep({peer_id})  # the others unused for IDLE_CLOSE_S are closed
+        peer = own.get(peer_id)
         if peer is None:
             raise ConnectionError(f"no address known for node {peer_id}")
+        deadline = self._loop.time() + timeout_s
+        if not peer.connected.is_set():
+            await asyncio.wait_for(peer.connected.wait(), timeout_s)
+            timeout_s = max(0.0, deadline - self._loop.time())
         correlation_id = core.next_correlation_id()
         frame = encode_request(api_key, version, correlation_id, raft_wire.CLIENT_ID, body)
         fut: asyncio.Future[Any] = self._loop.create_future()
