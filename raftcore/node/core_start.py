@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable
 from typing import Any
 
 from raftcore.errors import LostQuorumStateError
@@ -33,6 +34,7 @@ def start_core(
     joining: bool = False,
     prefix: str,
     committed_offset: int = 0,
+    clock: Callable[[], int] = now_ms,
 ) -> tuple[RaftCore, Output, bytes | None]:
     """The started core, its first output and the directory id it runs with. Raises what
     the core's start raised when the replica cannot be itself. ``committed_offset``: the
@@ -61,7 +63,7 @@ def start_core(
             joining=joining,
         )
         try:
-            return core, core.start(now_ms()), directory_id
+            return core, core.start(clock()), directory_id
         except LostQuorumStateError as exc:
             if exc.static or attempt:
                 raise

@@ -174,7 +174,7 @@ async def read_index_anywhere(node: RaftNode, timeout_s: float = 5.0) -> int:
         leader = core.leader_hint()
         if core.is_leader():
             try:
-                return await read_index(node, node._reads, left)
+                return await read_index(node, node.group.reads, left)
             except NotLeaderForReadError as exc:
                 why = str(exc)
         elif leader.known and leader.leader_id != node.node_id:
