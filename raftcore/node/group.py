@@ -5,7 +5,7 @@ segmented log and its fsyncs (group commit), the timer for the core's next deadl
 leader's appends and their verdicts, the state machine and its applier (or a listener),
 snapshots, producer state, retention, the scrubber, the committed checkpoint, and the group's
 :class:`~raftcore.node.partition.NodePartition` for the Kafka API. It is named by its
-:class:`TopicPartition`.
+:class:`~raftcore.topic_partition.TopicPartition`.
 
 What a process has once (listeners, TLS/SASL, the connections to the other nodes, metrics,
 admin) belongs to the server, :class:`~raftcore.node.node.RaftNode`, which hands the group what
@@ -24,7 +24,6 @@ import asyncio
 import functools
 import random
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from raftcore.errors import LostQuorumStateError, NodeFailedError, RaftcoreError
@@ -56,22 +55,12 @@ from raftcore.raft import Appended, LeaderAndEpoch, NotLeaderError, Output, Raft
 from raftcore.raft.damage import Damage
 from raftcore.raft.messages import Outbound
 from raftcore.statemachine.api import StateMachine
+from raftcore.topic_partition import TopicPartition
 
-__all__ = ["RaftGroup", "TopicPartition"]
+__all__ = ["RaftGroup"]
 
 
 Step = Callable[[int], Output]  # one step of the core, given the time in ms
-
-
-@dataclass(frozen=True, slots=True)
-class TopicPartition:
-    """What names a Raft group, as Kafka names a partition."""
-
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
 
 class RaftGroup:
@@ -140,11 +129,12 @@ class RaftGroup:
         *,
         directory_id: bytes | None,
         joining: bool,
-        send: Callable[[Outbound], None],
+        send: Callable[[TopicPartition, Outbound], None],
     ) -> tuple[Output, bytes | None]:
         """Open the log, the applier and the core: the core's first output (carried out by
-        :meth:`begin`) and the directory id it runs with. On a failure everything opened is
-        closed again and the error raised."""
+        :meth:`begin`) and the directory id it runs with. ``send(name, message)`` sends what
+        the core says, ``name`` this group's. On a failure everything opened is closed again
+        and the error raised."""
         cfg = self.config
         # the group's directory: today the node's log directory (raftcore.node.data_dir)
         self.log = log = SegmentedLog.open(cfg.data_dir / LOG_DIR, config=cfg.log)
@@ -160,7 +150,7 @@ class RaftGroup:
             flush=cfg.flush,
             flush_interval_ms=cfg.flush_interval_ms,
             metrics=self.metrics,
-            send=send,
+            send=functools.partial(send, self.name),
             released=self.poke,
             failed=lambda e: self._fail(f"fsync of the log failed: {fatal.describe(e)}", e),
             name=f"raftcore-fsync-{cfg.node_id}",

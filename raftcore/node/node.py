@@ -3,9 +3,10 @@
 The node is what a process has once: the listeners (TLS, SASL), TCP (Kafka framing) to the
 other nodes (found in the address book, :mod:`raftcore.node.peers`) and from clients, the
 metrics, the operator's voter RPCs (:mod:`raftcore.node.admin`), and its Raft groups by
-:class:`~raftcore.node.group.TopicPartition`. Each group (:mod:`raftcore.node.group`) binds a
-pure :class:`~raftcore.raft.RaftCore` to its log and quorum-state in the data directory, a
-timer for the core's next deadline and a thread that fsyncs the log off the event loop.
+:class:`~raftcore.topic_partition.TopicPartition`. Each group (:mod:`raftcore.node.group`)
+binds a pure :class:`~raftcore.raft.RaftCore` to its log and quorum-state in the data
+directory, a timer for the core's next deadline and a thread that fsyncs the log off the
+event loop.
 Messages the core marks ``after_flush`` wait for the fsync that covers them; appends that
 arrive during an fsync are covered by the next one (group commit). The node hosts one group,
 the topic ``NodeConfig.topic`` partition 0, and its embedding API works on that group.
@@ -68,7 +69,7 @@ from raftcore.node.config import NodeConfig
 from raftcore.node.connection_limits import ConnectionLimits, RequestBudget
 from raftcore.node.connection_timeouts import ConnectionTimeouts
 from raftcore.node.data_dir import check_meta_properties
-from raftcore.node.group import RaftGroup, TopicPartition
+from raftcore.node.group import RaftGroup
 from raftcore.node.listeners import open_node_listener_warning
 from raftcore.node.messaging import Messaging
 from raftcore.node.metrics import NodeMetrics
@@ -86,6 +87,7 @@ from raftcore.records import Record
 from raftcore.security import tls
 from raftcore.security.sasl import SaslAuthenticator
 from raftcore.statemachine.api import StateMachine
+from raftcore.topic_partition import TopicPartition
 
 __all__ = ["RaftNode"]
 
@@ -124,8 +126,8 @@ class RaftNode:
         self.producer_ids = ProducerIdSource(config.node_id)
         self.metrics = NodeMetrics(self)  # docs/metrics.md
         # The node's Raft groups by topic-partition: one today, NodeConfig.topic partition 0.
-        # The Kafka API finds a partition through the broker's lookup, the Raft RPCs through
-        # group_of; the embedding API below works on this one group.
+        # The Kafka API finds a partition through the broker's lookup, the Raft RPCs theirs
+        # in this dict (raftcore.node.messaging); the embedding API works on this one group.
         self.group = RaftGroup(
             config,
             TopicPartition(config.topic, 0),
@@ -154,8 +156,7 @@ class RaftNode:
             metrics=self.metrics,
             kafka=self.kafka,
             sasl=self.sasl,
-            running_core=self.group.running_core,
-            run=self.group.run,
+            groups=self.groups,
             admin_handle=lambda header, body: admin.handle(self, header, body),
         )
 
@@ -315,10 +316,6 @@ class RaftNode:
                 if self._auto_join is not None:
                     self._auto_join.check()
             await asyncio.sleep(SWEEP_EVERY_S)
-
-    def group_of(self, topic: str, partition: int) -> RaftGroup | None:
-        """The group that replicates ``topic`` partition ``partition`` here, or None."""
-        return self.groups.get(TopicPartition(topic, partition))
 
     # ---- the connections (raftcore.node.messaging) ---------------------------------------------
 
