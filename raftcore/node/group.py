@@ -83,6 +83,9 @@ class RaftGroup:
         ``listener`` / ``state_machine``: as :class:`~raftcore.node.node.RaftNode` takes them."""
         self.config = config
         self.name = name
+        # Where the group keeps its quorum-state, and its log under LOG_DIR: the one place
+        # that chooses it. Today the data directory itself, as the release before groups.
+        self.directory = config.data_dir
         self.prefix = prefix
         self.metrics = metrics
         self.clock = clock
@@ -136,8 +139,7 @@ class RaftGroup:
         the core says, ``name`` this group's. On a failure everything opened is closed again
         and the error raised."""
         cfg = self.config
-        # the group's directory: today the node's log directory (raftcore.node.data_dir)
-        self.log = log = SegmentedLog.open(cfg.data_dir / LOG_DIR, config=cfg.log)
+        self.log = log = SegmentedLog.open(self.directory / LOG_DIR, config=cfg.log)
         try:
             self.producer_tracker.attach(log)
             committed = read_committed_offset(log.directory)  # raftcore.raft.committed
@@ -155,7 +157,7 @@ class RaftGroup:
             failed=lambda e: self._fail(f"fsync of the log failed: {fatal.describe(e)}", e),
             name=f"raftcore-fsync-{cfg.node_id}",
         )
-        self._poll_timer = PollTimer(loop, self.poke)
+        self._poll_timer = PollTimer(loop, self.poke, clock=self.clock)
         self.iteration_end = IterationEnd(loop)
         self._appends = LeaderAppends(
             loop,
@@ -190,6 +192,7 @@ class RaftGroup:
             core, started, directory_id = start_core(
                 cfg,
                 log,
+                directory=self.directory,
                 rng=self.rng,
                 listener=CoreListener(self),
                 listener_start_offset=start_offset,
