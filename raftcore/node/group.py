@@ -78,13 +78,13 @@ class RaftGroup:
         state_machine: StateMachine | None = None,
         rng: random.Random | None = None,
     ) -> None:
-        """``fail(cause, exc, traceback=None)``: the node cannot go on (it stops, and
-        :meth:`halt` s its groups). ``clock``: the time in ms given to every step of the core.
+        """``fail(cause, exc, traceback=None)``: the node cannot go on (it stops, and halts
+        its groups: :meth:`halt`). ``clock``: the time in ms given to every step of the core.
         ``listener`` / ``state_machine``: as :class:`~raftcore.node.node.RaftNode` takes them."""
         self.config = config
         self.name = name
         # Where the group keeps its quorum-state, and its log under LOG_DIR: the one place
-        # that chooses it. Today the data directory itself, as the release before groups.
+        # that chooses it. The data directory itself, the layout `raftcore format` writes.
         self.directory = config.data_dir
         self.prefix = prefix
         self.metrics = metrics
