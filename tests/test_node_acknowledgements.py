@@ -138,7 +138,7 @@ def test_a_leader_handing_over_refuses_every_batch_not_leader_never_out_of_order
             await target.stop(timeout_s=0.1)  # it cannot catch up: the hand-over stays pending
             first = await raw_request(leader, ApiKey.PRODUCE, 10, idem(b"v0", 0))
             assert error(first) == Errors.NONE  # committed by the leader and the third node
-            leader.core.transfer_leadership(target.node_id, 30_000, leader._now())
+            leader.core.transfer_leadership(target.node_id, 30_000, leader.group.clock())
             assert leader.is_leader()
             assert error(await raw_request(leader, ApiKey.PRODUCE, 10, idem(b"v1", 1))) == (
                 Errors.NOT_LEADER_OR_FOLLOWER

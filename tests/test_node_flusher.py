@@ -120,7 +120,9 @@ def test_a_node_fsyncs_only_when_something_was_appended_since_the_last_fsync(tmp
                 return real_flush()
 
             log.flush = counted_flush  # type: ignore[method-assign]
-            assert leader._group_commit.fsync() is False and fsyncs == []  # nothing new: no fsync
+            commit = leader.group.group_commit
+            assert commit is not None
+            assert commit.fsync() is False and fsyncs == []  # nothing new: no fsync
             await leader.append([(b"k", b"w")], wait=True)
             assert fsyncs and log.flushed_offset == log.end_offset  # the append was fsynced
 

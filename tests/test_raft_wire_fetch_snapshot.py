@@ -16,6 +16,7 @@ from raftcore.node.peers import AddressBook
 from raftcore.protocol.api import ApiKey, decode_request, encode_response
 from raftcore.raft.messages import FetchSnapshotRequest, FetchSnapshotResponse, Outbound
 from raftcore.raft.values import LeaderAndEpoch, OffsetAndEpoch
+from raftcore.topic_partition import TopicPartition
 
 
 def _node(tmp_path, node_id=1):
@@ -41,7 +42,8 @@ def test_a_fetch_snapshot_request_survives_the_wire(tmp_path):
     assert (key, version) == (ApiKey.FETCH_SNAPSHOT, 1)
     header, body = decode_request(frame)
     assert header.correlation_id == 42
-    sender, request = raft_wire.decode_request(leader, header, body)
+    name, sender, request = raft_wire.decode_request(leader, header, body)
+    assert name == TopicPartition("raftcore", 0)  # the group it is routed to
     assert sender == 2
     assert request == _request()
 

@@ -43,7 +43,7 @@ def _node(tmp_path, node_id=1, voters=(1, 2, 3), **kw):  # type: ignore[no-untyp
 def _trip(sender, receiver, message):  # type: ignore[no-untyped-def]
     key, version, frame = raft_wire.encode_request(sender, Outbound(9, 42, message, -1, True))
     header, body = decode_request(frame)
-    source, back = raft_wire.decode_request(receiver, header, body)
+    _, source, back = raft_wire.decode_request(receiver, header, body)
     return key, version, source, back
 
 
@@ -106,7 +106,7 @@ def test_end_quorum_epoch_names_the_preferred_candidates_with_their_directory_id
         (3, DIR[3]),
         (2, DIR[2]),
     ]
-    assert raft_wire.decode_request(_node(tmp_path, 2), header, body)[1] == request
+    assert raft_wire.decode_request(_node(tmp_path, 2), header, body)[2] == request
 
 
 def test_a_replica_fetch_carries_its_directory_id_and_where_it_listens(tmp_path):

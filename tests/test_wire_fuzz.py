@@ -1384,14 +1384,14 @@ def test_a_closed_connection_stops_the_requests_it_was_waiting_on(tmp_path):
             end = node.high_watermark
             _, writer = await send_raw(node, consumer_fetch(node.config.topic_id, end, 60_000))
             deadline = time.monotonic() + 5
-            while not len(node._hw_moved):
+            while not len(node.group.hw_moved):
                 assert time.monotonic() < deadline, "the fetch never started waiting"
                 await asyncio.sleep(0.01)
             writer.close()
             deadline = time.monotonic() + 2
-            while len(node._hw_moved) or node.messaging.connections:
+            while len(node.group.hw_moved) or node.messaging.connections:
                 assert time.monotonic() < deadline, (
-                    f"{len(node._hw_moved)} fetches still waiting for a closed connection"
+                    f"{len(node.group.hw_moved)} fetches still waiting for a closed connection"
                 )
                 await asyncio.sleep(0.01)
 

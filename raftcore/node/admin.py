@@ -102,7 +102,7 @@ async def handle(node: RaftNode, header: Any, body: Any) -> Any:
         return _answer(cls, Errors.BROKER_NOT_AVAILABLE, "the node is not running")
     if key == ApiKey.READ_INDEX:
         return await reads.answer_read_index(node, body, cls)
-    now = now_ms()
+    now = node.group.clock()  # the clock of the group whose core is asked
     try:
         if key == ApiKey.ADD_RAFT_VOTER:
             replica, endpoint = _addition(node, body)
@@ -178,7 +178,7 @@ def _fetching_as(node: RaftNode, state: LeaderState, voter_id: int) -> bytes:
     """The directory id of the one replica fetching from this leader as node ``voter_id``
     now (within the fetch timeout): a directory that fetched earlier (a disk since replaced)
     does not count."""
-    now = now_ms()
+    now = node.group.clock()  # the clock of the group whose core is asked
     timeout = node.config.quorum.fetch_timeout_ms
     seen = [s for k, s in state.observer_states.items() if k.id == voter_id and k.directory_id]
     live = [s for s in seen if now - s.last_fetch_ms <= timeout]

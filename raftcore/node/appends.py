@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from raftcore.node.append_group import AppendGroup
-from raftcore.node.clock import now_ms
 from raftcore.raft import Appended, LogWriteError
 
 if TYPE_CHECKING:
@@ -43,6 +42,7 @@ class LeaderAppends:
         poll_timer: PollTimer,
         iteration_end: IterationEnd,
         verdicts: AppendVerdicts,
+        now: Callable[[], int],
     ) -> None:
         self._loop = loop
         self._core = core
@@ -51,6 +51,7 @@ class LeaderAppends:
         self._poll_timer = poll_timer
         self._iteration_end = iteration_end
         self.verdicts = verdicts
+        self._now = now  # the group's clock
         self._group = AppendGroup(loop, self._append_now, verdicts, iteration_end.add)
         self._polled_in_iteration = False
 
@@ -72,7 +73,7 @@ class LeaderAppends:
         """One batch on the leader, now (the group's write; tracked by the group)."""
         core = self._core()
         appended = self._resigns_on_write_failure(core.append, records, track)
-        self._drive(core.poll(now_ms()))
+        self._drive(core.poll(self._now()))
         return appended
 
     def append_batches(self, batches: Any, track: bool, checked: Any) -> Appended:
@@ -100,9 +101,9 @@ class LeaderAppends:
     def watch(self, first_offset: int, last_offset: int) -> Appended:
         """RaftNode.watch."""
         core = self._core()
-        appended = core.watch(first_offset, last_offset, now_ms())
+        appended = core.watch(first_offset, last_offset, self._now())
         self.verdicts.track(appended, self._loop)
-        self._drive(core.poll(now_ms()))
+        self._drive(core.poll(self._now()))
         return appended
 
     def _poll_after_append(self, core: RaftCore) -> None:
@@ -111,7 +112,7 @@ class LeaderAppends:
             return
         self._polled_in_iteration = True
         self._iteration_end.add(self._next_iteration)
-        self._drive(core.poll(now_ms()))
+        self._drive(core.poll(self._now()))
 
     def _next_iteration(self) -> None:
         self._polled_in_iteration = False
@@ -122,7 +123,7 @@ class LeaderAppends:
         """``append(data, now, track=track, **options)``; a log that cannot be written made the
         core resign (LogWriteError, a NotLeaderError): its EndQuorumEpoch requests go out now."""
         try:
-            return append(data, now_ms(), track=track, **options)  # type: ignore[no-any-return]
+            return append(data, self._now(), track=track, **options)  # type: ignore[no-any-return]
         except LogWriteError:
             self._poke()
             raise

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from raftcore.errors import LostQuorumStateError
@@ -26,6 +28,7 @@ def start_core(
     cfg: NodeConfig,
     log: SegmentedLog,
     *,
+    directory: Path,
     rng: random.Random,
     listener: Any,
     listener_start_offset: int | None,
@@ -33,13 +36,15 @@ def start_core(
     joining: bool = False,
     prefix: str,
     committed_offset: int = 0,
+    clock: Callable[[], int] = now_ms,
 ) -> tuple[RaftCore, Output, bytes | None]:
     """The started core, its first output and the directory id it runs with. Raises what
     the core's start raised when the replica cannot be itself. ``committed_offset``: the
-    one checkpointed (raftcore.node.committed_checkpoint). The data directory is a
+    one checkpointed (raftcore.node.committed_checkpoint). ``directory``: where the group
+    keeps its quorum-state (the data directory). The data directory is a
     formatted one (:func:`raftcore.node.data_dir.check_meta_properties` passed): its
     quorum-state is expected; ``joining``: it was formatted without a voter set."""
-    store = FileQuorumStateStore(cfg.data_dir, cluster_id=cfg.cluster_id)
+    store = FileQuorumStateStore(directory, cluster_id=cfg.cluster_id)
     # the voter set records where the other nodes reach this one: its node listener
     node_ep = cfg.node_advertised
     assert node_ep is not None  # NodeConfig makes it the listen address when not given
@@ -61,7 +66,7 @@ def start_core(
             joining=joining,
         )
         try:
-            return core, core.start(now_ms()), directory_id
+            return core, core.start(clock()), directory_id
         except LostQuorumStateError as exc:
             if exc.static or attempt:
                 raise

@@ -1,7 +1,9 @@
 """The node's messages on the wire, a component :class:`~raftcore.node.node.RaftNode` owns:
-what the core sends goes to a peer's connection (requests) or back to the waiting inbound
+what a group's core sends goes to a peer's connection (requests) or back to the waiting inbound
 connection (responses); responses from peers and requests from inbound connections come back
-into the core through the node's ``run`` (one step of the core); the voter RPCs of an operator
+into the core of the group they are for, found by its topic-partition among the node's
+``groups`` (a request names it; a response goes to the group that asked), through that group's
+``run`` (one step of its core); the voter RPCs of an operator
 go to :mod:`raftcore.node.admin`, Kafka client requests to :mod:`raftcore.kafka` (with the
 node's ``kafka`` Broker). The node's own requests to a peer (an auto-join's AddRaftVoter) share
 the peer's connection, answered by future. Nothing here decides anything: it moves bytes,
@@ -15,7 +17,7 @@ import functools
 import logging
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from raftcore.error_codes import Errors, error_name
@@ -54,10 +56,12 @@ from raftcore.security.config import ANONYMOUS, Principal
 if TYPE_CHECKING:
     from raftcore.kafka.partition import Broker
     from raftcore.node.config import NodeConfig
+    from raftcore.node.group import RaftGroup
     from raftcore.node.metrics import NodeMetrics
     from raftcore.node.peers import AddressBook
-    from raftcore.raft import Output, RaftCore
+    from raftcore.raft import RaftCore
     from raftcore.security.sasl import SaslAuthenticator
+    from raftcore.topic_partition import TopicPartition
 
 __all__ = ["RAFT_APIS", "Messaging"]
 
@@ -65,14 +69,13 @@ logger = logging.getLogger("raftcore.node.node")
 
 RAFT_APIS = RAFT_ONLY_APIS  # and a Fetch naming a replica
 
-Step = Callable[[int], "Output"]  # one step of the core, given the time in ms
-
 
 class Messaging:
     """The node's connections: to its peers (requests out, responses in) and from clients and
-    other nodes (requests in, answers out). It holds the requests in flight each way; the core
-    is reached through ``running_core`` (None unless the node runs) and ``run`` (one step of
-    the core, whose output the node carries out)."""
+    other nodes (requests in, answers out). It holds the requests in flight each way; a core
+    is reached through its group in ``groups`` (the node's, by topic-partition): its
+    ``running_core()`` (None unless it runs) and ``run`` (one step of the core, whose output
+    the group carries out)."""
 
     def __init__(
         self,
@@ -83,8 +86,7 @@ class Messaging:
         metrics: NodeMetrics,
         kafka: Broker,
         sasl: SaslAuthenticator | None,
-        running_core: Callable[[], RaftCore | None],
-        run: Callable[[Step], None],
+        groups: Mapping[TopicPartition, RaftGroup],
         admin_handle: Callable[[Any, Any], Awaitable[Any]],
     ) -> None:
         self.config = config
@@ -93,8 +95,7 @@ class Messaging:
         self.metrics = metrics
         self.kafka = kafka  # the node as the Kafka API sees it
         self.sasl = sasl  # SASL logins on the listener, or None
-        self._running_core = running_core
-        self._run = run
+        self.groups = groups  # the node's Raft groups, where raft messages go
         self._admin_handle = admin_handle  # the voter RPCs of an operator (raftcore.node.admin)
         self.peers: Peers | None = None  # the connections to the other nodes, from listen()
         self._own_peers: Peers | None = None  # and those for the node's own requests
@@ -105,8 +106,9 @@ class Messaging:
         self.raft_refusals = RaftRefusals(prefix)
         self.connections: set[ServerConnection] = set()  # accepted, open
         self.closed = False  # close() ran: a connection accepted just before is not served
-        # raft requests sent to peers, not answered yet: (peer, correlation id) -> (key, version)
-        self._peer_requests: dict[tuple[int, int], tuple[int, int]] = {}
+        # raft requests sent to peers, not answered yet: (peer, correlation id) -> (key,
+        # version, the group that sent it)
+        self._peer_requests: dict[tuple[int, int], tuple[int, int, TopicPartition]] = {}
         # raft requests the core has not answered yet: (Later, api key, version, correlation
         # id, when it came), by the token the core answers with
         self._inbound: dict[int, tuple[Later, int, int, int, float]] = {}
@@ -213,9 +215,9 @@ class Messaging:
 
     # ---- raft messages on the wire ---------------------------------------------------------------
 
-    def send(self, message: Outbound) -> None:
-        """Send what the core says: a request to its peer, a response to the connection that
-        asked (an fsync it had to wait for is behind it)."""
+    def send(self, group: TopicPartition, message: Outbound) -> None:
+        """Send what the core of ``group`` says: a request to its peer, a response to the
+        connection that asked (an fsync it had to wait for is behind it)."""
         if message.is_request:
             if isinstance(message.message, UpdateVoterRequest) and not self.peer_apis.serves(
                 message.destination, ApiKey.UPDATE_RAFT_VOTER
@@ -224,7 +226,9 @@ class Messaging:
                 # (and the fetches on it): not sent, and lost for the core, which tells the
                 # leader of the next epoch (raftcore.node.peer_apis)
                 assert self._loop is not None
-                self._loop.call_soon(self._not_sent, message.destination, message.correlation_id)
+                self._loop.call_soon(
+                    self._not_sent, group, message.destination, message.correlation_id
+                )
                 return
             assert self.peers is not None
             peer = self.peers.get(message.destination)  # opened now if need be
@@ -236,7 +240,7 @@ class Messaging:
             requests = self._peer_requests
             for key in [k for k in requests if k[0] == message.destination]:
                 del requests[key]
-            requests[(message.destination, message.correlation_id)] = (api_key, version)
+            requests[(message.destination, message.correlation_id)] = (api_key, version, group)
             if peer.send([frame]):
                 self.metrics.peer_sent_bytes += len(frame) + 4
             return
@@ -250,10 +254,20 @@ class Messaging:
         self.metrics.inbound_sent_bytes += sum(len(part) for part in parts) + 4
         later.answer(parts)
 
-    def _not_sent(self, peer_id: int, correlation_id: int) -> None:
-        core = self._running_core()
-        if core is not None:
-            self._run(lambda now: core.request_lost(peer_id, correlation_id, now))
+    def _not_sent(self, name: TopicPartition, peer_id: int, correlation_id: int) -> None:
+        group = self.groups.get(name)
+        core = None if group is None else group.running_core()
+        if group is not None and core is not None:
+            group.run(functools.partial(core.request_lost, peer_id, correlation_id))
+
+    def _any_core(self) -> RaftCore | None:
+        """A running group's core, for what every group answers alike (a request's cluster
+        id, the correlation ids of the node's own requests); None unless the node runs."""
+        for group in self.groups.values():
+            core = group.running_core()
+            if core is not None:
+                return core
+        return None
 
     async def _api_versions_of(self, peer_id: int) -> frozenset[int]:
         """The API keys ``peer_id`` serves, as its ApiVersions answer lists them."""
@@ -270,10 +284,13 @@ class Messaging:
             self.metrics.peer_received_bytes += len(frame) + 4
             key = (peer_id, correlation_id)
             sent = self._peer_requests.pop(key, None)
-            core = self._running_core()
-            if sent is None or core is None:
+            if sent is None:
                 return
-            api_key, version = sent
+            api_key, version, name = sent
+            group = self.groups.get(name)
+            core = None if group is None else group.running_core()
+            if group is None or core is None:
+                return
             try:
                 message = raft_wire.decode_response(self, api_key, version, frame)
             except RaftcoreError as exc:
@@ -291,7 +308,7 @@ class Messaging:
                     )
             else:
                 self._foreign_peers.discard(peer_id)
-            self._run(lambda now: core.handle(peer_id, correlation_id, message, now))
+            group.run(lambda now: core.handle(peer_id, correlation_id, message, now))
 
         return on_response
 
@@ -304,10 +321,8 @@ class Messaging:
             self.peer_apis.connected(peer_id)  # what it serves (after the failures below)
             lost = [cid for (peer, cid) in self._peer_requests if peer == peer_id]
             for cid in lost:
-                del self._peer_requests[(peer_id, cid)]
-                core = self._running_core()
-                if core is not None:
-                    self._run(functools.partial(core.request_lost, peer_id, cid))
+                name = self._peer_requests.pop((peer_id, cid))[2]
+                self._not_sent(name, peer_id, cid)
 
         return on_connected
 
@@ -350,7 +365,7 @@ class Messaging:
         to it (apart from the Raft traffic: see :meth:`listen`), waiting for it to connect;
         the answer's body. ConnectionError when there is no address or the connection is
         lost, TimeoutError."""
-        core = self._running_core()
+        core = self._any_core()  # (its correlation ids)
         own = self._own_peers
         if core is None or own is None or self._loop is None:
             raise ConnectionError(f"{self.prefix} not running: no request to node {peer_id}")
@@ -377,9 +392,10 @@ class Messaging:
 
     def _refused_handler(self, peer_id: int) -> Callable[[], None]:
         def on_refused() -> None:
-            core = self._running_core()
-            if core is not None:
-                self._run(lambda now: core.peer_unreachable(peer_id, now))
+            for group in self.groups.values():  # every group that runs hears it
+                core = group.running_core()
+                if core is not None:
+                    group.run(functools.partial(core.peer_unreachable, peer_id))
 
         return on_refused
 
@@ -504,7 +520,7 @@ class Messaging:
     async def _handle_raft_request(
         self, header: Any, body: Any, conn: ServerConnection | None = None
     ) -> list[bytes | memoryview] | Later:
-        core = self._running_core()
+        core = self._any_core()
         if core is None:
             raise CloseConnection("node not running")
         api_key = header.request_api_key
@@ -521,7 +537,10 @@ class Messaging:
                 raft_wire.error_response(self, api_key, version, Errors.INCONSISTENT_CLUSTER_ID),
             )
         try:
-            source, message = raft_wire.decode_request(self, header, body)
+            name, source, message = raft_wire.decode_request(self, header, body)
+            group = self.groups.get(name)
+            if group is None:
+                raise raft_wire.WrongPartition(api_key, f"no replica of {name} on this node")
         except raft_wire.WrongPartition as exc:
             logger.info("%s refusing a raft request: %s", self.prefix, exc)
             code = (
@@ -535,6 +554,9 @@ class Messaging:
                 header.correlation_id,
                 raft_wire.error_response(self, api_key, version, code),
             )
+        group_core = group.running_core()  # the core of the group the request names
+        if group_core is None:
+            raise CloseConnection("node not running")
         if conn is not None:
             refused = authorization.refuse_unless_that_node(self, conn, header, source)
             if refused is not None:
@@ -555,5 +577,5 @@ class Messaging:
         token = self._token
         started = time.perf_counter()
         self._inbound[token] = (later, api_key, version, header.correlation_id, started)
-        self._run(lambda now: core.handle(source, token, message, now))
+        group.run(lambda now: group_core.handle(source, token, message, now))
         return later

@@ -14,27 +14,34 @@ __all__ = ["PollTimer"]
 
 
 class PollTimer:
-    def __init__(self, loop: asyncio.AbstractEventLoop, poll: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        poll: Callable[[], None],
+        *,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
         self._loop = loop
         self._poll = poll  # polls the core, if the node runs
+        self._clock = clock  # the core's clock, which its deadlines are on
         self._handle: asyncio.TimerHandle | None = None
         self._at = float("inf")  # the deadline waited for (ms, the core's clock)
 
     def schedule(self, deadline: float) -> None:
-        """Poll at ``deadline`` (ms, :func:`raftcore.node.clock.now_ms`), unless a poll
+        """Poll at ``deadline`` (ms, on the core's ``clock``), unless a poll
         already waits for that or earlier; ``inf``: nothing to do."""
         if deadline >= self._at or deadline == float("inf"):
             return
         if self._handle is not None:
             self._handle.cancel()
         self._at = deadline
-        delay = max(0.0, (deadline - now_ms()) / 1000)
+        delay = max(0.0, (deadline - self._clock()) / 1000)
         self._handle = self._loop.call_later(delay, self._fire)
 
     def soon(self) -> None:
         """Poll once the loop has run what is ready now (the other requests that arrived in
         this iteration), however many ask."""
-        self.schedule(now_ms())
+        self.schedule(self._clock())
 
     def cancel(self) -> None:
         if self._handle is not None:

@@ -55,6 +55,7 @@ from raftcore.raft.messages import (
 )
 from raftcore.raft.values import LeaderAndEpoch, OffsetAndEpoch
 from raftcore.raft.voters import VoterEndpoint
+from raftcore.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
     from raftcore.node.config import NodeConfig
@@ -299,7 +300,12 @@ def is_replica_fetch(body: Any) -> bool:
     return _replica_id(body) >= 0
 
 
-def _single_partition(node: WireNode, key: int, body: Any, *, by_id: bool = False) -> Any:
+def _single_partition(
+    node: WireNode, key: int, body: Any, *, by_id: bool = False
+) -> tuple[TopicPartition, Any]:
+    """The topic-partition a raft request names, and its partition part; WrongPartition when it
+    names more than one, or one the cluster does not replicate (today ``NodeConfig.topic``
+    partition 0)."""
     cfg = node.config
     topics = body.topics
     if len(topics) != 1 or len(topics[0].partitions) != 1:
@@ -311,7 +317,7 @@ def _single_partition(node: WireNode, key: int, body: Any, *, by_id: bool = Fals
         partition = topic.partitions[0]
         if partition.partition != 0:
             raise WrongPartition(key, f"unknown partition {partition.partition}")
-        return partition
+        return TopicPartition(cfg.topic, 0), partition
     name = topic.name if key == ApiKey.FETCH_SNAPSHOT else topic.topic_name
     if name != cfg.topic:
         raise WrongPartition(key, f"unknown topic {name!r}")
@@ -319,19 +325,21 @@ def _single_partition(node: WireNode, key: int, body: Any, *, by_id: bool = Fals
     index = partition.partition if key == ApiKey.FETCH_SNAPSHOT else partition.partition_index
     if index != 0:
         raise WrongPartition(key, f"unknown partition {index}")
-    return partition
+    return TopicPartition(name, index), partition
 
 
-def decode_request(node: WireNode, header: Any, body: Any) -> tuple[int, RaftRequest]:
-    """(sender id, the core's request) of a decoded raft request; WrongPartition when it is not
-    for our topic-partition."""
+def decode_request(
+    node: WireNode, header: Any, body: Any
+) -> tuple[TopicPartition, int, RaftRequest]:
+    """(the topic-partition it is for, sender id, the core's request) of a decoded raft
+    request; WrongPartition when it is not for a topic-partition of the cluster."""
     key = header.request_api_key
     if key == ApiKey.FETCH:
         if header.request_api_version < 13:
             raise WrongPartition(key, "replica fetches need Fetch v13+ (topic ids)")
-        p = _single_partition(node, key, body, by_id=True)
+        name, p = _single_partition(node, key, body, by_id=True)
         replica_id = _replica_id(body)
-        return replica_id, FetchRequest(
+        request: RaftRequest = FetchRequest(
             cluster_id=body.cluster_id,
             replica_id=replica_id,
             fetch_offset=p.fetch_offset,
@@ -345,9 +353,10 @@ def decode_request(node: WireNode, header: Any, body: Any) -> tuple[int, RaftReq
             replica_directory_id=directory_id(getattr(p, "replica_directory_id", None)),
             replica_endpoint=_endpoint(getattr(body, "replica_endpoint", None)),
         )
+        return name, replica_id, request
     if key == ApiKey.FETCH_SNAPSHOT:
-        p = _single_partition(node, key, body)
-        return body.replica_id, FetchSnapshotRequest(
+        name, p = _single_partition(node, key, body)
+        request = FetchSnapshotRequest(
             cluster_id=body.cluster_id,
             replica_id=body.replica_id,
             current_leader_epoch=p.current_leader_epoch,
@@ -356,9 +365,10 @@ def decode_request(node: WireNode, header: Any, body: Any) -> tuple[int, RaftReq
             max_bytes=max(1, body.max_bytes),
             replica_directory_id=directory_id(getattr(p, "replica_directory_id", None)),
         )
+        return name, body.replica_id, request
     if key == ApiKey.VOTE:
-        p = _single_partition(node, key, body)
-        return p.candidate_id, VoteRequest(
+        name, p = _single_partition(node, key, body)
+        request = VoteRequest(
             cluster_id=body.cluster_id,
             candidate_epoch=p.candidate_epoch,
             candidate_id=p.candidate_id,
@@ -369,33 +379,39 @@ def decode_request(node: WireNode, header: Any, body: Any) -> tuple[int, RaftReq
             candidate_directory_id=directory_id(getattr(p, "candidate_directory_id", None)),
             voter_directory_id=directory_id(getattr(p, "voter_directory_id", None)),
         )
+        return name, p.candidate_id, request
     if key == ApiKey.BEGIN_QUORUM_EPOCH:
-        p = _single_partition(node, key, body)
-        return p.leader_id, BeginQuorumEpochRequest(
+        name, p = _single_partition(node, key, body)
+        request = BeginQuorumEpochRequest(
             cluster_id=body.cluster_id,
             leader_id=p.leader_id,
             leader_epoch=p.leader_epoch,
             voter_id=getattr(body, "voter_id", -1),
             voter_directory_id=directory_id(getattr(p, "voter_directory_id", None)),
         )
+        return name, p.leader_id, request
     if key == ApiKey.END_QUORUM_EPOCH:
-        p = _single_partition(node, key, body)
+        name, p = _single_partition(node, key, body)
         if header.request_api_version >= 1:
             # the candidates' directory ids are not the core's business: a replica that is not
             # a voter (a wiped disk under a voter's id) never stands, whatever it is told
             successors = tuple(c.candidate_id for c in p.preferred_candidates)
         else:
             successors = tuple(p.preferred_successors)
-        return p.leader_id, EndQuorumEpochRequest(
+        request = EndQuorumEpochRequest(
             cluster_id=body.cluster_id,
             leader_id=p.leader_id,
             leader_epoch=p.leader_epoch,
             preferred_successors=successors,
         )
+        return name, p.leader_id, request
     if key == ApiKey.UPDATE_RAFT_VOTER:
         listeners = body.listeners or []
         feature = body.k_raft_version_feature
-        return body.voter_id, UpdateVoterRequest(
+        # KIP-853: UpdateRaftVoter names no partition; it is for the group that holds the
+        # cluster's voters (today the one group, NodeConfig.topic partition 0)
+        name = TopicPartition(node.config.topic, 0)
+        request = UpdateVoterRequest(
             cluster_id=body.cluster_id,
             current_leader_epoch=body.current_leader_epoch,
             voter_id=body.voter_id,
@@ -404,6 +420,7 @@ def decode_request(node: WireNode, header: Any, body: Any) -> tuple[int, RaftReq
             min_version=0 if feature is None else feature.min_supported_version,
             max_version=0 if feature is None else feature.max_supported_version,
         )
+        return name, body.voter_id, request
     raise TypeError(f"API {key} is not a raft request")
 
 

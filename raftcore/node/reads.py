@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from raftcore.error_codes import Errors
 from raftcore.errors import RaftcoreError
-from raftcore.node.clock import now_ms
 from raftcore.protocol.api import ApiKey, request_spec
 from raftcore.raft import LeaderAndEpoch, NotLeaderError
 from raftcore.raft.read_index import ReadIndexOutcome
@@ -104,7 +103,7 @@ async def read_index(node: RaftNode, waiters: ReadWaiters, timeout_s: float = 5.
     if core is None:
         raise RaftcoreError(f"{node.prefix} not started")
     try:
-        read = core.read_index(now_ms())
+        read = core.read_index(node.group.clock())
     except NotLeaderError:
         raise _not_leader(node, core.leader_and_epoch()) from None
     fut = waiters.wait(read.token)
@@ -174,7 +173,7 @@ async def read_index_anywhere(node: RaftNode, timeout_s: float = 5.0) -> int:
         leader = core.leader_hint()
         if core.is_leader():
             try:
-                return await read_index(node, node._reads, left)
+                return await read_index(node, node.group.reads, left)
             except NotLeaderForReadError as exc:
                 why = str(exc)
         elif leader.known and leader.leader_id != node.node_id:

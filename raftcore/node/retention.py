@@ -18,7 +18,7 @@ from raftcore.log.segment_times import SegmentTimes
 from raftcore.raft.retention import RetentionConfig, SegmentInfo, retention_target, should_roll
 
 if TYPE_CHECKING:
-    from raftcore.node.node import RaftNode
+    from raftcore.node.group import RaftGroup
 
 __all__ = ["Retention"]
 
@@ -26,8 +26,8 @@ logger = logging.getLogger(__name__)
 
 
 class Retention:
-    def __init__(self, node: RaftNode, config: RetentionConfig) -> None:
-        self.node = node
+    def __init__(self, group: RaftGroup, config: RetentionConfig) -> None:
+        self.group = group
         self.config = config
         self.times = SegmentTimes()
         self.requests = 0  # times the core took a retention target (metrics)
@@ -49,13 +49,13 @@ class Retention:
             try:
                 self.check()
             except Exception:  # a closed log at shutdown, a disk error: the next check retries
-                logger.exception("%s retention check failed", self.node.prefix)
+                logger.exception("%s retention check failed", self.group.prefix)
             await asyncio.sleep(self.config.check_interval_ms / 1000)
 
     def check(self, now_ms: int | None = None) -> None:
-        node, cfg = self.node, self.config
-        core, log = node.core, node.log
-        if core is None or log is None or log.closed or node.failure is not None:
+        group, cfg = self.group, self.config
+        core, log = group.core, group.log
+        if core is None or log is None or log.closed or group.failure is not None:
             return
         now = int(time.time() * 1000) if now_ms is None else now_ms
         segments = [SegmentInfo(*s) for s in self.times.segments(log)]
@@ -63,7 +63,7 @@ class Retention:
             self.rolled += 1
             logger.info(
                 "%s segment %d rolled: its first record is older than segment.ms %d",
-                node.prefix,
+                group.prefix,
                 segments[-1].base_offset,
                 cfg.segment_ms,
             )
@@ -80,9 +80,9 @@ class Retention:
             logger.info(
                 "%s %s: the log may go below offset %d (%d segment(s)); the log start follows "
                 "a snapshot there",
-                node.prefix,
+                group.prefix,
                 why,
                 offset,
                 sum(1 for s in segments if s.end_offset <= offset),
             )
-            node.poke()  # the snapshot it may need is due
+            group.poke()  # the snapshot it may need is due
