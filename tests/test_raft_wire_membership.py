@@ -81,7 +81,7 @@ def test_begin_quorum_epoch_carries_the_voters_directory_id_and_the_leaders_endp
     request = BeginQuorumEpochRequest("c1", 4, 8, voter_id=1, voter_directory_id=DIR[1])
     key, version, frame = raft_wire.encode_request(leader, Outbound(9, 42, request, -1, True))
     header, body = decode_request(frame)
-    source, back = raft_wire.decode_request(follower, header, body)
+    _, source, back = raft_wire.decode_request(follower, header, body)
     assert (key, version, source) == (ApiKey.BEGIN_QUORUM_EPOCH, 1, 4)
     assert back == request
     # node 4 is no static voter of the follower's: it learns where the leader listens, once
