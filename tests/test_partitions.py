@@ -132,10 +132,23 @@ async def _read_back(nodes: list[RaftNode], expected: dict[int, list[bytes]]) ->
 # ---- a cluster of three nodes, three partitions ----------------------------------------------
 
 
-def test_every_partition_is_a_raft_group_of_its_own_in_its_own_directory(tmp_path):
+def test_every_partition_is_a_raft_group_of_its_own_in_its_own_directory(tmp_path, monkeypatch):
+    """... and the groups' requests to a peer share its connection, where an answer is
+    matched to its request by (peer, correlation id): the node draws every id from one
+    source, so no two requests to a peer ever carry the same one."""
+    sent: list[tuple[int, int, int]] = []  # (node, peer, correlation id) of each request
+    encode = raft_wire.encode_request
+
+    def spied(node, out, name=None):  # type: ignore[no-untyped-def]
+        sent.append((node.config.node_id, out.destination, out.correlation_id))
+        return encode(node, out, name)
+
+    monkeypatch.setattr(raft_wire, "encode_request", spied)
+
     async def go() -> None:
         async with cluster(tmp_path, partitions=PARTITIONS) as nodes:
             led = await leaders(nodes)
+            await asyncio.sleep(0.3)  # the leaders' fetch traffic, too
             assert sorted(led) == list(range(PARTITIONS))
             for node in nodes:
                 assert list(node.groups) == _names()
@@ -147,6 +160,8 @@ def test_every_partition_is_a_raft_group_of_its_own_in_its_own_directory(tmp_pat
                     assert (group.directory / "log").is_dir()
             # partition 0 stays in the data directory itself, the others beside it
             assert nodes[0].groups[_names()[2]].directory == nodes[0].config.data_dir / "raftcore-2"
+            assert len(sent) > 3 * PARTITIONS
+            assert len(set(sent)) == len(sent), "a correlation id used twice towards a peer"
 
     run(go())
 
@@ -327,3 +342,50 @@ def test_a_groups_requests_and_answers_name_its_own_partition(tmp_path):
     # an answer naming another partition than its request's never reaches that group's core
     with pytest.raises(RaftcoreError, match="names partition 2"):
         raft_wire.decode_response(node, ApiKey.VOTE, 2, frame, TopicPartition(TOPIC, 1))
+
+
+def test_each_group_has_its_own_request_in_flight_to_a_peer_and_gets_its_answer(tmp_path):
+    """The rule "one request in flight per peer" is each core's: a newer request of another
+    group to the same peer does not make the first one's answer go unheard."""
+    import itertools
+    from types import SimpleNamespace
+
+    from raftcore.node.messaging import Messaging
+    from raftcore.node.peers import AddressBook
+
+    cfg = configs(tmp_path, partitions=PARTITIONS)[0]
+    stepped: list[tuple[TopicPartition, int]] = []  # (group, correlation id) answers reached
+
+    class Group:
+        def __init__(self, name: TopicPartition) -> None:
+            self.name = name
+            core = SimpleNamespace(handle=lambda *a: None)
+            self.running_core = lambda: core
+
+        def run(self, step):  # type: ignore[no-untyped-def]
+            stepped.append((self.name, len(stepped)))
+
+    groups = {name: Group(name) for name in _names()}
+    ids = itertools.count(1)
+    messaging = Messaging(
+        cfg,
+        prefix="[node 1]",
+        address_book=AddressBook(cfg),
+        metrics=SimpleNamespace(peer_sent_bytes=0, peer_received_bytes=0),  # type: ignore[arg-type]
+        kafka=None,  # type: ignore[arg-type]
+        sasl=None,
+        groups=groups,  # type: ignore[arg-type]
+        admin_handle=lambda header, body: None,  # type: ignore[arg-type,return-value]
+        correlation_ids=ids,
+    )
+    messaging.peers = SimpleNamespace(get=lambda peer: SimpleNamespace(send=lambda f: True))  # type: ignore[assignment]
+    first, second = _names()[1], _names()[2]
+    vote = VoteRequest(cfg.cluster_id, 4, 1, 3, 17, voter_id=2)
+    messaging.send(first, Outbound(2, next(ids), vote, -1, True))  # correlation id 1
+    messaging.send(second, Outbound(2, next(ids), vote, -1, True))  # 2, to the same peer
+    for name, cid in ((first, 1), (second, 2)):
+        answer = VoteResponse(Errors.NONE, -1, 4, True)
+        body = raft_wire.encode_response(messaging, Outbound(1, cid, answer), ApiKey.VOTE, 2, name)
+        frame = b"".join(bytes(p) for p in encode_response(ApiKey.VOTE, 2, cid, body))
+        messaging._response_handler(2)(cid, frame)  # the peer answers each request
+    assert [g for g, _ in stepped] == [first, second]
