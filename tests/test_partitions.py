@@ -389,3 +389,29 @@ def test_each_group_has_its_own_request_in_flight_to_a_peer_and_gets_its_answer(
         frame = b"".join(bytes(p) for p in encode_response(ApiKey.VOTE, 2, cid, body))
         messaging._response_handler(2)(cid, frame)  # the peer answers each request
     assert [g for g, _ in stepped] == [first, second]
+
+
+# ---- the command line ------------------------------------------------------------------------
+
+
+def test_raftcore_format_partitions_and_a_node_missing_one_is_refused_in_one_line(tmp_path, capsys):
+    from test_cli_node_startup import finish, node_argv, start_node
+
+    from raftcore.cli import main
+    from raftcore.node.local_cluster import free_ports
+
+    data = tmp_path / "data"
+    argv = ["format", f"--data-dir={data}", "--cluster-id=c", "--id=1", "--standalone"]
+    assert main([*argv, f"--partitions={PARTITIONS}"]) == 0
+    assert "3 partition(s) of raftcore" in capsys.readouterr().out
+    shutil.rmtree(data / "raftcore-1")
+    (port,) = free_ports(1)
+    for given, says in (
+        (PARTITIONS, f"{data / 'raftcore-1' / 'quorum-state'} of raftcore partition 1 is missing"),
+        (2, "formatted with 3 partition(s), but the node is started with --partitions 2"),
+    ):
+        code, err = finish(start_node(node_argv(data, port, f"--partitions={given}"), tmp_path))
+        lines = err.strip().splitlines()
+        assert code != 0 and len(lines) == 1, err
+        assert says in lines[0], err
+    assert not (data / "raftcore-1").exists() and not (data / "log").exists()
