@@ -415,3 +415,33 @@ def test_raftcore_format_partitions_and_a_node_missing_one_is_refused_in_one_lin
         assert code != 0 and len(lines) == 1, err
         assert says in lines[0], err
     assert not (data / "raftcore-1").exists() and not (data / "log").exists()
+
+
+def _idempotent_produce(bootstrap: list[str], sends: list[tuple[int, bytes]]) -> None:
+    from confluent_kafka import Producer
+
+    failed: list[str] = []
+    producer = Producer(
+        {"bootstrap.servers": ",".join(bootstrap), "enable.idempotence": True, "acks": "all"}
+    )
+    for p, v in sends:
+        producer.produce(
+            TOPIC, value=v, partition=p, on_delivery=lambda e, m: e and failed.append(str(e))
+        )
+        producer.poll(0)
+    assert producer.flush(30) == 0 and not failed, failed
+
+
+def test_an_idempotent_librdkafka_producer_writes_each_partition_once_in_order(tmp_path):
+    """One producer id, a sequence of its own in each partition (each group's producer
+    state): every partition gets its records once, in order."""
+
+    async def go() -> None:
+        async with cluster(tmp_path, partitions=PARTITIONS) as nodes:
+            await leaders(nodes)
+            values = _values("e", 50)
+            sends = [(p, v) for n in range(50) for p, vs in values.items() for v in vs[n : n + 1]]
+            await asyncio.to_thread(_idempotent_produce, _bootstrap(nodes), sends)
+            await _read_back(nodes, values)
+
+    run(go())
