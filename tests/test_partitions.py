@@ -288,6 +288,17 @@ def test_format_makes_every_partitions_directory_and_records_their_count(tmp_pat
     for p in range(PARTITIONS):
         assert (group_directory(cfg.data_dir, TOPIC, p) / "quorum-state").is_file()
     assert (cfg.data_dir / "raftcore-1").is_dir() and (cfg.data_dir / "raftcore-2").is_dir()
+    # a partition's directory is named after the topic: a name Kafka would refuse is refused
+    with pytest.raises(RaftcoreError, match="a topic name is 1 to 249 of the letters"):
+        format_data_dir(
+            tmp_path / "other",
+            cluster_id="c",
+            node_id=1,
+            initial_voters=[1],
+            topic="../x",
+            partitions=2,
+        )
+    assert not (tmp_path / "other").exists()
 
 
 @pytest.mark.unformatted

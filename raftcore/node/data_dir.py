@@ -20,6 +20,7 @@ and two such voters are a majority that can lose acknowledged records.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +51,7 @@ __all__ = [
 ]
 
 META_PROPERTIES = "meta.properties"
+_LEGAL_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")  # Kafka's legal topic names
 LOG_DIR = "log"
 STATE_DIR = "state"
 
@@ -74,8 +76,16 @@ class DataDirIdentity:
 def group_directory(data_dir: Path, topic: str, partition: int) -> Path:
     """Where the Raft group of ``topic`` partition ``partition`` keeps its quorum-state and its
     log: the data directory itself for partition 0, ``<topic>-<partition>/`` in it (Kafka's
-    log directory name) for the others."""
-    return data_dir if partition == 0 else data_dir / f"{topic}-{partition}"
+    log directory name) for the others. A topic name must be one Kafka allows (letters,
+    digits, ``.``, ``_``, ``-``; at most 249 characters), so that it names a directory in the
+    data directory and nothing else."""
+    if partition == 0:
+        return data_dir
+    if not _LEGAL_TOPIC.fullmatch(topic) or topic in (".", ".."):
+        raise RaftcoreError(
+            f"topic {topic!r}: a topic name is 1 to 249 of the letters, digits, '.', '_' and '-'"
+        )
+    return data_dir / f"{topic}-{partition}"
 
 
 def format_data_dir(
@@ -114,10 +124,10 @@ def format_data_dir(
         )
     if partitions < 1:
         raise RaftcoreError(f"partitions must be >= 1, got {partitions}")
+    groups = [group_directory(path, topic, p) for p in range(partitions)]  # names checked
     path.mkdir(parents=True, exist_ok=True)
     # the quorum-states first: a directory with meta.properties always has them
-    for partition in range(partitions):
-        group = group_directory(path, topic, partition)
+    for group in groups:
         group.mkdir(exist_ok=True)
         FileQuorumStateStore(group, cluster_id=cluster_id).write(ElectionState(epoch=0))
     directory_id = new_directory_id()
