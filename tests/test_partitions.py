@@ -456,3 +456,35 @@ def test_an_idempotent_librdkafka_producer_writes_each_partition_once_in_order(t
             await _read_back(nodes, values)
 
     run(go())
+
+
+@pytest.mark.slow
+def test_processes_a_killed_node_leaves_every_partition_led_and_its_restart_keeps_the_records(
+    tmp_path,
+):
+    """``raftcore node --partitions 3`` processes (LocalCluster formats and starts them): one
+    is SIGKILLed after acknowledged writes to every partition; the others lead every
+    partition and take more; once it is restarted, every partition reads back all of its
+    records, in order (asked through it)."""
+    import signal
+
+    from cluster_helpers import FAST
+
+    from raftcore.node.local_cluster import LocalCluster
+
+    local = LocalCluster(tmp_path / "cluster", 3, node_args=FAST, partitions=PARTITIONS)
+    try:
+        local.start()
+        sends = [(p, v) for p, vs in _values("f").items() for v in vs]
+        _produce(local.bootstrap, sends)
+        local.kill(1, signal.SIGKILL)
+        rest = [local.endpoint(2), local.endpoint(3)]
+        more = _values("g")
+        _produce(rest, [(p, v) for p, vs in more.items() for v in vs])
+        local.start_node(1)
+        first = _values("f")
+        for p in range(PARTITIONS):
+            assert _consume([local.endpoint(1)], p, 40) == first[p] + more[p], f"partition {p}"
+        assert (local.data_dir(1) / "raftcore-2" / "log").is_dir()
+    finally:
+        local.close()
