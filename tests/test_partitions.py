@@ -24,7 +24,7 @@ from raftcore.raft.messages import FetchRequest, Outbound, VoteRequest, VoteResp
 from raftcore.records import encode_batch
 from raftcore.topic_partition import TopicPartition
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = pytest.mark.timeout(120)
 
 TOPIC = "raftcore"
 PARTITIONS = 3
@@ -86,7 +86,7 @@ def _produce(bootstrap: list[str], sends: list[tuple[int, bytes]]) -> dict[int, 
 
 def _consume(bootstrap: list[str], partition: int, expected: int) -> list[bytes]:
     """The values of ``partition`` from its start, read with kafka-python (at least
-    ``expected`` of them, or what came within 30 s)."""
+    ``expected`` of them, or what came within 15 s)."""
     from kafka import KafkaConsumer
     from kafka import TopicPartition as KafkaTopicPartition
 
@@ -103,7 +103,7 @@ def _consume(bootstrap: list[str], partition: int, expected: int) -> list[bytes]
         consumer.assign([tp])
         consumer.seek_to_beginning(tp)
         values: list[bytes] = []
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 15
         while len(values) < expected and time.monotonic() < deadline:
             for records in consumer.poll(timeout_ms=300).values():
                 values.extend(r.value for r in records)
