@@ -171,6 +171,8 @@ def format_new_node_directories(
                 cluster_id=cfg.cluster_id,
                 node_id=cfg.node_id,
                 initial_voters=list(cfg.voters) if cfg.node_id in cfg.voters else None,
+                topic=cfg.topic,
+                partitions=cfg.partitions,
             )
             _FORMATTED.add(directory)
         return check(cfg)

@@ -48,12 +48,18 @@ def _cmd_format(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CommandLineError(str(exc)) from None
     directory_id = format_data_dir(
-        args.data_dir, cluster_id=args.cluster_id, node_id=args.id, initial_voters=initial
+        args.data_dir,
+        cluster_id=args.cluster_id,
+        node_id=args.id,
+        initial_voters=initial,
+        topic=args.topic,
+        partitions=args.partitions,
     )
     voters = "no initial voters" if initial is None else f"initial voters {sorted(initial)}"
     print(
         f"formatted {args.data_dir}: cluster {args.cluster_id}, node {args.id}, directory "
-        f"{directory_id_text(directory_id)}, {voters}"
+        f"{directory_id_text(directory_id)}, {voters}, {args.partitions} partition(s) of "
+        f"{args.topic}"
     )
     return 0
 
@@ -69,6 +75,14 @@ def add_format_command(sub: argparse._SubParsersAction) -> None:  # type: ignore
     p.add_argument("--data-dir", required=True, help="the node's data directory (empty or new)")
     p.add_argument("--cluster-id", required=True, help="the cluster's id (the same on every node)")
     p.add_argument("--id", type=types.node_id, required=True, help="this node's id (>= 0)")
+    p.add_argument("--topic", default="raftcore", help="the topic the node serves")
+    p.add_argument(
+        "--partitions",
+        type=types.positive_int,
+        default=1,
+        help="the topic's partitions (Kafka's num.partitions): one directory and Raft group "
+        "each; the node is started with the same --partitions (default 1)",
+    )
     voters = p.add_mutually_exclusive_group(required=True)
     voters.add_argument(
         "--initial-voters",

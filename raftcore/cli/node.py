@@ -87,6 +87,7 @@ def _cmd_node(args: argparse.Namespace) -> int:
             node_listen=node_listen,
             node_advertised=node_advertised,
             topic=args.topic,
+            partitions=args.partitions,
             quorum=quorum,
             log=log,
             flush=args.flush,
@@ -284,7 +285,14 @@ def add_node_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
     )
     add_node_security_options(p)
     p.add_argument("--cluster-id", required=True, help="the cluster's id (the same on every node)")
-    p.add_argument("--topic", default="raftcore", help="the topic Kafka clients see (partition 0)")
+    p.add_argument("--topic", default="raftcore", help="the topic Kafka clients see")
+    p.add_argument(
+        "--partitions",
+        type=types.positive_int,
+        default=1,
+        help="the topic's partitions, each its own Raft group over the voters (Kafka's "
+        "num.partitions); the count the data directory was formatted with (default 1)",
+    )
     p.add_argument(
         "--election-timeout-ms",
         type=types.positive_int,

@@ -62,7 +62,10 @@ class NodeConfig:
       of ``voters`` then name node listeners; ``node_advertised`` defaults to this node's
       entry there, else ``node_listen``. Both listeners have ``security``'s protocol and
       files. Without it (the default) one listener serves both;
-    - ``topic``: the one topic-partition (partition 0) this cluster serves to Kafka clients;
+    - ``topic``: the one topic this cluster serves to Kafka clients;
+    - ``partitions``: how many partitions it has (Kafka's ``num.partitions``, default 1), each
+      its own Raft group over the same voters, fixed when the data directory is formatted
+      (``raftcore format --partitions``); the embedding API works on partition 0;
     - ``flush``: ``"always"`` (default: every append is fsynced before it is acknowledged,
       as KRaft requires) or ``"interval"`` (fsync every ``flush_interval_ms``; acknowledges
       writes before they are durable -- a crash of a majority can lose committed records);
@@ -118,6 +121,7 @@ class NodeConfig:
     node_listen: Endpoint | None = None
     node_advertised: Endpoint | None = None
     topic: str = "raftcore"
+    partitions: int = 1
     quorum: QuorumConfig = field(default_factory=QuorumConfig)
     log: LogConfig = field(default_factory=LogConfig)
     flush: str = "always"
@@ -150,6 +154,8 @@ class NodeConfig:
         if self.flush not in ("always", "interval"):
             raise ValueError(f"flush must be 'always' or 'interval', got {self.flush!r}")
         object.__setattr__(self, "data_dir", Path(self.data_dir))
+        if self.partitions < 1:
+            raise ValueError(f"partitions must be >= 1, got {self.partitions}")
         if self.voters and self.bootstrap:
             raise ValueError(
                 "give the voters of a new cluster or the servers of an existing one to join "

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +37,18 @@ def start_core(
     prefix: str,
     committed_offset: int = 0,
     clock: Callable[[], int] = now_ms,
+    correlation_ids: Iterator[int] | None = None,
+    renews_directory_id: bool = True,
 ) -> tuple[RaftCore, Output, bytes | None]:
     """The started core, its first output and the directory id it runs with. Raises what
     the core's start raised when the replica cannot be itself. ``committed_offset``: the
     one checkpointed (raftcore.node.committed_checkpoint). ``directory``: where the group
     keeps its quorum-state (the data directory). The data directory is a
     formatted one (:func:`raftcore.node.data_dir.check_meta_properties` passed): its
-    quorum-state is expected; ``joining``: it was formatted without a voter set."""
+    quorum-state is expected; ``joining``: it was formatted without a voter set.
+    ``correlation_ids``: the node's one source of them (:class:`RaftCore`).
+    ``renews_directory_id``: a lost quorum-state may make this replica a new one (the group
+    whose directory holds ``meta.properties``); for the other groups it is refused."""
     store = FileQuorumStateStore(directory, cluster_id=cfg.cluster_id)
     # the voter set records where the other nodes reach this one: its node listener
     node_ep = cfg.node_advertised
@@ -64,11 +69,12 @@ def start_core(
             committed_offset=committed_offset,
             formatted=True,
             joining=joining,
+            correlation_ids=correlation_ids,
         )
         try:
             return core, core.start(clock()), directory_id
         except LostQuorumStateError as exc:
-            if exc.static or attempt:
+            if exc.static or attempt or not renews_directory_id:
                 raise
             logger.warning("%s %s", prefix, exc)  # never vote twice: a new replica
             directory_id = replace_directory_id(cfg)

@@ -7,11 +7,20 @@ Layout::
     <data-dir>/quorum-state      the quorum state (epoch, vote, leader)
     <data-dir>/log/              the segmented log, and beside its segments the snapshots
     <data-dir>/state/            the LMDB state machine (``--state-machine lmdb``)
+    <data-dir>/<topic>-<p>/      partition p >= 1 of the topic (``--partitions``): its own
+                                 quorum-state and log/, laid out as partition 0's above
+
+Partition 0 of the topic lives in the data directory itself. ``raftcore format`` makes every
+partition's directory (with an empty quorum-state) and records their count
+(``partitions=N``); a node refuses to start when a formatted partition's directory is missing
+or it is started with another count: a group that found nothing would start as an empty voter,
+and two such voters are a majority that can lose acknowledged records.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +42,7 @@ __all__ = [
     "check_meta_properties",
     "format_command",
     "format_data_dir",
+    "group_directory",
     "new_directory_id",
     "read_directory_id",
     "read_meta_properties",
@@ -41,6 +51,7 @@ __all__ = [
 ]
 
 META_PROPERTIES = "meta.properties"
+_LEGAL_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")  # Kafka's legal topic names
 LOG_DIR = "log"
 STATE_DIR = "state"
 
@@ -62,18 +73,37 @@ class DataDirIdentity:
         return self.initial_voters is not None and not self.initial_voters
 
 
+def group_directory(data_dir: Path, topic: str, partition: int) -> Path:
+    """Where the Raft group of ``topic`` partition ``partition`` keeps its quorum-state and its
+    log: the data directory itself for partition 0, ``<topic>-<partition>/`` in it (Kafka's
+    log directory name) for the others. A topic name must be one Kafka allows (letters,
+    digits, ``.``, ``_``, ``-``; at most 249 characters), so that it names a directory in the
+    data directory and nothing else."""
+    if partition == 0:
+        return data_dir
+    if not _LEGAL_TOPIC.fullmatch(topic) or topic in (".", ".."):
+        raise RaftcoreError(
+            f"topic {topic!r}: a topic name is 1 to 249 of the letters, digits, '.', '_' and '-'"
+        )
+    return data_dir / f"{topic}-{partition}"
+
+
 def format_data_dir(
     data_dir: str | os.PathLike[str],
     *,
     cluster_id: str,
     node_id: int,
     initial_voters: Collection[int] | None,
+    topic: str = "raftcore",
+    partitions: int = 1,
 ) -> bytes:
     """Format ``data_dir`` (Kafka's ``kafka-storage format``), creating it if need be: write
     ``meta.properties`` (cluster id, node id, a new directory id, and ``initial.voters``: the
     ids of the first voter set, or nothing for a replica that joins an existing cluster) and
     an empty quorum-state (epoch 0, no vote), so that a quorum-state missing later is known
-    lost, empty log or not. ``initial_voters`` None formats a joining replica.
+    lost, empty log or not. ``initial_voters`` None formats a joining replica. With
+    ``partitions`` above 1, the same for each partition's directory (:func:`group_directory`),
+    and ``partitions=N`` in ``meta.properties``.
 
     Refuses (RaftcoreError, one line) a directory already formatted or holding a log or a
     quorum-state: formatting never replaces a replica. Returns the new directory id."""
@@ -92,16 +122,22 @@ def format_data_dir(
             f"node {node_id} is not one of the initial voters {voters}: format it with "
             "--no-initial-voters to join an existing cluster"
         )
+    if partitions < 1:
+        raise RaftcoreError(f"partitions must be >= 1, got {partitions}")
+    groups = [group_directory(path, topic, p) for p in range(partitions)]  # names checked
     path.mkdir(parents=True, exist_ok=True)
-    # the quorum-state first: a directory with meta.properties always has one
-    FileQuorumStateStore(path, cluster_id=cluster_id).write(ElectionState(epoch=0))
+    # the quorum-states first: a directory with meta.properties always has them
+    for group in groups:
+        group.mkdir(exist_ok=True)
+        FileQuorumStateStore(group, cluster_id=cluster_id).write(ElectionState(epoch=0))
     directory_id = new_directory_id()
+    counted = "" if partitions == 1 else f"partitions={partitions}\n"
     write_atomically(
         path / META_PROPERTIES,
         (
             f"version=1\ncluster.id={cluster_id}\nnode.id={node_id}\n"
             f"directory.id={directory_id_text(directory_id)}\n"
-            f"initial.voters={','.join(str(v) for v in voters)}\n"
+            f"initial.voters={','.join(str(v) for v in voters)}\n{counted}"
         ).encode(),
     )
     return directory_id
@@ -168,6 +204,7 @@ def check_meta_properties(cfg: NodeConfig) -> DataDirIdentity:
             "refusing to start"
         )
     initial = _initial_voters(path, props)
+    _check_partitions(cfg, path, props)
     if initial and cfg.voters and initial != frozenset(cfg.voters):
         raise RaftcoreError(
             f"{path} was formatted with initial voters {sorted(initial)}, but the node is "
@@ -185,6 +222,32 @@ def check_meta_properties(cfg: NodeConfig) -> DataDirIdentity:
         return DataDirIdentity(parse_directory_id(written), initial)
     except ValueError as exc:
         raise RaftcoreError(f"{path}: directory.id: {exc}; refusing to start") from None
+
+
+def _check_partitions(cfg: NodeConfig, path: Path, props: dict[str, str]) -> None:
+    """The node is started with the partition count its directory was formatted with, and
+    every partition's directory is there: a group never starts empty where a replica was."""
+    text = props.get("partitions", "1")  # a directory formatted before the count: one
+    try:
+        formatted = int(text)
+    except ValueError:
+        raise RaftcoreError(
+            f"{path}: partitions: not a number: {text!r}; refusing to start"
+        ) from None
+    if formatted != cfg.partitions:
+        raise RaftcoreError(
+            f"{path} was formatted with {formatted} partition(s), but the node is started "
+            f"with --partitions {cfg.partitions}; refusing to start (the count is fixed when "
+            "the directory is formatted)"
+        )
+    for partition in range(1, formatted):
+        group = group_directory(cfg.data_dir, cfg.topic, partition)
+        if not (group / QUORUM_STATE).is_file():
+            raise RaftcoreError(
+                f"{group / QUORUM_STATE} of {cfg.topic} partition {partition} is missing; "
+                "refusing to start, since an empty voter of it could lose acknowledged "
+                "records: restore the directory (docs/cluster.md)"
+            )
 
 
 def _initial_voters(path: Path, props: dict[str, str]) -> frozenset[int] | None:

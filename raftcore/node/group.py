@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from raftcore.errors import LostQuorumStateError, NodeFailedError, RaftcoreError
@@ -38,7 +38,7 @@ from raftcore.node.committed_checkpoint import CommittedCheckpoint, read_committ
 from raftcore.node.config import NodeConfig
 from raftcore.node.core_listener import CoreListener
 from raftcore.node.core_start import start_core
-from raftcore.node.data_dir import LOG_DIR
+from raftcore.node.data_dir import LOG_DIR, group_directory
 from raftcore.node.group_commit import GroupCommit
 from raftcore.node.iteration import IterationEnd
 from raftcore.node.metrics import NodeMetrics
@@ -77,15 +77,19 @@ class RaftGroup:
         listener: Any = None,
         state_machine: StateMachine | None = None,
         rng: random.Random | None = None,
+        correlation_ids: Iterator[int] | None = None,
     ) -> None:
         """``fail(cause, exc, traceback=None)``: the node cannot go on (it stops, and halts
         its groups: :meth:`halt`). ``clock``: the time in ms given to every step of the core.
-        ``listener`` / ``state_machine``: as :class:`~raftcore.node.node.RaftNode` takes them."""
+        ``listener`` / ``state_machine``: as :class:`~raftcore.node.node.RaftNode` takes them.
+        ``correlation_ids``: the node's one source of the ids of its cores' requests (the
+        groups' requests share the connections to the peers)."""
         self.config = config
         self.name = name
         # Where the group keeps its quorum-state, and its log under LOG_DIR: the one place
-        # that chooses it. The data directory itself, the layout `raftcore format` writes.
-        self.directory = config.data_dir
+        # that chooses it (data_dir.group_directory, the layout `raftcore format` writes).
+        self.directory = group_directory(config.data_dir, name.topic, name.partition)
+        self._correlation_ids = correlation_ids
         self.prefix = prefix
         self.metrics = metrics
         self.clock = clock
@@ -104,6 +108,7 @@ class RaftGroup:
         self.producers = ProducerStateManager()  # current on every replica (producer_tracker)
         self.producer_tracker = ProducerStateTracker(self.producers, prefix=prefix)
         self.leader_changes = 0
+        self._seen_state: Any = None  # the core's epoch state after the last step (metrics)
         self.voter_changes = ChangeWaiters()  # admin requests waiting for the core's verdict
         self.scrubber: Scrubber | None = None  # re-reads sealed segments (node.scrubber)
         # the committed offset on disk (raftcore.node.committed_checkpoint)
@@ -201,6 +206,10 @@ class RaftGroup:
                 prefix=self.prefix,
                 committed_offset=committed,
                 clock=self.clock,
+                correlation_ids=self._correlation_ids,
+                # the directory id is the data directory's (meta.properties): only the group
+                # that lives there may renew it
+                renews_directory_id=self.directory == cfg.data_dir,
             )
         except LostQuorumStateError:
             log.close()
@@ -447,8 +456,9 @@ class RaftGroup:
     def _after_progress(self) -> None:
         core = self.core
         assert core is not None
-        if core.state is not self.metrics.seen_state:  # elections, for the metrics
-            self.metrics.state_seen(core.state)
+        if core.state is not self._seen_state:  # elections, for the metrics
+            self.metrics.state_seen(self._seen_state, core.state)
+            self._seen_state = core.state
             self._log_start_moved.wake()  # a wait for the leader's log start ends
         if self.applier is not None:
             self.applier.progress(core.listener_next_offset)

@@ -91,14 +91,18 @@ class LocalCluster:
         node_args: list[str] | None = None,
         env: dict[str, str] | None = None,
         tls_dir: str | os.PathLike[str] | None = None,
+        partitions: int = 1,
     ) -> None:
-        """``tls_dir``: a directory made by ``raftcore certs`` (:mod:`raftcore.security.certs`)
-        with ``ca.pem`` and ``node-<id>.pem/.key`` for every node: the nodes then listen on SSL
-        with mutual TLS (``ssl.client.auth=required``); see :meth:`client_security`."""
+        """``partitions``: of the topic, each its own Raft group (``--partitions``, given to
+        ``raftcore format`` and to every node). ``tls_dir``: a directory made by ``raftcore
+        certs`` (:mod:`raftcore.security.certs`) with ``ca.pem`` and ``node-<id>.pem/.key`` for
+        every node: the nodes then listen on SSL with mutual TLS (``ssl.client.auth=required``);
+        see :meth:`client_security`."""
         if size < 1:
             raise ValueError("a cluster needs at least one node")
         self.directory = Path(directory).absolute()
         self.size = size
+        self.partitions = partitions
         self.cluster_id = cluster_id or new_cluster_id()
         self.host = host
         self.ports = ports or free_ports(size, host)
@@ -168,6 +172,7 @@ class LocalCluster:
             f"--cluster-id={cluster_id or self.cluster_id}",
             "--ready-file",
             str(self._ready_file(node_id)),
+            *([] if self.partitions == 1 else [f"--partitions={self.partitions}"]),
             *self.node_args,
             *self.node_own_args.get(node_id, []),
         ]
@@ -284,6 +289,7 @@ class LocalCluster:
             cluster_id=cluster_id or self.cluster_id,
             node_id=node_id,
             initial_voters=None if node_id in self.joined else self.node_ids,
+            partitions=self.partitions,
         )
         self._made.add(directory)
 

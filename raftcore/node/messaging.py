@@ -17,7 +17,7 @@ import functools
 import logging
 import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from raftcore.error_codes import Errors, error_name
@@ -88,7 +88,10 @@ class Messaging:
         sasl: SaslAuthenticator | None,
         groups: Mapping[TopicPartition, RaftGroup],
         admin_handle: Callable[[Any, Any], Awaitable[Any]],
+        correlation_ids: Iterator[int],
     ) -> None:
+        """``correlation_ids``: the node's one source of them, which its groups' cores use
+        too: an answer on a connection to a peer is matched by (peer, correlation id)."""
         self.config = config
         self.prefix = prefix
         self.address_book = address_book  # the wire format learns and tells endpoints (raft_wire)
@@ -97,6 +100,7 @@ class Messaging:
         self.sasl = sasl  # SASL logins on the listener, or None
         self.groups = groups  # the node's Raft groups, where raft messages go
         self._admin_handle = admin_handle  # the voter RPCs of an operator (raftcore.node.admin)
+        self._correlation_ids = correlation_ids
         self.peers: Peers | None = None  # the connections to the other nodes, from listen()
         self._own_peers: Peers | None = None  # and those for the node's own requests
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -234,11 +238,14 @@ class Messaging:
             peer = self.peers.get(message.destination)  # opened now if need be
             if peer is None:  # no address known (logged once by the address book)
                 return
-            api_key, version, frame = raft_wire.encode_request(self, message)
+            api_key, version, frame = raft_wire.encode_request(self, message, group)
             # Sent or not, it is in flight until answered or found lost (_connected_handler);
-            # the core has one in flight per peer: an older one is answered in vain.
+            # each group's core has one in flight per peer: an older one of this group to this
+            # peer is answered in vain (another group's is not: it waits for its own answer).
             requests = self._peer_requests
-            for key in [k for k in requests if k[0] == message.destination]:
+            for key in [
+                k for k, v in requests.items() if k[0] == message.destination and v[2] == group
+            ]:
                 del requests[key]
             requests[(message.destination, message.correlation_id)] = (api_key, version, group)
             if peer.send([frame]):
@@ -249,7 +256,7 @@ class Messaging:
             return  # the node is stopping
         later, api_key, version, correlation_id, started = pending
         self.metrics.raft_request(api_key)(time.perf_counter() - started)
-        body = raft_wire.encode_response(self, message, api_key, version)
+        body = raft_wire.encode_response(self, message, api_key, version, group)
         parts = encode_response(api_key, version, correlation_id, body)
         self.metrics.inbound_sent_bytes += sum(len(part) for part in parts) + 4
         later.answer(parts)
@@ -262,7 +269,7 @@ class Messaging:
 
     def _any_core(self) -> RaftCore | None:
         """A running group's core, for what every group answers alike (a request's cluster
-        id, the correlation ids of the node's own requests); None unless the node runs."""
+        id); None unless the node runs."""
         for group in self.groups.values():
             core = group.running_core()
             if core is not None:
@@ -292,7 +299,7 @@ class Messaging:
             if group is None or core is None:
                 return
             try:
-                message = raft_wire.decode_response(self, api_key, version, frame)
+                message = raft_wire.decode_response(self, api_key, version, frame, name)
             except RaftcoreError as exc:
                 logger.warning("%s bad response from node %d: %s", self.prefix, peer_id, exc)
                 return
@@ -365,7 +372,7 @@ class Messaging:
         to it (apart from the Raft traffic: see :meth:`listen`), waiting for it to connect;
         the answer's body. ConnectionError when there is no address or the connection is
         lost, TimeoutError."""
-        core = self._any_core()  # (its correlation ids)
+        core = self._any_core()  # (running)
         own = self._own_peers
         if core is None or own is None or self._loop is None:
             raise ConnectionError(f"{self.prefix} not running: no request to node {peer_id}")
@@ -377,7 +384,7 @@ class Messaging:
         if not peer.connected.is_set():
             await asyncio.wait_for(peer.connected.wait(), timeout_s)
             timeout_s = max(0.0, deadline - self._loop.time())
-        correlation_id = core.next_correlation_id()
+        correlation_id = next(self._correlation_ids)
         frame = encode_request(api_key, version, correlation_id, raft_wire.CLIENT_ID, body)
         fut: asyncio.Future[Any] = self._loop.create_future()
         key = (peer_id, correlation_id)

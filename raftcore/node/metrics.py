@@ -116,7 +116,6 @@ class NodeMetrics:
         self.peer_received_bytes = self.peer_sent_bytes = 0
         self.inbound_opened = self.peer_opened = 0
         self.elections_started = self.elections_won = 0
-        self.seen_state: Any = None  # the core's epoch state after the last step
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_EventCollector(self))
         self.registry.register(StateCollector(node))
@@ -146,11 +145,11 @@ class NodeMetrics:
         self.fsync.observe(time.perf_counter() - started)
         return result
 
-    def state_seen(self, state: Any) -> None:
-        """The core's epoch state after a step (the node calls this when it changed). A
+    def state_seen(self, previous: Any, state: Any) -> None:
+        """A group's core's epoch state after a step, and ``previous``, the one seen before
+        it (a group calls this when it changed; the counts are the node's, over its groups). A
         leader not seen as a candidate of its epoch first (a single voter elects itself in
         one step) started its election too."""
-        previous, self.seen_state = self.seen_state, state
         if isinstance(state, CandidateState):
             self.elections_started += 1
         elif isinstance(state, LeaderState):

@@ -8,8 +8,9 @@ binds a pure :class:`~raftcore.raft.RaftCore` to its log and quorum-state in the
 directory, a timer for the core's next deadline and a thread that fsyncs the log off the
 event loop.
 Messages the core marks ``after_flush`` wait for the fsync that covers them; appends that
-arrive during an fsync are covered by the next one (group commit). The node hosts one group,
-the topic ``NodeConfig.topic`` partition 0, and its embedding API works on that group.
+arrive during an fsync are covered by the next one (group commit). The node hosts one group
+for each partition of the topic ``NodeConfig.topic`` (``NodeConfig.partitions``), all over
+the same voters, each electing its own leader; its embedding API works on partition 0.
 
 Embedding API::
 
@@ -49,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import random
 import socket
@@ -125,9 +127,14 @@ class RaftNode:
         self._ended: asyncio.Future[None] | None = None  # done when it stops running
         self.producer_ids = ProducerIdSource(config.node_id)
         self.metrics = NodeMetrics(self)  # docs/metrics.md
-        # The node's Raft groups by topic-partition: one today, NodeConfig.topic partition 0.
+        # One source of correlation ids for every request the node sends (its groups' and its
+        # own): they share the connections to a peer, where an answer is matched to its
+        # request by (peer, correlation id).
+        self.correlation_ids = itertools.count(1)
+        # The node's Raft groups by topic-partition: NodeConfig.topic partitions 0..N-1.
         # The Kafka API finds a partition through the broker's lookup, the Raft RPCs theirs
-        # in this dict (raftcore.node.messaging); the embedding API works on this one group.
+        # in this dict (raftcore.node.messaging); the embedding API works on partition 0,
+        # the one that drives the listener or state machine.
         self.group = RaftGroup(
             config,
             TopicPartition(config.topic, 0),
@@ -139,8 +146,22 @@ class RaftNode:
             listener=listener,
             state_machine=state_machine,
             rng=rng,
+            correlation_ids=self.correlation_ids,
         )
         self.groups: dict[TopicPartition, RaftGroup] = {self.group.name: self.group}
+        for index in range(1, config.partitions):
+            name = TopicPartition(config.topic, index)
+            self.groups[name] = RaftGroup(
+                config,
+                name,
+                prefix=f"[node {config.node_id} {name}]",
+                metrics=self.metrics,
+                address_book=self.address_book,
+                clock=now_ms,
+                fail=self._fail,
+                rng=None if rng is None else random.Random(rng.getrandbits(64)),
+                correlation_ids=self.correlation_ids,
+            )
         self.kafka = kafka_broker(self)  # what the Kafka API sees of the node (raftcore.kafka)
         self.metrics_server: MetricsServer | None = None
         self.metrics_address: tuple[str, int] | None = None  # where they are served
@@ -158,6 +179,7 @@ class RaftNode:
             sasl=self.sasl,
             groups=self.groups,
             admin_handle=lambda header, body: admin.handle(self, header, body),
+            correlation_ids=self.correlation_ids,
         )
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -185,6 +207,21 @@ class RaftNode:
             joining=identity.joins,
             send=self.messaging.send,
         )
+        first_outputs = {group.name: started}
+        try:  # the other partitions' groups, with the directory id partition 0 runs with
+            for other in self.groups.values():
+                if other is not group:
+                    first_outputs[other.name] = other.open(
+                        self._loop,
+                        directory_id=self.directory_id,
+                        joining=identity.joins,
+                        send=self.messaging.send,
+                    )[0]
+        except BaseException:
+            for name in first_outputs:
+                self.groups[name].stop_timers()
+                await self.groups[name].close()
+            raise
         core = group.core
         assert core is not None  # opened
         self.address_book.voters = lambda: core.voter_set
@@ -206,7 +243,8 @@ class RaftNode:
                 raise
         self._ended = self._loop.create_future()
         self._started = True
-        group.begin(started)
+        for name, output in first_outputs.items():
+            self.groups[name].begin(output)
         self._housekeeping = asyncio.ensure_future(self._housekeeping_loop())
         open_warning = open_node_listener_warning(cfg)
         if open_warning is not None:
@@ -237,10 +275,15 @@ class RaftNode:
         # A voter down now cannot hear the resignation: not waited for (a lone leader
         # stops at once). One that goes down meanwhile is told by its refused reconnect.
         peers = self.peers
-        ready = self.group.begin_shutdown(lambda: () if peers is None else peers.down())
-        if ready is not None:  # the core says when the voters have heard (a failure ends it)
+        readies = [
+            ready
+            for group in self.groups.values()
+            if (ready := group.begin_shutdown(lambda: () if peers is None else peers.down()))
+            is not None
+        ]
+        if readies:  # each core says when the voters have heard (a failure ends the wait)
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(ready), timeout_s)
+                await asyncio.wait_for(asyncio.shield(asyncio.gather(*readies)), timeout_s)
         if self._closing is None:
             # awaited unshielded: a caller that gives up (cancelled) cancels the close, too
             self._closing = asyncio.ensure_future(self._close())

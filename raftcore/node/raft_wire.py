@@ -2,13 +2,15 @@
 BeginQuorumEpoch, EndQuorumEpoch (v1), the replica Fetch (v17), FetchSnapshot (v1, KIP-630) and
 UpdateRaftVoter (v0, KIP-853).
 
-Kafka's RPCs are multi-partition; a raftcore cluster replicates exactly one topic-partition, so a
-request carries one topic (by name, or by id in Fetch) with one partition 0. A request that names
-anything else is answered with UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID for Fetch) and never
-reaches the core. Nodes of one cluster speak the same versions, so peers do not negotiate
-versions; but a node asks each peer's ApiVersions when it connects, and sends UpdateRaftVoter
-only to a peer that lists it (:mod:`raftcore.node.peer_apis`: the release before dynamic voters
-closes the connection of an API it does not know).
+Kafka's RPCs are multi-partition; each Raft group of a node replicates one topic-partition, so a
+request carries one topic (by name, or by id in Fetch) with one partition, the group's that sent
+it, and an answer names the same. A request that names a partition the node has no group for is
+answered with UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID for Fetch) and never reaches a core;
+an answer that names another partition than its request's is dropped. Nodes of one cluster
+speak the same versions, so peers do not negotiate versions; but a node asks each peer's
+ApiVersions when it connects, and sends UpdateRaftVoter only to a peer that lists it
+(:mod:`raftcore.node.peer_apis`: the release before dynamic voters closes the connection of an
+API it does not know).
 
 Replicas are named by id and directory id (KIP-853): the directory ids travel in Vote v1+,
 BeginQuorumEpoch v1, EndQuorumEpoch v1 (the preferred candidates), Fetch v17 and FetchSnapshot
@@ -124,15 +126,24 @@ class WrongPartition(RaftcoreError):
 # ---- requests out ----------------------------------------------------------------------------
 
 
-def encode_request(node: WireNode, out: Outbound) -> tuple[int, int, bytes]:
-    """(api key, version, frame bytes) of a request the core wants sent."""
+def _named(node: WireNode, name: TopicPartition | None) -> TopicPartition:
+    """The topic-partition a message is for: ``name``, or partition 0 of the topic."""
+    return TopicPartition(node.config.topic, 0) if name is None else name
+
+
+def encode_request(
+    node: WireNode, out: Outbound, name: TopicPartition | None = None
+) -> tuple[int, int, bytes]:
+    """(api key, version, frame bytes) of a request the core of the group ``name`` wants sent
+    (None: partition 0 of the topic)."""
     message = out.message
     cfg = node.config
+    name = _named(node, name)
     if isinstance(message, FetchRequest):
         key = ApiKey.FETCH
         cls = request_spec(key).cls
         partition = cls.FetchPartition(
-            partition=0,
+            partition=name.partition,
             current_leader_epoch=message.current_leader_epoch,
             fetch_offset=message.fetch_offset,
             last_fetched_epoch=message.last_fetched_epoch,
@@ -166,7 +177,7 @@ def encode_request(node: WireNode, out: Outbound) -> tuple[int, int, bytes]:
         key = ApiKey.FETCH_SNAPSHOT
         cls = request_spec(key).cls
         partition = cls.PartitionSnapshot(
-            partition=0,
+            partition=name.partition,
             current_leader_epoch=message.current_leader_epoch,
             snapshot_id=cls.SnapshotId(
                 end_offset=message.snapshot_id.offset, epoch=message.snapshot_id.epoch
@@ -178,13 +189,13 @@ def encode_request(node: WireNode, out: Outbound) -> tuple[int, int, bytes]:
             cluster_id=message.cluster_id,
             replica_id=message.replica_id,
             max_bytes=message.max_bytes,
-            topics=[cls.TopicSnapshot(name=cfg.topic, partitions=[partition])],
+            topics=[cls.TopicSnapshot(name=name.topic, partitions=[partition])],
         )
     elif isinstance(message, VoteRequest):
         key = ApiKey.VOTE
         cls = request_spec(key).cls
         partition = cls.PartitionData(
-            partition_index=0,
+            partition_index=name.partition,
             candidate_epoch=message.candidate_epoch,
             candidate_id=message.candidate_id,
             candidate_directory_id=_uuid(message.candidate_directory_id),
@@ -196,13 +207,13 @@ def encode_request(node: WireNode, out: Outbound) -> tuple[int, int, bytes]:
         body = cls(
             cluster_id=message.cluster_id,
             voter_id=message.voter_id,
-            topics=[cls.TopicData(topic_name=cfg.topic, partitions=[partition])],
+            topics=[cls.TopicData(topic_name=name.topic, partitions=[partition])],
         )
     elif isinstance(message, BeginQuorumEpochRequest):
         key = ApiKey.BEGIN_QUORUM_EPOCH
         cls = request_spec(key).cls
         partition = cls.PartitionData(
-            partition_index=0,
+            partition_index=name.partition,
             voter_directory_id=_uuid(message.voter_directory_id),
             leader_id=message.leader_id,
             leader_epoch=message.leader_epoch,
@@ -210,14 +221,14 @@ def encode_request(node: WireNode, out: Outbound) -> tuple[int, int, bytes]:
         body = cls(
             cluster_id=message.cluster_id,
             voter_id=message.voter_id,
-            topics=[cls.TopicData(topic_name=cfg.topic, partitions=[partition])],
+            topics=[cls.TopicData(topic_name=name.topic, partitions=[partition])],
             leader_endpoints=_leader_endpoints(node, cls),
         )
     elif isinstance(message, EndQuorumEpochRequest):
         key = ApiKey.END_QUORUM_EPOCH
         cls = request_spec(key).cls
         partition = cls.PartitionData(
-            partition_index=0,
+            partition_index=name.partition,
             leader_id=message.leader_id,
             leader_epoch=message.leader_epoch,
             preferred_candidates=[
@@ -230,7 +241,7 @@ def encode_request(node: WireNode, out: Outbound) -> tuple[int, int, bytes]:
         )
         body = cls(
             cluster_id=message.cluster_id,
-            topics=[cls.TopicData(topic_name=cfg.topic, partitions=[partition])],
+            topics=[cls.TopicData(topic_name=name.topic, partitions=[partition])],
             leader_endpoints=_leader_endpoints(node, cls),
         )
     elif isinstance(message, UpdateVoterRequest):
@@ -304,8 +315,8 @@ def _single_partition(
     node: WireNode, key: int, body: Any, *, by_id: bool = False
 ) -> tuple[TopicPartition, Any]:
     """The topic-partition a raft request names, and its partition part; WrongPartition when it
-    names more than one, or one the cluster does not replicate (today ``NodeConfig.topic``
-    partition 0)."""
+    names more than one, or another topic than ``NodeConfig.topic`` (whether the node has a
+    group for the partition, the caller asks its groups)."""
     cfg = node.config
     topics = body.topics
     if len(topics) != 1 or len(topics[0].partitions) != 1:
@@ -315,16 +326,12 @@ def _single_partition(
         if bytes(topic.topic_id) != cfg.topic_id:
             raise WrongPartition(key, "unknown topic id")
         partition = topic.partitions[0]
-        if partition.partition != 0:
-            raise WrongPartition(key, f"unknown partition {partition.partition}")
-        return TopicPartition(cfg.topic, 0), partition
+        return TopicPartition(cfg.topic, partition.partition), partition
     name = topic.name if key == ApiKey.FETCH_SNAPSHOT else topic.topic_name
     if name != cfg.topic:
         raise WrongPartition(key, f"unknown topic {name!r}")
     partition = topic.partitions[0]
     index = partition.partition if key == ApiKey.FETCH_SNAPSHOT else partition.partition_index
-    if index != 0:
-        raise WrongPartition(key, f"unknown partition {index}")
     return TopicPartition(name, index), partition
 
 
@@ -433,15 +440,19 @@ def _endpoint(listener: Any) -> VoterEndpoint | None:
 # ---- responses out ----------------------------------------------------------------------------
 
 
-def encode_response(node: WireNode, out: Outbound, api_key: int, version: int) -> Any:
-    """The response body (to encode at ``version``) of a response the core produced."""
+def encode_response(
+    node: WireNode, out: Outbound, api_key: int, version: int, name: TopicPartition | None = None
+) -> Any:
+    """The response body (to encode at ``version``) of a response the core of the group
+    ``name`` produced (None: partition 0 of the topic)."""
     message = out.message
     cfg = node.config
+    name = _named(node, name)
     cls = response_spec(api_key).cls
     if isinstance(message, FetchResponse):
         leader = message.current_leader
         partition = cls.PartitionData(
-            partition_index=0,
+            partition_index=name.partition,
             error_code=message.error_code,
             high_watermark=message.high_watermark,
             last_stable_offset=message.high_watermark,
@@ -477,7 +488,7 @@ def encode_response(node: WireNode, out: Outbound, api_key: int, version: int) -
     if isinstance(message, FetchSnapshotResponse):
         leader = message.current_leader
         partition = cls.PartitionSnapshot(
-            index=0,
+            index=name.partition,
             error_code=message.error_code,
             snapshot_id=cls.SnapshotId(
                 end_offset=message.snapshot_id.offset, epoch=message.snapshot_id.epoch
@@ -492,7 +503,7 @@ def encode_response(node: WireNode, out: Outbound, api_key: int, version: int) -
         body = cls(
             throttle_time_ms=0,
             error_code=Errors.NONE,
-            topics=[cls.TopicSnapshot(name=cfg.topic, partitions=[partition])],
+            topics=[cls.TopicSnapshot(name=name.topic, partitions=[partition])],
         )
         if version >= 1:
             body.node_endpoints = node_endpoints(node, cls.NodeEndpoint, leader)
@@ -513,7 +524,7 @@ def encode_response(node: WireNode, out: Outbound, api_key: int, version: int) -
     if not isinstance(message, (VoteResponse, BeginQuorumEpochResponse, EndQuorumEpochResponse)):
         raise TypeError(f"not a raft response: {message!r}")
     partition = cls.PartitionData(
-        partition_index=0,
+        partition_index=name.partition,
         error_code=message.error_code,
         leader_id=message.leader_id,
         leader_epoch=message.leader_epoch,
@@ -525,7 +536,7 @@ def encode_response(node: WireNode, out: Outbound, api_key: int, version: int) -
     )
     body = cls(
         error_code=Errors.NONE,
-        topics=[cls.TopicData(topic_name=cfg.topic, partitions=[partition])],
+        topics=[cls.TopicData(topic_name=name.topic, partitions=[partition])],
     )
     if version >= 1:
         body.node_endpoints = node_endpoints(node, cls.NodeEndpoint, leader)
@@ -551,9 +562,13 @@ def error_response(node: WireNode, api_key: int, version: int, error_code: int) 
 # ---- responses in -----------------------------------------------------------------------------
 
 
-def decode_response(node: WireNode, api_key: int, version: int, frame: bytes) -> RaftResponse:
-    """The core's response from a response frame; RaftcoreError when it does not parse or does
-    not answer for our partition."""
+def decode_response(
+    node: WireNode, api_key: int, version: int, frame: bytes, name: TopicPartition | None = None
+) -> RaftResponse:
+    """The core's response from a response frame to a request of the group ``name`` (None:
+    partition 0 of the topic); RaftcoreError when it does not parse or does not answer for
+    that partition."""
+    name = _named(node, name)
     _, body = decode_frame(api_key, version, frame)
     for ep in getattr(body, "node_endpoints", None) or ():  # KIP-951: where the leader is
         node.address_book.learn(ep.node_id, ep.host, ep.port)
@@ -574,6 +589,7 @@ def decode_response(node: WireNode, api_key: int, version: int, frame: bytes) ->
         if len(body.responses) != 1 or len(body.responses[0].partitions) != 1:
             raise RaftcoreError("a fetch response must carry exactly one partition")
         p = body.responses[0].partitions[0]
+        _check_answers_for(name, node.config.topic, p.partition_index, api_key)
         cl = p.current_leader
         diverging = None
         if p.diverging_epoch is not None and p.diverging_epoch.epoch >= 0:
@@ -594,7 +610,12 @@ def decode_response(node: WireNode, api_key: int, version: int, frame: bytes) ->
         )
     if len(body.topics) != 1 or len(body.topics[0].partitions) != 1:
         raise RaftcoreError(f"a response to API {api_key} must carry exactly one partition")
-    p = body.topics[0].partitions[0]
+    topic = body.topics[0]
+    p = topic.partitions[0]
+    if api_key == ApiKey.FETCH_SNAPSHOT:
+        _check_answers_for(name, topic.name, p.index, api_key)
+    else:
+        _check_answers_for(name, topic.topic_name, p.partition_index, api_key)
     if api_key == ApiKey.FETCH_SNAPSHOT:
         cl = p.current_leader
         leader = (
@@ -617,6 +638,15 @@ def decode_response(node: WireNode, api_key: int, version: int, frame: bytes) ->
     if api_key == ApiKey.END_QUORUM_EPOCH:
         return EndQuorumEpochResponse(p.error_code, p.leader_id, p.leader_epoch)
     raise RaftcoreError(f"API {api_key} is not a raft response")
+
+
+def _check_answers_for(name: TopicPartition, topic: str, index: int, api_key: int) -> None:
+    """An answer names the partition of its request: one for another would step the wrong
+    group's core."""
+    if topic != name.topic or index != name.partition:
+        raise RaftcoreError(
+            f"an answer to API {api_key} for {name} names partition {index} of {topic!r}"
+        )
 
 
 def _top_level_error(api_key: int, error_code: int) -> RaftResponse:

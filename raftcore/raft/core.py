@@ -26,9 +26,10 @@ state by state in :mod:`raftcore.raft.polling`, the listener's progress in
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random as random_module
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -154,7 +155,11 @@ class RaftCore(LeaderRequests):
         committed_offset: int = 0,
         formatted: bool = False,
         joining: bool = False,
+        correlation_ids: Iterator[int] | None = None,
     ) -> None:
+        """``correlation_ids``: where the ids of this core's requests come from; a node that
+        hosts several groups gives them all one source, since their requests share its
+        connections and an answer is matched to its request by (peer, correlation id)."""
         self.node_id = node_id
         self.config = config
         self.log = log
@@ -196,7 +201,7 @@ class RaftCore(LeaderRequests):
         self._read_outcomes: list[ReadIndexOutcome] = []
         self._change_outcomes: list[reconfig.ChangeOutcome] = []
         self._change_token = 0
-        self._correlation = 0
+        self._correlation_ids = itertools.count(1) if correlation_ids is None else correlation_ids
         self.purgatory = FetchPurgatory(self)
         self.shutting_down = False
         # ((leader, epoch), now) of the last INFO line about fetches from the leader timing out
@@ -414,8 +419,7 @@ class RaftCore(LeaderRequests):
     # ---- helpers used by the RPC modules -----------------------------------------------------
 
     def next_correlation_id(self) -> int:
-        self._correlation += 1
-        return self._correlation
+        return next(self._correlation_ids)
 
     def send_request(
         self, destination: int, message: RaftRequest, now: int, after_flush: int = -1
