@@ -332,3 +332,23 @@ def test_list_describe_and_delete_groups():
         Errors.NONE,
         Errors.GROUP_ID_NOT_FOUND,
     ]
+
+
+def test_the_rebalance_timeout_keeps_a_static_member_that_did_not_rejoin_until_its_session_ends():
+    """Kafka removes only dynamic members at the join's end: a static member (KIP-345) whose
+    session outlasts the rebalance timeout is still in the next generation, unanswered."""
+    d = Driver()
+    long = 60_000
+    refs = [d.join(client="a", instance="i-a"), d.join(client="b", instance="i-b", session=long)]
+    d.gather()
+    a, b = (d.joined(r) for r in refs)
+    newcomer = d.join(client="c")  # a rebalance: a rejoins, b does not
+    ra = d.join(a.member_id, instance="i-a")
+    d.advance(REBALANCE)
+    answers = [d.joined(r) for r in (ra, newcomer)]
+    assert {j.generation_id for j in answers} == {2}
+    (leader,) = [j for j in answers if j.members]
+    assert b.member_id in {m.member_id for m in leader.members}
+    d.advance(long - REBALANCE)
+    g = d.coordinator.group("g")
+    assert g is not None and b.member_id not in g.members

@@ -158,6 +158,8 @@ def _complete_join(group: Group, step: Step) -> None:
     group.sync_deadline = step.now_ms + group.rebalance_timeout_ms()
     everyone = joined_members(group)
     for member in group.members.values():
+        if member.join_waiter is None:
+            continue  # a static member that did not rejoin
         is_leader = member.member_id == group.leader_id
         step.reply(
             member.join_waiter, join_answer(group, member.member_id, everyone if is_leader else ())
