@@ -67,7 +67,6 @@ class Member:
     heartbeat_deadline: int = 0
     # A JoinGroup (SyncGroup) waiting for the join (the leader's sync) to complete.
     join_waiter: Ref | None = None
-    join_supports_skip: bool = False
     sync_waiter: Ref | None = None
 
     def metadata(self, protocol: str | None) -> bytes:

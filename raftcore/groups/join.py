@@ -121,7 +121,6 @@ def _update(member: Member, req: JoinGroupRequest, ref: object | None, step: Ste
     member.rebalance_timeout_ms = req.rebalance_timeout_ms
     member.heartbeat_deadline = step.now_ms + req.session_timeout_ms
     member.join_waiter = ref
-    member.join_supports_skip = req.supports_skip_assignment
 
 
 def _join_known(group: Group, req: JoinGroupRequest, ref: object, step: Step) -> None:
