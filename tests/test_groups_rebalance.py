@@ -352,3 +352,20 @@ def test_the_rebalance_timeout_keeps_a_static_member_that_did_not_rejoin_until_i
     d.advance(long - REBALANCE)
     g = d.coordinator.group("g")
     assert g is not None and b.member_id not in g.members
+
+
+def test_next_deadline_is_when_the_next_expiry_happens_and_polling_earlier_does_nothing():
+    d = Driver()
+    a, b = d.stable_group(2)
+    d.advance(SESSION // 2)
+    assert d.heartbeat(a.member_id, 1) == Errors.NONE
+    a_session_ends = d.now + SESSION
+    deadline = d.coordinator.next_deadline()
+    assert deadline is not None
+    d.advance(deadline - d.now - 1)
+    g = d.coordinator.group("g")
+    assert g is not None and b.member_id in g.members and g.state == GroupState.STABLE
+    d.advance(1)  # b's session ends exactly now
+    assert b.member_id not in g.members and g.state == GroupState.PREPARING_REBALANCE
+    # Next: a's session, unless it heartbeats (then the rebalance timeout).
+    assert d.coordinator.next_deadline() == a_session_ends < d.now + REBALANCE
