@@ -75,7 +75,10 @@ def _view(group: Group | None) -> tuple[object, ...]:
 
 class Model:
     def __init__(self, delay: int) -> None:
-        self.d = Driver(GroupConfig(group_initial_rebalance_delay_ms=delay))
+        # offsets monotonic (the setting off): the invariant below says so
+        self.d = Driver(
+            GroupConfig(group_initial_rebalance_delay_ms=delay, allow_backward_commits=False)
+        )
         self.clients = [Client("static-0" if i == 0 else None, i == 1) for i in range(CLIENTS)]
         self.epoch = 0  # coordinator failovers so far
         self.leaders: dict[tuple[int, int], set[str]] = defaultdict(set)

@@ -23,10 +23,11 @@ class GroupConfig:
     group_max_size: int = _INT32_MAX
     # offset.metadata.max.bytes: the metadata string of one committed offset.
     offset_metadata_max_bytes: int = 4096
-    # Not a Kafka option: Kafka lets a member commit an offset below the committed one (after a
-    # seek). raftcore keeps committed offsets monotonic unless an operator resets them, and
-    # refuses such a commit with OFFSET_OUT_OF_RANGE; True restores Kafka's behaviour.
-    allow_backward_commits: bool = False
+    # Not a Kafka option. True (Kafka's behaviour, the default): a member of the current
+    # generation may commit an offset below the committed one (a consumer that seeks back and
+    # commits; unmodified clients do). False: committed offsets move back only by an operator's
+    # reset, and such a commit is refused with OFFSET_OUT_OF_RANGE.
+    allow_backward_commits: bool = True
 
     def __post_init__(self) -> None:
         if self.group_initial_rebalance_delay_ms < 0:

@@ -8,8 +8,9 @@ OffsetMetadataManager and ClassicGroup.validateOffsetCommit).
   a replaced static member) of the current generation (ILLEGAL_GENERATION: a member of a
   fenced generation cannot commit), and not while the group is CompletingRebalance
   (REBALANCE_IN_PROGRESS).
-- A committed offset never moves back by a commit (OFFSET_OUT_OF_RANGE) unless
-  ``allow_backward_commits``; only :meth:`OffsetStore.reset`, the operator's, moves it back.
+- With ``allow_backward_commits`` off, a committed offset never moves back by a commit
+  (OFFSET_OUT_OF_RANGE); only :meth:`OffsetStore.reset`, the operator's, moves it back. On (the
+  default, as Kafka), a member of the current generation may commit below it (after a seek).
 - OffsetDelete refuses a topic the group still subscribes to (GROUP_SUBSCRIBED_TO_TOPIC).
 """
 
