@@ -26,6 +26,7 @@ CLEAN = (
     "raftcore/kafka",
     "raftcore/testing",
     "raftcore/metadata",
+    "raftcore/groups",
 )
 ERROR = re.compile(r"^(raftcore/[A-Za-z0-9_]+(?:\.pyi?)?)[/:].*: error: ")
 

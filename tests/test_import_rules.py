@@ -216,6 +216,13 @@ def test_the_cluster_metadata_imports_only_itself_and_the_shared_modules():
     _none(_imports_outside(("raftcore.metadata",), allowed=("raftcore.metadata", *SHARED)))
 
 
+def test_the_group_coordinator_imports_only_itself_and_the_shared_modules():
+    """raftcore.groups (the classic consumer group coordinator) is a pure state machine like
+    the core: the node drives it, it drives nothing."""
+    allowed = ("raftcore.groups", "raftcore.topic_partition", *SHARED)
+    _none(_imports_outside(("raftcore.groups",), allowed))
+
+
 def test_the_in_memory_fakes_import_the_core_values_and_protocols_never_the_node():
     """raftcore.testing (the in-memory log and quorum-state store of the simulation and the
     tests) sits on the core's values and protocols, beside the durable pieces it stands in
@@ -312,12 +319,13 @@ _IO_RULES = [
     # (packages, modules of _IO or time that are refused there)
     (("raftcore.raft",), (*_IO, "time", "concurrent")),
     (("raftcore.metadata",), (*_IO, "time", "concurrent")),
+    (("raftcore.groups",), (*_IO, "time", "concurrent")),
     (("raftcore.protocol",), _IO),
     # The log and the snapshot store are read from the fsync thread and the loop: they lock.
     (("raftcore.log", "raftcore.snapshot"), ("asyncio", "socket", "ssl", "selectors")),
     (SHARED, _IO),
 ]
-_IO_RULE_NAMES = ["core", "metadata", "protocol", "log-and-snapshots", "shared"]
+_IO_RULE_NAMES = ["core", "metadata", "groups", "protocol", "log-and-snapshots", "shared"]
 _IO_EXCEPTIONS = {
     # An asyncio.BufferedProtocol that cuts frames out of what its owner's transport reads:
     # shared by the node's and the client's connections, it opens no socket and starts nothing.
