@@ -23,6 +23,7 @@ from raftcore.cli.certs import add_certs_command
 from raftcore.cli.format import add_format_command
 from raftcore.cli.logging_options import add_logging_options, configure_logging, debugging
 from raftcore.cli.node import add_node_command
+from raftcore.cli.partition import add_partition_option
 from raftcore.cli.quorum import add_quorum_commands
 from raftcore.cli.snapshot import add_snapshot_commands, verdict_line
 from raftcore.cli.spark import add_spark_commands
@@ -121,6 +122,7 @@ def _cmd_describe_quorum(args: argparse.Namespace) -> int:
         describe_quorum(
             _bootstrap(args),
             topic=args.topic,
+            partition=args.partition,
             timeout_s=args.timeout_ms / 1000,
             security=load_client_security(args.command_config),
         )
@@ -139,6 +141,7 @@ def _watch_quorum(args: argparse.Namespace) -> int:
         _bootstrap(args),
         sys.stdout,
         topic=args.topic,
+        partition=args.partition,
         interval_s=args.interval,
         timeout_s=args.timeout_ms / 1000,
         security=load_client_security(args.command_config),
@@ -224,6 +227,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
         producer = Producer(
             _bootstrap(args),
             topic=args.topic,
+            partition=args.partition,
             acks=args.acks,
             idempotent=args.acks == -1,
             compression=args.compression,
@@ -330,6 +334,7 @@ def _cmd_consume(args: argparse.Namespace) -> int:
         consumer = Consumer(
             _bootstrap(args),
             topic=args.topic,
+            partition=args.partition,
             start=start,
             max_wait_ms=200,
             request_timeout_ms=timeout_ms,
@@ -445,6 +450,7 @@ def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
         default=1.0,
         help="seconds between tables with --watch",
     )
+    add_partition_option(p, "describe-quorum")
     p.set_defaults(func=_cmd_describe_quorum)
 
     p = sub.add_parser("produce", help="write records: lines of stdin, the arguments, or generated")
@@ -454,6 +460,7 @@ def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
         "for a record's verdict; it gives up when nothing was acknowledged for this long and "
         "reports what was not written apart from what may have been",
     )
+    add_partition_option(p, "produce")
     p.add_argument("values", nargs="*", help="record values (default: one per line of stdin)")
     p.add_argument("--key-separator", default=None, help="split each line into key and value")
     p.add_argument(
@@ -501,6 +508,7 @@ def _add_cluster_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
         metavar="POSITION",
         help="earliest, latest, or an offset >= 0",
     )
+    add_partition_option(p, "consume")
     p.add_argument(
         "--follow",
         action="store_true",

@@ -33,6 +33,7 @@ async def watch_quorum(
     out: TextIO,
     *,
     topic: str = "raftcore",
+    partition: int = 0,
     interval_s: float = 1.0,
     timeout_s: float = 10.0,
     rounds: int | None = None,
@@ -45,7 +46,11 @@ async def watch_quorum(
     stop = stop or asyncio.Event()
     tty = out.isatty()
     cluster = ClusterClient(
-        bootstrap, topic=topic, request_timeout_ms=int(timeout_s * 1000), security=security
+        bootstrap,
+        topic=topic,
+        partition=partition,
+        request_timeout_ms=int(timeout_s * 1000),
+        security=security,
     )
     done = 0
     try:
@@ -66,6 +71,8 @@ async def watch_quorum(
                 table = f"no answer: {exc}"
             stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
             header = f"Every {interval_s:g}s: describe-quorum --bootstrap {','.join(bootstrap)}"
+            if partition:
+                header += f" --partition {partition}"
             if tty:
                 out.write(f"{CLEAR}{header}    {stamp}\n\n{table}\n")
             else:

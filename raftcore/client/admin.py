@@ -71,12 +71,18 @@ async def describe_quorum(
     bootstrap: list[str],
     *,
     topic: str = "raftcore",
+    partition: int = 0,
     timeout_s: float = 10.0,
     security: ClientSecurity | None = None,
 ) -> QuorumInfo:
-    """Ask the leader (found through Metadata) to describe the quorum."""
+    """Ask the leader of ``partition`` (found through Metadata) to describe its quorum: each
+    partition is a Raft group of its own."""
     cluster = ClusterClient(
-        bootstrap, topic=topic, request_timeout_ms=int(timeout_s * 1000), security=security
+        bootstrap,
+        topic=topic,
+        partition=partition,
+        request_timeout_ms=int(timeout_s * 1000),
+        security=security,
     )
     try:
         return await describe_quorum_with(cluster, topic=topic, timeout_s=timeout_s)
@@ -88,7 +94,7 @@ async def describe_quorum_with(
     cluster: ClusterClient, *, topic: str = "raftcore", timeout_s: float = 10.0
 ) -> QuorumInfo:
     """:func:`describe_quorum` on a client the caller keeps (``describe-quorum --watch``
-    asks again and again on the same connections)."""
+    asks again and again on the same connections). The partition is the client's."""
     deadline = time.monotonic() + timeout_s
     attempt = 0
     why = ""  # the last attempt's leader and what went wrong, for the final message
@@ -125,7 +131,12 @@ async def _describe_once(cluster: ClusterClient, topic: str) -> QuorumInfo:
     conn, _ = await cluster.leader_connection()
     cls = request_spec(ApiKey.DESCRIBE_QUORUM).cls
     body = cls(
-        topics=[cls.TopicData(topic_name=topic, partitions=[cls.PartitionData(partition_index=0)])]
+        topics=[
+            cls.TopicData(
+                topic_name=topic,
+                partitions=[cls.PartitionData(partition_index=cluster.partition)],
+            )
+        ]
     )
     resp = await conn.request(ApiKey.DESCRIBE_QUORUM, DESCRIBE_QUORUM_VERSION, body)
     if resp.error_code != Errors.NONE:

@@ -1,5 +1,6 @@
-"""What a client knows of the cluster: the nodes' endpoints and the partition's leader, kept up
-to date by Metadata and by KIP-951 leader hints in Produce/Fetch responses."""
+"""What a client knows of the cluster: the nodes' endpoints and the leader of the one partition
+it speaks to, kept up to date by Metadata and by KIP-951 leader hints in Produce/Fetch
+responses."""
 
 from __future__ import annotations
 
@@ -20,7 +21,14 @@ from raftcore.security.config import ClientSecurity
 from raftcore.security.sasl_client import SaslAuthenticationError
 from raftcore.security.tls import client_context
 
-__all__ = ["ClusterClient", "LeaderHint", "NoLeaderError", "UnknownTopicError", "UnreachableError"]
+__all__ = [
+    "ClusterClient",
+    "LeaderHint",
+    "NoLeaderError",
+    "UnknownPartitionError",
+    "UnknownTopicError",
+    "UnreachableError",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +49,11 @@ class UnknownTopicError(RaftcoreError):
     """The cluster does not serve the topic asked for (Metadata answered
     UNKNOWN_TOPIC_OR_PARTITION): not retried, since raftcore creates no topics. The message
     names the topics it serves."""
+
+
+class UnknownPartitionError(UnknownTopicError):
+    """The topic has no partition of the index asked for (Metadata lists its partitions and
+    that one is not among them): not retried. The message says how many it has."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +81,7 @@ class ClusterClient:
         bootstrap: list[str | Endpoint],
         *,
         topic: str = "raftcore",
+        partition: int = 0,
         client_id: str = "raftcore-client",
         request_timeout_ms: int = 30_000,
         retry_backoff_ms: int = 100,
@@ -78,11 +92,14 @@ class ClusterClient:
     ) -> None:
         if not bootstrap:
             raise ValueError("at least one bootstrap address is needed")
+        if partition < 0:
+            raise ValueError(f"a partition index is >= 0, got {partition}")
         self.security = security or ClientSecurity()
         # TLS to every node (raftcore.security.tls); built now: a bad file fails here
         self.ssl = client_context(self.security) if self.security.uses_tls else None
         self.bootstrap = [parse_endpoint(b) if isinstance(b, str) else b for b in bootstrap]
         self.topic = topic
+        self.partition = partition  # the one partition whose leader this client follows
         self.client_id = client_id
         self.request_timeout_s = request_timeout_ms / 1000
         self.retry_backoff_ms = retry_backoff_ms
@@ -241,7 +258,7 @@ class ClusterClient:
                     raise UnreachableError(f"{_cannot_reach(failures)} within {budget:g} s")
                 raise NoLeaderError(
                     f"no node of {', '.join(map(str, candidates))} knows a leader for "
-                    f"{self.topic} (waited {budget:g} s)"
+                    f"{self._named()} (waited {budget:g} s)"
                 )
             await asyncio.sleep(min(self.backoff_s(attempt), max(0.0, deadline - now)))
 
@@ -269,8 +286,11 @@ class ClusterClient:
             if topic.error_code != Errors.NONE:
                 raise RaftcoreError(f"topic {self.topic}: error {error_name(topic.error_code)}")
             self.topic_id = bytes(topic.topic_id)
+            indexes = [p.partition_index for p in topic.partitions]
+            if indexes and self.partition not in indexes:
+                raise UnknownPartitionError(_no_such_partition(self.topic, self.partition, indexes))
             for p in topic.partitions:
-                if p.partition_index == 0 and p.leader_id >= 0:
+                if p.partition_index == self.partition and p.leader_id >= 0:
                     known = self.leader
                     if known is None or p.leader_epoch >= known.epoch:
                         if known is None or known.leader_id != p.leader_id:
@@ -279,6 +299,10 @@ class ClusterClient:
                     self._refreshed.set()
                     return True
         return False
+
+    def _named(self) -> str:
+        """``raftcore``, or ``raftcore partition 2`` for any partition but the first."""
+        return self.topic if self.partition == 0 else f"{self.topic} partition {self.partition}"
 
     async def _served_topics(self, endpoint: Endpoint) -> list[str]:
         cls = request_spec(ApiKey.METADATA).cls
@@ -300,6 +324,14 @@ class ClusterClient:
         """Exponential backoff with jitter (Kafka's retry.backoff.ms / retry.backoff.max.ms)."""
         base = min(self.retry_backoff_max_ms, self.retry_backoff_ms * (2 ** max(attempt - 1, 0)))
         return base * (0.8 + random.random() * 0.4) / 1000
+
+
+def _no_such_partition(topic: str, partition: int, indexes: list[int]) -> str:
+    """``topic raftcore has 3 partitions (0..2); no partition 5``."""
+    count = len(indexes)
+    span = "0" if count == 1 else f"0..{max(indexes)}"
+    plural = "" if count == 1 else "s"
+    return f"topic {topic} has {count} partition{plural} ({span}); no partition {partition}"
 
 
 def _cannot_reach(failures: dict[Endpoint, BaseException]) -> str:

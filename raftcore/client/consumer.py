@@ -56,14 +56,15 @@ class ConsumeError(RaftcoreError):
 
 
 class Consumer:
-    """Reads partition 0 of ``topic`` from ``start``: ``"earliest"``, ``"latest"`` or an
-    offset."""
+    """Reads one partition of ``topic`` (``partition``, default 0) from ``start``:
+    ``"earliest"``, ``"latest"`` or an offset."""
 
     def __init__(
         self,
         bootstrap: list[str],
         *,
         topic: str = "raftcore",
+        partition: int = 0,
         start: str | int = "earliest",
         max_wait_ms: int = 500,
         max_bytes: int = 8 << 20,
@@ -80,6 +81,7 @@ class Consumer:
         self.cluster = ClusterClient(
             bootstrap,
             topic=topic,
+            partition=partition,
             client_id=client_id,
             request_timeout_ms=request_timeout_ms,
             retry_backoff_ms=retry_backoff_ms,
@@ -87,6 +89,7 @@ class Consumer:
             security=security,
         )
         self.topic = topic
+        self.partition = partition
         self.start_at = start
         self.max_wait_ms = max_wait_ms
         self.max_bytes = max_bytes
@@ -221,7 +224,9 @@ class Consumer:
                     name=self.topic,
                     partitions=[
                         cls.ListOffsetsPartition(
-                            partition_index=0, current_leader_epoch=-1, timestamp=timestamp
+                            partition_index=self.partition,
+                            current_leader_epoch=-1,
+                            timestamp=timestamp,
                         )
                     ],
                 )
@@ -265,7 +270,7 @@ class Consumer:
                     topic_id=topic_id,
                     partitions=[
                         cls.FetchPartition(
-                            partition=0,
+                            partition=self.partition,
                             current_leader_epoch=leader.epoch,
                             fetch_offset=position,
                             last_fetched_epoch=-1,

@@ -161,6 +161,7 @@ class Producer:
         bootstrap: list[str],
         *,
         topic: str = "raftcore",
+        partition: int = 0,
         acks: int = -1,
         idempotent: bool = True,
         compression: str = "none",
@@ -196,6 +197,7 @@ class Producer:
         self.cluster = ClusterClient(
             bootstrap,
             topic=topic,
+            partition=partition,
             client_id=client_id,
             request_timeout_ms=request_timeout_ms,
             retry_backoff_ms=retry_backoff_ms,
@@ -203,6 +205,7 @@ class Producer:
             security=security,
         )
         self.topic = topic
+        self.partition = partition  # every record goes to it: no partitioner here
         self.acks = acks
         self.idempotent = idempotent
         self.compression = compression
@@ -476,7 +479,9 @@ class Producer:
             topic_data=[
                 cls.TopicProduceData(
                     name=self.topic,
-                    partition_data=[cls.PartitionProduceData(index=0, records=batch.data)],
+                    partition_data=[
+                        cls.PartitionProduceData(index=self.partition, records=batch.data)
+                    ],
                 )
             ],
         )
