@@ -183,6 +183,28 @@ def test_graceful_stop_of_the_leader_resigns_and_another_leads_the_next_epoch(tm
     run(main())
 
 
+def test_a_stopped_node_opens_no_connection_and_runs_no_step_of_its_core(tmp_path):
+    """A step or a request late in a node's close (an answer still in flight, a peer that
+    connects meanwhile and is asked what it serves) must not open a connection nobody will
+    close (one retried a dead peer for 92 s) nor reach a core whose log is closed
+    (LogClosedError stopped the node as a failure)."""
+
+    async def main():
+        async with cluster(tmp_path) as nodes:
+            node = nodes[0]
+            await leader_of(nodes)
+            await node.stop()
+            opened = node.peers.opened
+            assert node.peers.get(2) is None and node.peers.opened == opened
+            with pytest.raises(ConnectionError, match="not running"):
+                await node.request_peer(2, ApiKey.API_VERSIONS, 3, None, 1.0)
+            assert node.group.running_core() is None
+            node.group.run(lambda now: pytest.fail("a step ran after the close"))
+            assert node.failure is None
+
+    run(main())
+
+
 # ---- the transport --------------------------------------------------------------------------
 
 

@@ -123,6 +123,9 @@ class RaftGroup:
         self._log_start_moved = Waiters()  # woken when the log start moves or the role changes
         self.reads = reads.ReadWaiters()
         self.started = False
+        # set as the close begins: no step of the core runs from then on (a connection's late
+        # answer must not reach a core whose log is closing)
+        self.closing = False
         self.failure: NodeFailedError | None = None  # the node's, once it stops itself
         # set when the core says a stopping leader has told the voters it resigned
         self._shutdown_ready: asyncio.Future[None] | None = None
@@ -301,6 +304,7 @@ class RaftGroup:
     async def close(self) -> None:
         """The rest of the close, once the connections are closed: every waiter fails, the
         state machine stops, the log closes (abandoned after a failure)."""
+        self.closing = True
         if self.core is not None:
             self.voter_changes.fail_all(self.core.leader_and_epoch())
         stopped = f"{self.prefix} node stopped"
@@ -352,8 +356,8 @@ class RaftGroup:
         return self.core is not None and self.core.is_leader()
 
     def running_core(self) -> RaftCore | None:
-        """The core while the group runs (started, not closed yet), else None."""
-        return self.core if self.started else None
+        """The core while the group runs (started, not closing), else None."""
+        return self.core if self.started and not self.closing else None
 
     def _require_core(self) -> RaftCore:
         if self.core is None or not self.started:
@@ -430,8 +434,8 @@ class RaftGroup:
         survive itself (a leader whose log cannot be written resigns; a damaged batch is
         repaired from the leader; a snapshot download on a full disk is dropped and tried
         again)."""
-        if self.failure is not None:
-            return  # stopped: nothing more is done
+        if self.failure is not None or self.closing:
+            return  # stopped, or closing: nothing more is done
         try:
             self.drive(step(self.clock()))
         except Exception as exc:

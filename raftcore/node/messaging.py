@@ -374,7 +374,7 @@ class Messaging:
         lost, TimeoutError."""
         core = self._any_core()  # (running)
         own = self._own_peers
-        if core is None or own is None or self._loop is None:
+        if core is None or own is None or own.closed or self._loop is None:
             raise ConnectionError(f"{self.prefix} not running: no request to node {peer_id}")
         own.sweep({peer_id})  # the others unused for IDLE_CLOSE_S are closed
         peer = own.get(peer_id)

@@ -194,10 +194,13 @@ class Peers:
         self._stopping: set[asyncio.Future[None]] = set()
         self._unknown_logged: set[int] = set()
         self.opened = 0  # connections ever opened (for tests and metrics)
+        self.closed = False  # after close(), nothing is opened again
 
     def get(self, node_id: int) -> PeerConnection | None:
         """The connection to ``node_id``, opened now if there is none (None: its address is
-        not known)."""
+        not known, or these connections are closed)."""
+        if self.closed:  # a step or a request late in the node's close opens nothing to leak
+            return None
         endpoint = self.book.endpoint_of(node_id)
         peer = self.connections.get(node_id)
         if peer is not None and peer.endpoint != endpoint:
@@ -289,6 +292,7 @@ class Peers:
             task.add_done_callback(self._stopping.discard)
 
     async def close(self) -> None:
+        self.closed = True
         for node_id in list(self.connections):
             self._close(node_id)
         for task in list(self._stopping):
