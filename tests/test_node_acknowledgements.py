@@ -54,6 +54,7 @@ async def leader_without_followers(nodes):  # type: ignore[no-untyped-def]
     return leader
 
 
+@pytest.mark.slow
 def test_a_leader_that_loses_its_followers_answers_a_waiting_produce_not_leader_at_once(tmp_path):
     async def main():
         async with cluster(tmp_path) as nodes:
