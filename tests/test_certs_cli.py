@@ -17,7 +17,7 @@ import raftcore
 from raftcore.cli import main
 from raftcore.node.local_cluster import LocalCluster, free_ports
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 
 SOURCE = str(Path(raftcore.__file__).parent.parent)
 FAST = ["--election-timeout-ms", "500", "--fetch-timeout-ms", "1000"]

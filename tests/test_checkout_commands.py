@@ -15,7 +15,7 @@ from checkout_helpers import RAFTCORE_ROOT, unbuilt_checkout
 
 import raftcore._native
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 def run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

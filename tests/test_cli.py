@@ -13,6 +13,8 @@ from raftcore.cli import main
 from raftcore.log import SegmentedLog
 from raftcore.records import ControlRecordType, control_record_key
 
+pytestmark = pytest.mark.slow
+
 
 def make_log(path):
     with SegmentedLog.open(path, segment_bytes=2048) as log:

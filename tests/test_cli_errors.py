@@ -26,6 +26,8 @@ from raftcore.client.cluster import ClusterClient, NoLeaderError, UnreachableErr
 from raftcore.log import SegmentedLog
 from raftcore.node.local_cluster import free_ports
 
+pytestmark = pytest.mark.slow
+
 SOURCE = str(Path(raftcore.__file__).parent.parent)
 
 

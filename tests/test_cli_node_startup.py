@@ -26,6 +26,8 @@ from raftcore.node.node import RaftNode
 from raftcore.node.peer_health import PeerReachability
 from raftcore.raft.config import QuorumConfig
 
+pytestmark = pytest.mark.slow
+
 SOURCE = str(Path(raftcore.__file__).parent.parent)
 
 

@@ -21,7 +21,7 @@ from raftcore.records import ControlRecordType, control_record_key, iter_batches
 from raftcore.snapshot import SnapshotId, SnapshotStore
 from raftcore.statemachine import LmdbStateMachine, StoreSnapshotReader
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 BATCHES_PER_EPOCH = 10
 PAIRS_PER_BATCH = 50

@@ -38,6 +38,7 @@ async def lone_leader(tmp_path: Path):  # type: ignore[no-untyped-def]
         await node.stop()
 
 
+@pytest.mark.slow
 def test_a_silent_bootstrap_address_does_not_cost_the_client_the_answering_one(
     silent_port: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -199,6 +200,7 @@ def test_the_exactly_once_writer_asks_a_silent_leader_only_until_its_deadline(
     assert elapsed < 2.0, f"gave up after {elapsed:.2f} s"
 
 
+@pytest.mark.slow
 def test_a_consumer_whose_leader_went_silent_asks_the_others_before_retrying(
     silent_port: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -228,6 +230,7 @@ def test_a_consumer_whose_leader_went_silent_asks_the_others_before_retrying(
     assert elapsed < 1.7, f"first poll after {elapsed:.2f} s"
 
 
+@pytest.mark.slow
 def test_a_producer_whose_leader_went_silent_asks_the_others_before_resending(
     silent_port: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -258,6 +261,7 @@ def test_a_producer_whose_leader_went_silent_asks_the_others_before_resending(
     assert elapsed < 1.7, f"acknowledged after {elapsed:.2f} s"
 
 
+@pytest.mark.slow
 def test_an_idempotent_producer_whose_leader_went_silent_asks_the_others_first(
     silent_port: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -30,6 +30,8 @@ from raftcore.client.consumer import ConsumeError
 from raftcore.node import Endpoint
 from raftcore.node.local_cluster import LocalCluster
 
+pytestmark = pytest.mark.slow
+
 TIMEOUT_MS = 2500
 ALLOWED_S = TIMEOUT_MS / 1000 * 1.1
 # A long fetch timeout: a leader that lost its followers leads on (check quorum: 1.5 x it), and

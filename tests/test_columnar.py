@@ -137,6 +137,7 @@ def build_log(batches) -> bytes:
 # ---- round trip against the record codec -----------------------------------------------------
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(batches=log_batches, include_control=st.booleans())
 def test_every_row_is_what_the_record_codec_reads(batches, include_control):
@@ -244,6 +245,7 @@ def test_truncation_at_every_byte_raises_as_iter_batches_does():
         assert ours == codec_outcome(data[:cut], include_control=True), cut
 
 
+@pytest.mark.slow
 @settings(SETTINGS, max_examples=example_count(300))
 @given(batches=log_batches, data=st.data())
 def test_damaged_records_with_a_valid_crc_fail_where_the_codec_fails(batches, data):

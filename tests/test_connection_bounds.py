@@ -234,6 +234,7 @@ def test_a_frame_that_does_not_arrive_whole_within_the_frame_receive_timeout_clo
     run(main())
 
 
+@pytest.mark.slow
 def test_a_sasl_connection_that_does_not_log_in_within_the_login_timeout_is_closed(tmp_path):
     from sasl_helpers import NODE_PASSWORD, USERS, users_file
     from test_sasl import Raw

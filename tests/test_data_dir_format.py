@@ -191,6 +191,7 @@ def test_a_node_started_with_other_voters_than_it_was_formatted_with_refuses(tmp
         _start(cfg)
 
 
+@pytest.mark.slow
 @pytest.mark.unformatted
 def test_a_node_formatted_to_join_and_started_with_voters_is_an_observer(tmp_path):
     cfg = _config(tmp_path / "node-1")  # alone in --voters: it would elect itself at once

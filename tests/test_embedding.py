@@ -220,6 +220,7 @@ def docs_service() -> str:
     return match.group(1)
 
 
+@pytest.mark.slow
 def test_the_docs_service_writes_through_a_follower_watches_and_stops_within_a_second(
     tmp_path, capsys
 ):

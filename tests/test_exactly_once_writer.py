@@ -24,6 +24,8 @@ from raftcore.records import iter_batches
 from raftcore.spark.options import ReadOptions
 from raftcore.spark.remote import fetch_range
 
+pytestmark = pytest.mark.slow
+
 BATCH = 50
 
 

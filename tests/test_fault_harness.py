@@ -27,6 +27,8 @@ from faults.state_check import NodeState, SnapshotFile
 
 from raftcore.error_codes import Errors
 
+pytestmark = pytest.mark.slow
+
 
 def _namespaces_left() -> list[str]:
     """This process's namespaces still present (a run must remove all of its own)."""

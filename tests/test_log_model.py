@@ -7,12 +7,15 @@ import os
 import shutil
 import tempfile
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from raftcore.log import SegmentedLog
 from raftcore.records import encode_batch, iter_batches
+
+pytestmark = pytest.mark.slow  # the one test: a few seconds of random sequences
 
 CONFIG = {"segment_bytes": 600, "index_interval_bytes": 64}
 

@@ -34,7 +34,7 @@ from raftcore.node.local_cluster import LocalCluster, free_ports
 from raftcore.node.node import RaftNode
 from raftcore.statemachine import DictStateMachine
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 
 ROOT = Path(raftcore.__file__).parent.parent  # the raftcore under test (installed in CI)
 DOC = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"  # the checkout's docs

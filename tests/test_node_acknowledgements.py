@@ -54,6 +54,7 @@ async def leader_without_followers(nodes):  # type: ignore[no-untyped-def]
     return leader
 
 
+@pytest.mark.slow
 def test_a_leader_that_loses_its_followers_answers_a_waiting_produce_not_leader_at_once(tmp_path):
     async def main():
         async with cluster(tmp_path) as nodes:
@@ -179,6 +180,7 @@ def test_the_producer_retries_a_not_acknowledged_batch_at_the_new_leader(tmp_pat
     run(main())
 
 
+@pytest.mark.slow
 def test_after_a_delivery_timeout_the_producer_starts_a_new_session_and_writes_again(tmp_path):
     """An expired idempotent batch leaves a gap in the sequence numbers; the leader would refuse
     every later batch (OUT_OF_ORDER_SEQUENCE_NUMBER) forever. The producer starts a new session

@@ -152,6 +152,7 @@ async def a_leader_among(nodes: list[RaftNode], timeout_s: float = 10.0) -> Raft
     return found[0]
 
 
+@pytest.mark.slow
 def test_a_survivor_of_two_wiped_disks_refuses_the_new_majority_and_keeps_its_log(tmp_path):
     """The field failure, in one process: three voters take writes and stop; nodes 2 and 3
     come back on empty directories with their usual configuration and elect a leader of an

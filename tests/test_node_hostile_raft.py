@@ -472,6 +472,7 @@ async def as_node_9(tmp_path: Path, protocol: str) -> AsyncIterator[tuple[list[R
         yield nodes, connect
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("protocol", ["SASL_PLAINTEXT", "SASL_SSL"])
 def test_contradicting_raft_requests_from_a_non_voters_node_identity_harm_no_node(
     tmp_path, caplog, protocol

@@ -21,7 +21,7 @@ from raftcore.node.config import NodeConfig
 from raftcore.node.local_cluster import free_ports
 from raftcore.protocol.api import ApiKey
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 
 
 # ---- raftcore node's options ------------------------------------------------------------------

@@ -85,6 +85,7 @@ async def followers_follow_once_writes_go_on(leader: RaftNode, nodes, limit: int
         await asyncio.sleep(0.05)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("state_machine", [False, True], ids=["log-only", "state-machine"])
 def test_retention_bytes_lets_whole_segments_go_on_every_replica(tmp_path, state_machine):
     retention = RetentionConfig(retention_bytes=4 * SEGMENT, check_interval_ms=100)
@@ -130,6 +131,7 @@ def test_retention_bytes_lets_whole_segments_go_on_every_replica(tmp_path, state
     asyncio.run(asyncio.wait_for(main(), 80))
 
 
+@pytest.mark.slow
 def test_retention_ms_with_segment_ms_lets_old_records_go(tmp_path):
     """segment.ms seals the active segment once its first record is that old, so that
     retention.ms can reach it; only whole, committed segments go. Time is the records' own
@@ -166,6 +168,7 @@ def test_retention_ms_with_segment_ms_lets_old_records_go(tmp_path):
     asyncio.run(asyncio.wait_for(main(), 60))
 
 
+@pytest.mark.slow
 def test_a_replica_down_while_retention_moved_the_log_start_catches_up_by_the_empty_snapshot(
     tmp_path,
 ):

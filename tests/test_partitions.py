@@ -24,7 +24,7 @@ from raftcore.raft.messages import FetchRequest, Outbound, VoteRequest, VoteResp
 from raftcore.records import encode_batch
 from raftcore.topic_partition import TopicPartition
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 TOPIC = "raftcore"
 PARTITIONS = 3

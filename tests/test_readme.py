@@ -40,7 +40,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 ROOT = RAFTCORE_ROOT  # the raftcore under test
 README_PORTS = ("9090", "9091", "9092", "9093")
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 MARKED = re.compile(
     r"<!-- (readme-test|demo-command|test-command):?\s*([^>]*?)\s*-->\s*\n```(\w+)\n(.*?)```",

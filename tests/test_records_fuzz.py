@@ -412,6 +412,7 @@ def fuzz_loop(seed: int, iterations: int) -> None:
         exercise(bytes(damaged))
 
 
+@pytest.mark.slow
 def test_fuzz_loop_in_a_child_process_exits_cleanly():
     """A native crash (segfault, abort) in the readers fails this test with the seed, instead
     of killing the whole pytest run."""

@@ -20,7 +20,7 @@ from sasl_helpers import CLUSTER_ID, NODE_PASSWORD, USERS, client, run, users_fi
 import raftcore
 from raftcore.node.local_cluster import LocalCluster, free_ports
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 @pytest.fixture(scope="module", params=["SASL_PLAINTEXT", "SASL_SSL"])

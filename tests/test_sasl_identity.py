@@ -140,6 +140,7 @@ def sasl_ssl(
     )
 
 
+@pytest.mark.slow
 def test_a_sasl_login_as_a_node_on_sasl_ssl_is_not_a_node(tmp_path):
     """On SASL_SSL a node is the node its certificate names. The password the nodes used to
     share (still configured here, as the docs once set SASL_SSL up) logs in as node-2 only on
@@ -443,6 +444,7 @@ def test_an_unknown_scram_user_s_server_first_message_has_a_real_user_s_shape_pe
     run(main())
 
 
+@pytest.mark.slow
 def test_a_login_hashing_a_password_does_not_hold_up_other_connections_and_answers_in_order(
     tmp_path, monkeypatch
 ):

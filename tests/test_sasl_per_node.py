@@ -33,7 +33,7 @@ from raftcore.protocol.api import ApiKey
 from raftcore.security.config import ClientSecurity
 from raftcore.security.scram import ScramClient
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 # a little slower than the other process tests' 500 ms: no election of its own during a test
 TIMEOUTS = ["--election-timeout-ms", "1000", "--fetch-timeout-ms", "2000"]

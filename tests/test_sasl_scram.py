@@ -27,6 +27,8 @@ from raftcore.security.users import (
     write_users,
 )
 
+pytestmark = pytest.mark.slow
+
 # ---- RFC 7677 section 3 (SCRAM-SHA-256) and RFC 5802 section 5 (SCRAM-SHA-1) ---------------
 
 RFC7677 = {

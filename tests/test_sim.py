@@ -10,6 +10,8 @@ import pytest
 
 from raftcore.sim import Scenario, Simulation
 
+pytestmark = pytest.mark.slow
+
 SIM_SEEDS = int(os.environ.get("RAFTCORE_SIM_SEEDS", "1000"))
 
 # The planted bugs of raftcore.sim.plants. Which seed catches one first moves whenever the

@@ -25,7 +25,7 @@ from raftcore.raft.messages import FetchSnapshotResponse
 from raftcore.security.certs import make_certs
 from raftcore.statemachine import DictStateMachine, LmdbStateMachine
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 # Timeouts roomier than FAST: six nodes' threads share one process (and a busy machine), and
 # an election in the middle of a download rightly drops it.

@@ -44,7 +44,7 @@ from raftcore.spark.remote import committed_range  # noqa: E402
 from raftcore.statemachine import LmdbStateMachine  # noqa: E402
 from raftcore.statemachine.store_snapshots import StoreSnapshotReader  # noqa: E402
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 LMDB = ["--state-machine", "lmdb", "--state-map-size", str(64 << 20)]
 MAP = 64 << 20

@@ -30,7 +30,7 @@ from raftcore.kafka.producer_ids import derived_producer_id  # noqa: E402
 from raftcore.node.local_cluster import LocalCluster  # noqa: E402
 from raftcore.spark import SparkSourceError, WriteOptions  # noqa: E402
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 
 @pytest.fixture(scope="module")

@@ -43,7 +43,7 @@ from raftcore.node.local_cluster import LocalCluster  # noqa: E402
 from raftcore.spark import ReadOptions, SparkSourceError  # noqa: E402
 from raftcore.spark.planning import NO_BOUNDS, plan_ranges, push_filters  # noqa: E402
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 RECORDS = 1000
 PART = 150  # offsets per Spark partition: several partitions

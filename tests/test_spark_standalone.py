@@ -39,7 +39,7 @@ from cluster_helpers import FAST, consume_all, key, produce, run, wait_caught_up
 import raftcore
 from raftcore.node.local_cluster import LocalCluster, free_ports
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 RECORDS = 600
 PART = 250  # offsets per Spark partition: several tasks

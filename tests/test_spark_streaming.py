@@ -31,7 +31,7 @@ from raftcore.node.local_cluster import LocalCluster  # noqa: E402
 from raftcore.spark import ReadOptions, SparkSourceError  # noqa: E402
 from raftcore.spark.stream import DataLossError, RaftcoreStreamReader, next_end  # noqa: E402
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 
 # ---- offsets and plans, no Spark session ----------------------------------------------------

@@ -82,6 +82,7 @@ def snapshot_files(tmp_path: Path) -> list[Path]:
     return sorted(tmp_path.glob("*/log/*.checkpoint"))
 
 
+@pytest.mark.slow
 def test_damaged_lmdb_values_and_snapshots_never_spread_every_replica_ends_with_the_leaders(
     tmp_path,
 ):
@@ -192,6 +193,7 @@ def test_damaged_lmdb_values_and_snapshots_never_spread_every_replica_ends_with_
     run(main(), timeout_s=170)
 
 
+@pytest.mark.slow
 def test_a_damaged_value_read_on_a_replica_is_refused_then_served_again_once_rebuilt(tmp_path):
     """A local read that meets a damaged value raises DamagedValueError (never the value);
     the replica rebuilds from its snapshot and log, and the same read then answers the
@@ -227,6 +229,7 @@ def test_a_damaged_value_read_on_a_replica_is_refused_then_served_again_once_reb
     run(main(), timeout_s=120)
 
 
+@pytest.mark.slow
 def test_a_replica_that_must_load_its_damaged_snapshot_downloads_the_leaders_copy(tmp_path):
     """An observer whose state machine is gone (behind its log start) and whose only
     snapshot is damaged: at start the snapshot is set aside, its listener waits, and it

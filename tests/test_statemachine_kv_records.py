@@ -28,6 +28,7 @@ def reference_pairs(data: bytes, from_offset: int = 0, max_key_size: int = 511):
     return pairs, skipped
 
 
+@pytest.mark.slow
 @settings(max_examples=example_count(300), deadline=None)
 @given(
     recs=record_lists,
@@ -102,6 +103,7 @@ def test_malformed_records_are_refused_with_a_reason(records, kw, match):
         decode_kv_pairs(batch(records, **kw))
 
 
+@pytest.mark.slow
 @settings(max_examples=example_count(400), deadline=None)
 @given(
     recs=record_lists,

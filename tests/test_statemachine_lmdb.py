@@ -112,6 +112,7 @@ def test_a_batch_and_its_applied_offset_commit_in_one_transaction(tmp_path):
     assert check_state_matches_offset(tmp_path) == 120
 
 
+@pytest.mark.slow
 def test_a_process_killed_at_any_moment_leaves_the_state_of_its_applied_offset(tmp_path):
     """SIGKILL at random moments of a process applying batches of 50, then resuming from the
     applied offset: the state always holds exactly the records below the stored offset."""

@@ -339,6 +339,7 @@ def test_a_batch_is_applied_only_once_the_local_log_has_fsynced_it(tmp_path):
     run(main())
 
 
+@pytest.mark.slow
 def test_a_full_backlog_pauses_delivery_and_it_resumes_where_it_stopped(tmp_path):
     async def main():
         (cfg,) = node_configs(tmp_path, count=1)

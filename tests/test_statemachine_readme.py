@@ -24,6 +24,7 @@ def example() -> str:
     return match.group(1)
 
 
+@pytest.mark.slow
 def test_the_readme_key_value_example_runs_and_every_replica_agrees(tmp_path, capsys):
     code = example()
     assert len(code.splitlines()) <= 30  # about 20 lines of substance

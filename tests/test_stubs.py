@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 MODULES = [
     "raftcore._native.crc32c",
     "raftcore._native.records",
@@ -15,6 +17,7 @@ MODULES = [
 ]
 
 
+@pytest.mark.slow
 def test_native_stubs_match_the_compiled_modules(tmp_path):
     allowlist = Path(__file__).with_name("stubtest-allowlist.txt")
     result = subprocess.run(

@@ -209,6 +209,7 @@ def test_a_mutual_tls_cluster_elects_and_commits_what_a_tls_client_with_a_certif
     run(main())
 
 
+@pytest.mark.slow
 def test_a_peer_whose_certificate_another_ca_signed_fails_the_handshake(
     tmp_path, certs, other_ca, caplog
 ):
@@ -236,6 +237,7 @@ def test_a_peer_whose_certificate_another_ca_signed_fails_the_handshake(
     assert "operation not permitted" not in caplog.text
 
 
+@pytest.mark.slow
 def test_a_node_holding_another_nodes_certificate_is_refused_both_ways(tmp_path, certs, caplog):
     """Node 3 runs with node-2's certificate (same CA): its Vote and Fetch claim node 3 and are
     answered CLUSTER_AUTHORIZATION_FAILED; the others refuse to talk to it as node 3."""
