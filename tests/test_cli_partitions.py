@@ -13,7 +13,7 @@ import pytest
 from raftcore.cli import build_parser, main
 from raftcore.node.local_cluster import LocalCluster
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 PARTITIONS = 3
 
