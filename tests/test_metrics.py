@@ -33,12 +33,14 @@ from raftcore.node.config import NodeConfig
 from raftcore.node.local_cluster import LocalCluster, free_ports
 from raftcore.node.node import RaftNode
 from raftcore.statemachine import DictStateMachine
+from raftcore.topic_partition import TopicPartition
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 
 ROOT = Path(raftcore.__file__).parent.parent  # the raftcore under test (installed in CI)
 DOC = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"  # the checkout's docs
 CLUSTER_ID = "metrics-tests"
+P0 = {"topic": "raftcore", "partition": "0"}  # the labels of partition 0's series
 
 
 def metric_samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -78,7 +80,7 @@ def url_of(node: RaftNode) -> str:
 
 
 @contextlib.asynccontextmanager
-async def cluster(tmp_path: Path, size: int = 3):  # type: ignore[no-untyped-def]
+async def cluster(tmp_path: Path, size: int = 3, **kw):  # type: ignore[no-untyped-def]
     ports = free_ports(size)
     voters = {i + 1: Endpoint("127.0.0.1", p) for i, p in enumerate(ports)}
     nodes = [
@@ -90,6 +92,7 @@ async def cluster(tmp_path: Path, size: int = 3):  # type: ignore[no-untyped-def
                 cluster_id=CLUSTER_ID,
                 quorum=FAST,
                 metrics_port=0,  # a free port each
+                **kw,
             ),
             listener=Collector(),
         )
@@ -137,12 +140,12 @@ def test_leader_metrics_show_role_offsets_requests_bytes_fsyncs_connections_and_
                 status, text = await http_get(url_of(leader))  # the producer still connected
             assert status == 200
             m = metric_samples(text)
-            assert value(m, "raftcore_raft_role", role="leader") == 1
-            assert value(m, "raftcore_raft_role", role="follower") == 0
-            assert value(m, "raftcore_raft_leader_id") == leader.node_id
-            assert value(m, "raftcore_raft_high_watermark") == last + 1
-            assert value(m, "raftcore_log_end_offset") == last + 1
-            assert value(m, "raftcore_log_start_offset") == 0
+            assert value(m, "raftcore_raft_role", **P0, role="leader") == 1
+            assert value(m, "raftcore_raft_role", **P0, role="follower") == 0
+            assert value(m, "raftcore_raft_leader_id", **P0) == leader.node_id
+            assert value(m, "raftcore_raft_high_watermark", **P0) == last + 1
+            assert value(m, "raftcore_log_end_offset", **P0) == last + 1
+            assert value(m, "raftcore_log_start_offset", **P0) == 0
             produced = value(m, "raftcore_kafka_request_duration_seconds_count", request="Produce")
             assert produced is not None and produced >= REQUESTS
             in_buckets = value(
@@ -161,16 +164,19 @@ def test_leader_metrics_show_role_offsets_requests_bytes_fsyncs_connections_and_
             followers = sorted(n.node_id for n in nodes if n is not leader)
             for f in followers:  # present for both, as the leader sees them
                 key = {"replica": str(f), "voter": "true"}
-                assert value(m, "raftcore_replica_lag_records", **key) is not None
-                assert value(m, "raftcore_replica_last_caught_up_timestamp_seconds", **key) > 0
+                assert value(m, "raftcore_replica_lag_records", **P0, **key) is not None
+                assert (
+                    value(m, "raftcore_replica_last_caught_up_timestamp_seconds", **P0, **key) > 0
+                )
 
             def caught_up():  # type: ignore[no-untyped-def]
                 s = scrape(leader)
                 return (
                     all(
-                        value(s, "raftcore_replica_lag_records", replica=str(f), voter="true") == 0
+                        value(s, "raftcore_replica_lag_records", **P0, replica=str(f), voter="true")
+                        == 0
                         and value(
-                            s, "raftcore_replica_log_end_offset", replica=str(f), voter="true"
+                            s, "raftcore_replica_log_end_offset", **P0, replica=str(f), voter="true"
                         )
                         == last + 1
                         for f in followers
@@ -183,6 +189,7 @@ def test_leader_metrics_show_role_offsets_requests_bytes_fsyncs_connections_and_
                 ts = value(
                     s,
                     "raftcore_replica_last_caught_up_timestamp_seconds",
+                    **P0,
                     replica=str(f),
                     voter="true",
                 )
@@ -199,10 +206,10 @@ def test_a_follower_shows_its_role_and_the_leader_and_no_replica_view(tmp_path):
             status, text = await http_get(url_of(follower))
             assert status == 200
             m = metric_samples(text)
-            assert value(m, "raftcore_raft_role", role="follower") == 1
-            assert value(m, "raftcore_raft_role", role="leader") == 0
-            assert value(m, "raftcore_raft_leader_id") == leader.node_id
-            assert value(m, "raftcore_raft_epoch") == leader.leader_and_epoch.epoch
+            assert value(m, "raftcore_raft_role", **P0, role="follower") == 1
+            assert value(m, "raftcore_raft_role", **P0, role="leader") == 0
+            assert value(m, "raftcore_raft_leader_id", **P0) == leader.node_id
+            assert value(m, "raftcore_raft_epoch", **P0) == leader.leader_and_epoch.epoch
             assert value(m, "raftcore_node_info", node_id=str(follower.node_id),
                          cluster_id=CLUSTER_ID, topic="raftcore") == 1  # fmt: skip
             assert not any(name.startswith("raftcore_replica_") for name, _ in m)
@@ -233,17 +240,23 @@ def test_a_stopped_replicas_last_fetch_time_is_the_same_at_every_scrape(tmp_path
             key = {"replica": str(follower.node_id), "voter": "true"}
             # A fetch it sent before it stopped may still be handled (a long poll, on a slow
             # machine): wait until the moment holds still for a second.
-            last = value(scrape(leader), "raftcore_replica_last_fetch_timestamp_seconds", **key)
+            last = value(
+                scrape(leader), "raftcore_replica_last_fetch_timestamp_seconds", **P0, **key
+            )
             for _ in range(10):
                 await asyncio.sleep(1.0)
-                now = value(scrape(leader), "raftcore_replica_last_fetch_timestamp_seconds", **key)
+                now = value(
+                    scrape(leader), "raftcore_replica_last_fetch_timestamp_seconds", **P0, **key
+                )
                 if now == last:
                     break
                 last = now
             seen = set()
             for _ in range(10):
                 seen.add(
-                    value(scrape(leader), "raftcore_replica_last_fetch_timestamp_seconds", **key)
+                    value(
+                        scrape(leader), "raftcore_replica_last_fetch_timestamp_seconds", **P0, **key
+                    )
                 )
                 await asyncio.sleep(0.013)
             assert len(seen) == 1, seen
@@ -258,15 +271,15 @@ def test_a_survivor_counts_the_election_it_started_after_the_leader_stopped(tmp_
             leader = await leader_of(nodes)
             survivors = [n for n in nodes if n is not leader]
             before = {
-                n.node_id: value(scrape(n), "raftcore_raft_elections_started_total")
+                n.node_id: value(scrape(n), "raftcore_raft_elections_started_total", **P0)
                 for n in survivors
             }
             await leader.stop(timeout_s=0.5)
             new = await leader_of(survivors)
             after = scrape(new)
-            assert after[("raftcore_raft_elections_started_total", ())] > before[new.node_id]
-            assert value(after, "raftcore_raft_elections_won_total") >= 1
-            assert value(after, "raftcore_raft_role", role="leader") == 1
+            assert value(after, "raftcore_raft_elections_started_total", **P0) > before[new.node_id]
+            assert value(after, "raftcore_raft_elections_won_total", **P0) >= 1
+            assert value(after, "raftcore_raft_role", **P0, role="leader") == 1
 
     run(main())
 
@@ -279,10 +292,102 @@ def test_a_single_voter_counts_the_election_it_wins_in_one_step(tmp_path):
         async with cluster(tmp_path, size=1) as (node,):
             await leader_of([node])
             m = scrape(node)
-            assert value(m, "raftcore_raft_elections_started_total") == 1
-            assert value(m, "raftcore_raft_elections_won_total") == 1
+            assert value(m, "raftcore_raft_elections_started_total", **P0) == 1
+            assert value(m, "raftcore_raft_elections_won_total", **P0) == 1
 
     run(main())
+
+
+# ---- per-partition series ---------------------------------------------------------------------
+
+
+def partitions_labelled(samples: dict) -> set[str]:
+    """The ``partition`` labels of a scrape's samples."""
+    return {v for _, labels in samples for k, v in labels if k == "partition"}
+
+
+def test_each_partitions_series_carry_its_topic_and_partition_and_a_write_moves_only_its_own(
+    tmp_path,
+):
+    """Kafka's per-partition metrics (kafka.log:type=Log,name=LogEndOffset,topic=,partition=):
+    a node hosting three partitions shows each one's high watermark and log end offset under
+    its own labels, read from that partition's group."""
+    from test_partitions import leaders
+
+    async def main():
+        async with cluster(tmp_path, partitions=3) as nodes:
+            led = await leaders(nodes)
+            one = TopicPartition("raftcore", 1)
+            appended = await led[1].groups[one].appends().append([(b"k", b"v")] * 50, True)
+            for node in nodes:
+                m = scrape(node)  # on the loop: the same moment as the groups read below
+                assert partitions_labelled(m) == {"0", "1", "2"}
+                for name, group in node.groups.items():
+                    labels = {"topic": "raftcore", "partition": str(name.partition)}
+                    assert group.core is not None and group.log is not None
+                    hw = value(m, "raftcore_raft_high_watermark", **labels)
+                    assert hw == group.core.high_watermark, (node.node_id, name)
+                    assert value(m, "raftcore_log_end_offset", **labels) == group.log.end_offset
+                    leads = 1 if group.is_leader() else 0
+                    assert value(m, "raftcore_raft_role", **labels, role="leader") == leads
+                assert value(m, "raftcore_metrics_partitions_omitted") == 0
+            m = scrape(led[1])
+            hws = {
+                p: value(m, "raftcore_raft_high_watermark", topic="raftcore", partition=str(p))
+                for p in range(3)
+            }
+            assert hws[1] >= appended.last_offset + 1 >= 50
+            assert hws[0] < 50 and hws[2] < 50, hws  # only their leaders' control records
+
+    run(main())
+
+
+def test_past_metrics_max_partitions_the_other_partitions_are_left_out_and_counted(tmp_path):
+    """The bound on cardinality: the lowest metrics_max_partitions partitions are labelled,
+    the same ones at every scrape; the rest have no series, and one gauge counts them."""
+
+    async def main():
+        async with cluster(tmp_path, size=1, partitions=3, metrics_max_partitions=2) as (node,):
+            await leader_of([node])
+            first = scrape(node)
+            again = scrape(node)
+            return first, again, node.metrics_text().decode()
+
+    first, again, text = run(main())
+    for m in (first, again):
+        assert partitions_labelled(m) == {"0", "1"}
+        assert value(m, "raftcore_metrics_partitions_omitted") == 1
+        assert value(m, "raftcore_raft_role", topic="raftcore", partition="1", role="leader") == 1
+        assert value(m, "raftcore_connections", connection="inbound") is not None  # node-wide
+    assert exposed_names(text) == documented_names()  # every name still there
+
+
+def test_a_one_partition_node_keeps_every_name_with_its_series_labelled_partition_0(tmp_path):
+    """Dashboards query today's names: a node of one partition exposes the same names as one
+    of three, and each per-partition series is partition 0's."""
+
+    async def main():
+        async with cluster(tmp_path, size=1) as (node,):
+            await leader_of([node])
+            return node.metrics_text().decode()
+
+    text = run(main())
+    m = metric_samples(text)
+    assert partitions_labelled(m) == {"0"}
+    assert value(m, "raftcore_raft_high_watermark", **P0) is not None
+    assert value(m, "raftcore_metrics_partitions_omitted") == 0
+    assert exposed_names(text) == documented_names()
+    for family in text_string_to_metric_families(text):  # node-wide ones stay unlabelled
+        if family.name.startswith(
+            ("raftcore_network_", "raftcore_kafka_request", "raftcore_conn", "raftcore_queued")
+        ):
+            assert all("partition" not in s.labels for s in family.samples), family.name
+
+
+def test_metrics_max_partitions_below_zero_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="metrics max partitions must be >= 0, got -1"):
+        NodeConfig(node_id=1, voters={1: Endpoint("127.0.0.1", 9092)}, data_dir=tmp_path,
+                   cluster_id=CLUSTER_ID, metrics_max_partitions=-1)  # fmt: skip
 
 
 def test_the_metrics_server_answers_only_metrics_and_stops_with_the_node(tmp_path):
@@ -635,12 +740,12 @@ def test_snapshots_taken_and_loaded_are_counted_and_timed(tmp_path):
             await wait_until(lambda: node.snapshotter.taken >= 2, 20, what="two snapshots")
             m = scrape(node)
             taken = node.snapshotter.taken
-            assert value(m, "raftcore_snapshots_taken_total") == taken
+            assert value(m, "raftcore_snapshots_taken_total", **P0) == taken
             assert value(m, "raftcore_snapshot_duration_seconds_count", operation="take") == taken
-            assert value(m, "raftcore_snapshots") >= 1
+            assert value(m, "raftcore_snapshots", **P0) >= 1
             assert node.log is not None
             latest = node.log.latest_snapshot_id()
-            assert value(m, "raftcore_snapshot_latest_end_offset") == latest.offset
+            assert value(m, "raftcore_snapshot_latest_end_offset", **P0) == latest.offset
         finally:
             await node.stop()
         again = RaftNode(config, state_machine=DictStateMachine())  # empty: loads the snapshot
@@ -656,7 +761,9 @@ def test_snapshots_taken_and_loaded_are_counted_and_timed(tmp_path):
                 10,
                 "the snapshot loaded",
             )
-            assert value(scrape(again), "raftcore_statemachine_applied_offset") >= latest.offset
+            assert (
+                value(scrape(again), "raftcore_statemachine_applied_offset", **P0) >= latest.offset
+            )
         finally:
             await again.stop()
 

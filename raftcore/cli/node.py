@@ -94,6 +94,7 @@ def _cmd_node(args: argparse.Namespace) -> int:
             flush_interval_ms=args.flush_interval_ms,
             metrics_port=args.metrics_port,
             metrics_host=args.metrics_host,
+            metrics_max_partitions=args.metrics_max_partitions,
             fetch_max_bytes=args.fetch_max_bytes,
             security=security,
             max_connections=args.max_connections,
@@ -417,6 +418,13 @@ def add_node_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
     )
     p.add_argument(
         "--metrics-host", default=None, help="the metrics address (default: the listen host)"
+    )
+    p.add_argument(
+        "--metrics-max-partitions",
+        type=int,
+        default=1000,
+        help="label the series of at most this many partitions (the lowest); the others are "
+        "left out and counted in raftcore_metrics_partitions_omitted (default 1000)",
     )
     add_sasl_node_options(p)
     _add_bound_options(p)

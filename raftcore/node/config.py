@@ -73,6 +73,9 @@ class NodeConfig:
     - ``metrics_port`` / ``metrics_host``: serve Prometheus metrics at
       ``http://metrics_host:metrics_port/metrics`` (default: not served; the host defaults to
       the listen host; port 0 picks a free one). docs/metrics.md lists them;
+    - ``metrics_max_partitions``: the partitions whose series carry ``topic``/``partition``
+      labels (the lowest ones, default 1000); the others' are left out and counted, so that
+      a node with many partitions cannot swamp a scraper;
     - ``max_frame_bytes``: requests above it close the connection (Kafka's
       ``socket.request.max.bytes``, 100 MiB);
     - ``fetch_max_bytes``: the most a consumer's Fetch answer holds, whatever the client asks
@@ -128,6 +131,7 @@ class NodeConfig:
     flush_interval_ms: int = 1000
     metrics_port: int | None = None
     metrics_host: str | None = None
+    metrics_max_partitions: int = 1000
     max_frame_bytes: int = 100 * 1024 * 1024
     request_timeout_ms: int = 30_000
     fetch_max_bytes: int = 55 * 1024 * 1024
@@ -200,6 +204,10 @@ class NodeConfig:
                 raise ValueError(f"{name} must be at least 1, got {value}")
         if self.metrics_port is not None and not 0 <= self.metrics_port < 65536:
             raise ValueError(f"metrics port must be 0..65535, got {self.metrics_port}")
+        if self.metrics_max_partitions < 0:
+            raise ValueError(
+                f"metrics max partitions must be >= 0, got {self.metrics_max_partitions}"
+            )
         if self.node_listen is None:  # one listener: the nodes are told what clients are
             if self.advertised is None:
                 object.__setattr__(self, "advertised", self.voters.get(self.node_id, listen))

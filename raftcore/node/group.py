@@ -461,7 +461,7 @@ class RaftGroup:
         core = self.core
         assert core is not None
         if core.state is not self._seen_state:  # elections, for the metrics
-            self.metrics.state_seen(self._seen_state, core.state)
+            self.metrics.state_seen(self.name, self._seen_state, core.state)
             self._seen_state = core.state
             self._log_start_moved.wake()  # a wait for the leader's log start ends
         if self.applier is not None:

@@ -6,7 +6,9 @@ Two kinds, by where the number lives:
 
 - What mirrors the node's state (role, epoch, leader, high watermark, log offsets, the
   leader's view of each replica, snapshot and connection counts) is read when scraped
-  (:mod:`raftcore.node.metrics_state`): the hot path pays nothing for it.
+  (:mod:`raftcore.node.metrics_state`): the hot path pays nothing for it. A Raft group's
+  series carry ``topic`` and ``partition`` labels, for at most ``metrics_max_partitions``
+  partitions; the elections counted here are per group too, and shown there.
 - What counts events (requests and their latency, fsyncs, bytes, elections, connections,
   snapshot durations) is counted where it happens, into this module's plain integers and
   :class:`Histogram` s: one ``+=`` or ``observe`` per request or frame, never per record.
@@ -38,6 +40,7 @@ from raftcore.raft.states import CandidateState, LeaderState
 
 if TYPE_CHECKING:
     from raftcore.node.node import RaftNode
+    from raftcore.topic_partition import TopicPartition
 
 __all__ = ["Histogram", "NodeMetrics", "api_name"]
 
@@ -115,7 +118,9 @@ class NodeMetrics:
         self.inbound_received_bytes = self.inbound_sent_bytes = 0
         self.peer_received_bytes = self.peer_sent_bytes = 0
         self.inbound_opened = self.peer_opened = 0
-        self.elections_started = self.elections_won = 0
+        # by group (raftcore.node.metrics_state shows them with the group's labels)
+        self.elections_started: dict[TopicPartition, int] = {}
+        self.elections_won: dict[TopicPartition, int] = {}
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_EventCollector(self))
         self.registry.register(StateCollector(node))
@@ -145,17 +150,17 @@ class NodeMetrics:
         self.fsync.observe(time.perf_counter() - started)
         return result
 
-    def state_seen(self, previous: Any, state: Any) -> None:
-        """A group's core's epoch state after a step, and ``previous``, the one seen before
-        it (a group calls this when it changed; the counts are the node's, over its groups). A
-        leader not seen as a candidate of its epoch first (a single voter elects itself in
-        one step) started its election too."""
+    def state_seen(self, group: TopicPartition, previous: Any, state: Any) -> None:
+        """The epoch state of ``group``'s core after a step, and ``previous``, the one seen
+        before it (the group calls this when it changed). A leader not seen as a candidate of
+        its epoch first (a single voter elects itself in one step) started its election too."""
+        started = self.elections_started
         if isinstance(state, CandidateState):
-            self.elections_started += 1
+            started[group] = started.get(group, 0) + 1
         elif isinstance(state, LeaderState):
             if not (isinstance(previous, CandidateState) and previous.epoch == state.epoch):
-                self.elections_started += 1
-            self.elections_won += 1
+                started[group] = started.get(group, 0) + 1
+            self.elections_won[group] = self.elections_won.get(group, 0) + 1
 
     def text(self) -> bytes:
         """The exposition text (Prometheus' text format 0.0.4)."""
@@ -220,16 +225,6 @@ class _EventCollector:
             "Connections accepted (inbound) or established to the other voters (peer)",
             m.inbound_opened,
             m.peer_opened,
-        )
-        yield _counter(
-            "raftcore_raft_elections_started",
-            "Elections this node started (it became a candidate, raising the epoch)",
-            m.elections_started,
-        )
-        yield _counter(
-            "raftcore_raft_elections_won",
-            "Elections this node won (it became leader)",
-            m.elections_won,
         )
 
 

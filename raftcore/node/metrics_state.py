@@ -3,12 +3,19 @@ only thread that may read the Raft core): role, epoch, leader, high watermark, t
 offsets and size, the leader's view of each replica (KIP-595 DescribeQuorum's numbers),
 snapshots, connections, and counters the node and its core keep anyway (leader changes,
 snapshots taken and installed). Every family is yielded on every scrape, empty when it does
-not apply (the replica view on a follower), so a scrape always lists the same names."""
+not apply (the replica view on a follower), so a scrape always lists the same names.
+
+What a Raft group has (its role, offsets, replicas, snapshots, elections) carries the labels
+``topic`` and ``partition``, as Kafka's per-partition JMX metrics do
+(``kafka.log:type=Log,name=LogEndOffset,topic=...,partition=...``); what the node has once
+(connections, bounds, requests) carries neither. Cardinality is bounded: only the partitions
+below ``NodeConfig.metrics_max_partitions`` are labelled, the same ones at every scrape, and
+``raftcore_metrics_partitions_omitted`` says how many were left out."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -19,9 +26,12 @@ from raftcore.node.metrics_http import MADE_ROOM, REQUEST_TIMEOUT
 from raftcore.raft.states import LeaderState
 
 if TYPE_CHECKING:
+    from raftcore.node.group import RaftGroup
     from raftcore.node.node import RaftNode
 
-__all__ = ["ROLES", "StateCollector"]
+__all__ = ["PARTITION_LABELS", "ROLES", "StateCollector", "labelled_groups"]
+
+PARTITION_LABELS = ["topic", "partition"]  # of every family a Raft group has
 
 # Every state a replica can be in (raftcore.raft.states), for raftcore_raft_role.
 ROLES = ("unattached", "voted", "prospective", "candidate", "leader", "follower", "resigned")
@@ -46,7 +56,6 @@ class StateCollector:
 
     def collect(self) -> Iterator[Metric]:
         node = self.node
-        core = node.core
         cfg = node.config
         info = GaugeMetricFamily(
             "raftcore_node_info",
@@ -56,41 +65,12 @@ class StateCollector:
         info.add_metric([str(cfg.node_id), cfg.cluster_id, cfg.topic], 1)
         yield info
 
-        role = GaugeMetricFamily(
-            "raftcore_raft_role",
-            "1 for the replica's current state, 0 for the others",
-            labels=["role"],
-        )
-        current = core.state.name if core is not None else None
-        for name in ROLES:
-            role.add_metric([name], 1 if name == current else 0)
-        yield role
-        epoch = _gauge("raftcore_raft_epoch", "The current epoch (Kafka's current-epoch)")
-        leader = _gauge("raftcore_raft_leader_id", "The leader this node knows, -1 when unknown")
-        hw = _gauge(
-            "raftcore_raft_high_watermark",
-            "Everything below it is committed, as far as this node knows (absent if unknown)",
-        )
-        if core is not None:
-            known = core.leader_and_epoch()
-            epoch.add_metric([], core.epoch)
-            leader_id = known.leader_id
-            leader.add_metric([], leader_id if leader_id is not None else -1)
-            if core.high_watermark is not None:
-                hw.add_metric([], core.high_watermark)
-        yield epoch
-        yield leader
-        yield hw
-        changes = CounterMetricFamily(
-            "raftcore_raft_leader_changes", "Leader changes this node's listener was told of"
-        )
-        changes.add_metric([], node.leader_changes)
-        yield changes
-
-        yield from self._log(node)
-        yield from self._replicas(node)
-        yield from self._snapshots(node)
-        yield from self._damage(node)
+        groups, omitted = labelled_groups(node)
+        yield from self._raft(node, groups)
+        yield from self._log(groups)
+        yield from self._replicas(groups)
+        yield from self._snapshots(groups)
+        yield from self._damage(groups)
 
         conns = GaugeMetricFamily(
             "raftcore_connections",
@@ -106,9 +86,57 @@ class StateCollector:
             "raftcore_statemachine_applied_offset",
             "Everything below it is applied to the state machine (absent without one)",
         )
-        if node.applier is not None:
-            applied.add_metric([], node.applier.applied_offset)
+        for group in groups:
+            if group.applier is not None:
+                applied.add_metric(_key(group), group.applier.applied_offset)
         yield applied
+        left_out = GaugeMetricFamily(
+            "raftcore_metrics_partitions_omitted",
+            "Partitions this node hosts whose per-partition series are left out of every "
+            "scrape (past metrics_max_partitions)",
+        )
+        left_out.add_metric([], omitted)
+        yield left_out
+
+    @staticmethod
+    def _raft(node: RaftNode, groups: list[RaftGroup]) -> Iterator[Metric]:
+        """Each group's replica state, and its elections (counted by NodeMetrics)."""
+        role = GaugeMetricFamily(
+            "raftcore_raft_role",
+            "1 for the replica's current state, 0 for the others",
+            labels=[*PARTITION_LABELS, "role"],
+        )
+        epoch = _gauge("raftcore_raft_epoch", "The current epoch (Kafka's current-epoch)")
+        leader = _gauge("raftcore_raft_leader_id", "The leader this node knows, -1 when unknown")
+        hw = _gauge(
+            "raftcore_raft_high_watermark",
+            "Everything below it is committed, as far as this node knows (absent if unknown)",
+        )
+        changes = _counter(
+            "raftcore_raft_leader_changes", "Leader changes this node's listener was told of"
+        )
+        started = _counter(
+            "raftcore_raft_elections_started",
+            "Elections this node started (it became a candidate, raising the epoch)",
+        )
+        won = _counter("raftcore_raft_elections_won", "Elections this node won (it became leader)")
+        elections = node.metrics
+        for group in groups:
+            key = _key(group)
+            core = group.core
+            current = core.state.name if core is not None else None
+            for name in ROLES:
+                role.add_metric([*key, name], 1 if name == current else 0)
+            if core is not None:
+                epoch.add_metric(key, core.epoch)
+                leader_id = core.leader_and_epoch().leader_id
+                leader.add_metric(key, leader_id if leader_id is not None else -1)
+                if core.high_watermark is not None:
+                    hw.add_metric(key, core.high_watermark)
+            changes.add_metric(key, group.leader_changes)
+            started.add_metric(key, elections.elections_started.get(group.name, 0))
+            won.add_metric(key, elections.elections_won.get(group.name, 0))
+        yield from (role, epoch, leader, hw, changes, started, won)
 
     @staticmethod
     def _bounds(node: RaftNode) -> Iterator[Metric]:
@@ -149,14 +177,14 @@ class StateCollector:
             timed_out.add_metric([reason], count)
         yield timed_out
         budget = node.request_budget
-        used = _gauge(
+        used = GaugeMetricFamily(
             "raftcore_queued_request_bytes",
             "Bytes of requests received (or being received) and not yet answered "
             "(queued.max.request.bytes bounds them)",
         )
         used.add_metric([], budget.used)
         yield used
-        waiting = _gauge(
+        waiting = GaugeMetricFamily(
             "raftcore_queued_request_waiting_connections",
             "Connections not read because queued.max.request.bytes is spent",
         )
@@ -164,25 +192,27 @@ class StateCollector:
         yield waiting
 
     @staticmethod
-    def _log(node: RaftNode) -> Iterator[Metric]:
-        log = node.log
+    def _log(groups: list[RaftGroup]) -> Iterator[Metric]:
         end = _gauge("raftcore_log_end_offset", "The log end offset: the next record's offset")
         start = _gauge("raftcore_log_start_offset", "The first offset the log holds")
         flushed = _gauge("raftcore_log_flushed_offset", "Everything below it is fsynced")
         size = _gauge("raftcore_log_size_bytes", "Bytes of the log's segment files")
         segments = _gauge("raftcore_log_segments", "Segment files of the log")
-        if log is not None and not log.closed:
-            end.add_metric([], log.end_offset)
-            start.add_metric([], log.log_start_offset)
-            flushed.add_metric([], log.flushed_offset)
-            size.add_metric([], log.size_in_bytes)
-            segments.add_metric([], log.segment_count)
+        for group in groups:
+            log = group.log
+            if log is not None and not log.closed:
+                key = _key(group)
+                end.add_metric(key, log.end_offset)
+                start.add_metric(key, log.log_start_offset)
+                flushed.add_metric(key, log.flushed_offset)
+                size.add_metric(key, log.size_in_bytes)
+                segments.add_metric(key, log.segment_count)
         yield from (end, start, flushed, size, segments)
 
-    def _replicas(self, node: RaftNode) -> Iterator[Metric]:
+    def _replicas(self, groups: list[RaftGroup]) -> Iterator[Metric]:
         """The leader's view of the other replicas (KIP-595 DescribeQuorum's), on the leader
         only. Timestamps are wall-clock seconds (the core keeps monotonic milliseconds)."""
-        labels = ["replica", "voter"]
+        labels = [*PARTITION_LABELS, "replica", "voter"]
         end = GaugeMetricFamily(
             "raftcore_replica_log_end_offset",
             "Leader only: the offset each replica fetched up to (what it acknowledged)",
@@ -204,17 +234,19 @@ class StateCollector:
             "LastCaughtUpTimestamp, Unix time)",
             labels=labels,
         )
-        core = node.core
-        log = node.log
-        state = core.state if core is not None else None
-        if isinstance(state, LeaderState) and log is not None and not log.closed:
+        wall = self._to_wall(now_ms())
+        for group in groups:
+            core = group.core
+            log = group.log
+            state = core.state if core is not None else None
+            if not isinstance(state, LeaderState) or log is None or log.closed:
+                continue
             leader_end = log.end_offset
-            wall = self._to_wall(now_ms())
             replicas = [*state.voter_states.values(), *state.observer_states.values()]
             for r in replicas:
                 if r.replica_id == state.local_id:
                     continue
-                key = [str(r.replica_id), "true" if r.is_voter else "false"]
+                key = [*_key(group), str(r.replica_id), "true" if r.is_voter else "false"]
                 if r.end_offset is not None:
                     end.add_metric(key, r.end_offset)
                     lag.add_metric(key, max(0, leader_end - r.end_offset))
@@ -228,95 +260,119 @@ class StateCollector:
         yield caught_up
 
     @staticmethod
-    def _snapshots(node: RaftNode) -> Iterator[Metric]:
-        core = node.core
-        log = node.log
+    def _snapshots(groups: list[RaftGroup]) -> Iterator[Metric]:
         count = _gauge("raftcore_snapshots", "Snapshots in the log directory")
         latest = _gauge(
             "raftcore_snapshot_latest_end_offset", "The end offset of the latest snapshot"
         )
-        if log is not None and not log.closed:
-            ids = log.snapshot_ids()
-            count.add_metric([], len(ids))
-            if ids:
-                latest.add_metric([], max(i.offset for i in ids))
+        for group in groups:
+            log = group.log
+            if log is not None and not log.closed:
+                ids = log.snapshot_ids()
+                count.add_metric(_key(group), len(ids))
+                if ids:
+                    latest.add_metric(_key(group), max(i.offset for i in ids))
         yield count
         yield latest
-        manager = core.snapshots if core is not None else None
-        snapshotter = node.snapshotter
-        for name, doc, value in (
-            (
-                "raftcore_snapshots_taken",
-                "Snapshots this node took of its state machine",
-                0 if snapshotter is None else snapshotter.taken,
-            ),
-            (
-                "raftcore_snapshot_failures",
-                "Snapshots this node failed to take (retried after a second)",
-                0 if snapshotter is None else snapshotter.failed,
-            ),
-            (
-                "raftcore_snapshots_installed",
-                "Snapshots this node downloaded from the leader and installed (FetchSnapshot)",
-                0 if manager is None else manager.installed,
-            ),
-            (
-                "raftcore_log_start_moves",
-                "Times the log start offset moved up to a snapshot (the prefix deleted)",
-                0 if manager is None else manager.log_start_moves,
-            ),
-            (
-                "raftcore_log_retention_requests",
-                "Times retention (retention.ms, retention.bytes) asked the log start to move",
-                0 if node.retention is None else node.retention.requests,
-            ),
-            (
-                "raftcore_log_segments_rolled_by_time",
-                "Active segments sealed because their first record was segment.ms old",
-                0 if node.retention is None else node.retention.rolled,
-            ),
-        ):
-            family = CounterMetricFamily(name, doc)
-            family.add_metric([], value)
-            yield family
+        yield from _group_counters(groups, _SNAPSHOT_COUNTERS)
 
     @staticmethod
-    def _damage(node: RaftNode) -> Iterator[Metric]:
-        core = node.core
-        tracker = core.damage if core is not None else None
-        scrubber = node.scrubber
-        for name, doc, value in (
-            (
-                "raftcore_log_damaged_batches_found",
-                "Damaged batches found in this node's log (serving, scrubbing, replaying)",
-                0 if tracker is None else tracker.found,
-            ),
-            (
-                "raftcore_log_damaged_batches_repaired",
-                "Damaged batches written again from the leader's intact copy",
-                0 if tracker is None else tracker.repaired,
-            ),
-            (
-                "raftcore_log_scrubbed_bytes",
-                "Bytes of sealed segments the scrubber checked",
-                0 if scrubber is None else scrubber.bytes_scrubbed,
-            ),
-            (
-                "raftcore_log_scrub_passes",
-                "Scrub passes over every sealed segment completed",
-                0 if scrubber is None else scrubber.passes,
-            ),
-        ):
-            family = CounterMetricFamily(name, doc)
-            family.add_metric([], value)
-            yield family
+    def _damage(groups: list[RaftGroup]) -> Iterator[Metric]:
+        yield from _group_counters(groups, _DAMAGE_COUNTERS)
         damaged = _gauge(
             "raftcore_log_damaged",
             "1 while this node's log holds a damaged batch not yet repaired (never served)",
         )
-        damaged.add_metric([], 1 if tracker else 0)
+        for group in groups:
+            tracker = group.core.damage if group.core is not None else None
+            damaged.add_metric(_key(group), 1 if tracker else 0)
         yield damaged
 
 
+def labelled_groups(node: RaftNode) -> tuple[list[RaftGroup], int]:
+    """The groups whose series a scrape shows, by partition, and how many are left out:
+    the lowest ``metrics_max_partitions`` partitions, so that a scrape shows the same ones
+    every time (a series that comes and goes is worse than one never shown)."""
+    groups = sorted(node.groups.values(), key=lambda g: g.name.partition)
+    cap = node.config.metrics_max_partitions
+    return groups[:cap], max(0, len(groups) - cap)
+
+
+def _key(group: RaftGroup) -> list[str]:
+    return [group.name.topic, str(group.name.partition)]
+
+
+# Counters a group keeps, as (name, help, the count of a group).
+_GroupCounter = tuple[str, str, "Callable[[RaftGroup], int]"]
+_SNAPSHOT_COUNTERS: tuple[_GroupCounter, ...] = (
+    (
+        "raftcore_snapshots_taken",
+        "Snapshots this node took of its state machine",
+        lambda g: 0 if g.snapshotter is None else g.snapshotter.taken,
+    ),
+    (
+        "raftcore_snapshot_failures",
+        "Snapshots this node failed to take (retried after a second)",
+        lambda g: 0 if g.snapshotter is None else g.snapshotter.failed,
+    ),
+    (
+        "raftcore_snapshots_installed",
+        "Snapshots this node downloaded from the leader and installed (FetchSnapshot)",
+        lambda g: 0 if g.core is None else g.core.snapshots.installed,
+    ),
+    (
+        "raftcore_log_start_moves",
+        "Times the log start offset moved up to a snapshot (the prefix deleted)",
+        lambda g: 0 if g.core is None else g.core.snapshots.log_start_moves,
+    ),
+    (
+        "raftcore_log_retention_requests",
+        "Times retention (retention.ms, retention.bytes) asked the log start to move",
+        lambda g: 0 if g.retention is None else g.retention.requests,
+    ),
+    (
+        "raftcore_log_segments_rolled_by_time",
+        "Active segments sealed because their first record was segment.ms old",
+        lambda g: 0 if g.retention is None else g.retention.rolled,
+    ),
+)
+_DAMAGE_COUNTERS: tuple[_GroupCounter, ...] = (
+    (
+        "raftcore_log_damaged_batches_found",
+        "Damaged batches found in this node's log (serving, scrubbing, replaying)",
+        lambda g: 0 if g.core is None else g.core.damage.found,
+    ),
+    (
+        "raftcore_log_damaged_batches_repaired",
+        "Damaged batches written again from the leader's intact copy",
+        lambda g: 0 if g.core is None else g.core.damage.repaired,
+    ),
+    (
+        "raftcore_log_scrubbed_bytes",
+        "Bytes of sealed segments the scrubber checked",
+        lambda g: 0 if g.scrubber is None else g.scrubber.bytes_scrubbed,
+    ),
+    (
+        "raftcore_log_scrub_passes",
+        "Scrub passes over every sealed segment completed",
+        lambda g: 0 if g.scrubber is None else g.scrubber.passes,
+    ),
+)
+
+
+def _group_counters(
+    groups: list[RaftGroup], counters: tuple[_GroupCounter, ...]
+) -> Iterator[Metric]:
+    for name, doc, count in counters:
+        family = _counter(name, doc)
+        for group in groups:
+            family.add_metric(_key(group), count(group))
+        yield family
+
+
 def _gauge(name: str, doc: str) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, doc, labels=[])
+    return GaugeMetricFamily(name, doc, labels=PARTITION_LABELS)
+
+
+def _counter(name: str, doc: str) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, labels=PARTITION_LABELS)
