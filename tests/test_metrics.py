@@ -348,7 +348,10 @@ def test_past_metrics_max_partitions_the_other_partitions_are_left_out_and_count
 
     async def main():
         async with cluster(tmp_path, size=1, partitions=3, metrics_max_partitions=2) as (node,):
-            await leader_of([node])
+            await wait_until(
+                lambda: all(g.is_leader() for g in node.groups.values()),
+                what="the lone voter leading every partition",
+            )
             first = scrape(node)
             again = scrape(node)
             return first, again, node.metrics_text().decode()
@@ -627,10 +630,33 @@ def test_node_process_serves_prometheus_text_at_metrics_port(tmp_path):
                 text = r.read().decode()
             lines = [ln for ln in text.splitlines() if not ln.startswith("#")]
             assert lines and all(ln.startswith("raftcore_") for ln in lines)
-            if 'raftcore_raft_role{role="leader"} 1.0' in lines:
+            if 'raftcore_raft_role{partition="0",role="leader",topic="raftcore"} 1.0' in lines:
                 break
             assert time.monotonic() < deadline, "the lone voter never led"
             time.sleep(0.1)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        proc.stderr.close()  # type: ignore[union-attr]
+
+
+def test_node_process_with_metrics_max_partitions_0_labels_no_partition_and_counts_it(tmp_path):
+    (port,) = free_ports(1)
+    argv = [*_node_command(tmp_path, port), "--metrics-max-partitions", "0"]
+    proc = subprocess.Popen(
+        argv, cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "ready").exists():
+            assert proc.poll() is None, proc.stderr.read().decode()  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "the node did not start"
+            time.sleep(0.05)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            m = metric_samples(r.read().decode())
+        assert value(m, "raftcore_metrics_partitions_omitted") == 1
+        assert partitions_labelled(m) == set()
     finally:
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
