@@ -20,7 +20,9 @@ preferred leader is another voter and hands each over (KIP-853's leader transfer
 :func:`handovers` is the decision, a pure function; :class:`LeaderRebalance` gathers what it
 needs from the node's groups and starts the transfers. Invariants: at most one transfer in
 flight per group (the core refuses a second), and a group is not asked again until its last
-transfer's timeout has passed.
+transfer's timeout has passed, doubled for every handover in a row that left the group
+without its preferred leader (a voter that takes the handover and does not win, say), up to
+``MAX_BACKOFF`` timeouts: such a voter is not made to cost an election every interval.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ if TYPE_CHECKING:
 __all__ = ["GroupLeadership", "LeaderRebalance", "handovers", "imbalanced", "preferred_leader"]
 
 logger = logging.getLogger(__name__)
+
+MAX_BACKOFF = 64  # transfer timeouts: the longest a group waits after handovers that failed
 
 
 def preferred_leader(voters: Iterable[int], partition: int) -> int | None:
@@ -116,7 +120,8 @@ class LeaderRebalance:
         self.prefix = prefix
         self.clock = clock
         self._next_check = clock() + interval_ms  # the first check one interval after start
-        self._quiet_until: dict[TopicPartition, int] = {}  # a transfer's timeout, per group
+        self._quiet_until: dict[TopicPartition, int] = {}  # no handover before, per group
+        self._failed: dict[TopicPartition, int] = {}  # handovers in a row not (yet) taken
 
     @classmethod
     def for_node(
@@ -170,6 +175,8 @@ class LeaderRebalance:
                     and 0 <= now - replica.last_fetch_ms <= core.config.fetch_timeout_ms
                 )
             leader = core.leader_and_epoch().leader_id
+            if leader == preferred:
+                self._failed.pop(name, None)
             views.append(GroupLeadership(name, leader, preferred, ready, transferring))
         return views
 
@@ -186,7 +193,9 @@ class LeaderRebalance:
                 core.transfer_leadership(target, timeout_ms, now)
             except NotLeaderError:
                 continue  # it stopped leading since the look
-            self._quiet_until[name] = now + timeout_ms
+            failed = self._failed.get(name, 0)
+            self._failed[name] = failed + 1
+            self._quiet_until[name] = now + timeout_ms * min(MAX_BACKOFF, 2**failed)
             not_led, total = over[target]
             logger.info(
                 "%s handing %s to its preferred leader %d (leader imbalance of node %d: %d of "
