@@ -167,3 +167,29 @@ def test_with_the_auto_leader_rebalance_off_a_node_runs_no_rebalance(tmp_path):
             assert all(n._rebalance is None for n in nodes)
 
     run(go())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_no_replica_of_a_partition_is_demoted_by_another_partitions_answer(tmp_path):
+    """UpdateRaftVoter names no partition and is partition 0's (KIP-853): a follower of
+    another partition must not send it, or partition 0's answer, naming partition 0's leader
+    and epoch, reaches that partition's core, which then finds 'its' id leading an epoch it
+    never led and turns observer for good. The leaders spread, so they differ by partition."""
+
+    async def go() -> None:
+        async with cluster(
+            tmp_path, partitions=PARTITIONS, leader_imbalance_check_interval_s=INTERVAL_S
+        ) as nodes:
+            want = _preferred(nodes)
+            await _until(lambda: f"spread as {want}", lambda: _leader_ids(nodes) == want, 8.0)
+            await asyncio.sleep(2.0)  # past a fetch timeout (0.6 s): the followers' reports
+            demoted = [
+                f"node {n.node_id} {name}"
+                for n in nodes
+                for name, group in n.groups.items()
+                if group.core.quorum.demoted
+            ]
+            assert demoted == []
+
+    run(go())
