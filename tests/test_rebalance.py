@@ -9,7 +9,17 @@ import pytest
 from test_node import cluster, run  # the in-process cluster and its helpers
 
 from raftcore.node.node import RaftNode
-from raftcore.node.rebalance import GroupLeadership, handovers, imbalanced, preferred_leader
+from raftcore.node.rebalance import (
+    GroupLeadership,
+    LeaderRebalance,
+    handovers,
+    imbalanced,
+    preferred_leader,
+)
+from raftcore.raft import LeaderAndEpoch
+from raftcore.raft.config import QuorumConfig
+from raftcore.raft.states.leader import LeaderState
+from raftcore.raft.voters import VoterSet
 from raftcore.topic_partition import TopicPartition
 
 TOPIC = "raftcore"
@@ -71,6 +81,94 @@ def test_a_partition_without_a_known_leader_counts_against_its_preferred_voter()
     groups = [GroupLeadership(tp(0), leader=None, preferred=1)]
     assert imbalanced(groups, 10) == {1: (1, 1)}
     assert handovers(groups, local_id=1, percentage=10) == []  # nobody leads: nothing to hand
+
+
+class _Core:
+    """What LeaderRebalance asks of a group's core: a leader of partition 1 on node 1."""
+
+    def __init__(self) -> None:
+        self.config = QuorumConfig(fetch_timeout_ms=1000)
+        self.voter_set = VoterSet.static([1, 2, 3])
+        self.state = LeaderState(
+            1,
+            self.voter_set,
+            local_id=1,
+            epoch_start_offset=0,
+            granting_voters=frozenset({1, 2}),
+            check_quorum_timeout_ms=1500,
+            begin_quorum_interval_ms=500,
+            now=0,
+        )
+        self.state.high_watermark = 5
+        self.leader = 1
+        self.asked: list[tuple[int, int]] = []
+
+    def leader_and_epoch(self) -> LeaderAndEpoch:
+        return LeaderAndEpoch(self.leader, 1)
+
+    def transfer_leadership(self, target: int, timeout_ms: int, now: int) -> int:
+        self.asked.append((target, now))
+        return len(self.asked)
+
+
+class _Group:
+    failure = None
+
+    def __init__(self, core: _Core) -> None:
+        self.core = core
+
+    def running_core(self) -> _Core:
+        return self.core
+
+    def poke(self) -> None:
+        pass
+
+
+def test_a_group_whose_handovers_do_not_take_waits_twice_as_long_each_time():
+    core = _Core()
+    clock = [0]
+    rebalance = LeaderRebalance(
+        {tp(1): _Group(core)},  # type: ignore[dict-item]
+        local_id=1,
+        interval_ms=100,
+        percentage=10,
+        prefix="[node 1]",
+        clock=lambda: clock[0],
+    )
+    replica = core.state.voter_states[2]
+    for now in range(0, 8000, 250):
+        replica.end_offset, replica.last_fetch_ms = 5, now  # live and caught up
+        rebalance.check(now)
+    # node 2 takes none of them: the wait is the timeout (1 s), then 2 s, then 4 s
+    assert core.asked == [(2, 0), (2, 1000), (2, 3000), (2, 7000)]
+    core.leader = 2  # it took the last one: the count starts again
+    rebalance.check(8000)
+    core.leader = 1
+    for now in (15000, 15500, 16000):  # the last wait (8 s from 7000) still holds
+        replica.last_fetch_ms = now
+        rebalance.check(now)
+    assert core.asked[4:] == [(2, 15000), (2, 16000)]  # then 1 s again
+
+
+def test_a_caught_up_voter_that_stopped_fetching_is_not_handed_anything():
+    core = _Core()
+    rebalance = LeaderRebalance(
+        {tp(1): _Group(core)},  # type: ignore[dict-item]
+        local_id=1,
+        interval_ms=100,
+        percentage=10,
+        prefix="[node 1]",
+        clock=lambda: 0,
+    )
+    replica = core.state.voter_states[2]
+    replica.end_offset, replica.last_fetch_ms = 5, 0
+    rebalance.check(1001)  # its last fetch is older than the fetch timeout
+    replica.end_offset, replica.last_fetch_ms = 4, 1001  # live, behind the high watermark
+    rebalance.check(1001)
+    assert core.asked == []
+    replica.end_offset = 5
+    rebalance.check(1001)
+    assert core.asked == [(2, 1001)]
 
 
 # ---- three nodes, three partitions -------------------------------------------------------------
