@@ -88,6 +88,9 @@ def _cmd_node(args: argparse.Namespace) -> int:
             node_advertised=node_advertised,
             topic=args.topic,
             partitions=args.partitions,
+            auto_leader_rebalance=args.auto_leader_rebalance == "true",
+            leader_imbalance_check_interval_s=args.leader_imbalance_check_interval_seconds,
+            leader_imbalance_per_broker_percentage=args.leader_imbalance_per_broker_percentage,
             quorum=quorum,
             log=log,
             flush=args.flush,
@@ -293,6 +296,28 @@ def add_node_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
         default=1,
         help="the topic's partitions, each its own Raft group over the voters (Kafka's "
         "num.partitions); the count the data directory was formatted with (default 1)",
+    )
+    p.add_argument(
+        "--auto-leader-rebalance",
+        choices=("true", "false"),
+        default="true",
+        help="hand each partition this node leads to its preferred leader (voters in id "
+        "order, partition p prefers the (p mod voters)th) once that voter is live, caught up "
+        "and imbalanced (Kafka's auto.leader.rebalance.enable; default true)",
+    )
+    p.add_argument(
+        "--leader-imbalance-check-interval-seconds",
+        type=types.positive_float,
+        default=300.0,
+        help="how often the auto leader rebalance looks (Kafka's "
+        "leader.imbalance.check.interval.seconds; default 300, checked at most once a second)",
+    )
+    p.add_argument(
+        "--leader-imbalance-per-broker-percentage",
+        type=types.non_negative_int,
+        default=10,
+        help="a voter gets its preferred partitions back once more than this percentage of "
+        "them are led elsewhere (Kafka's leader.imbalance.per.broker.percentage; default 10)",
     )
     p.add_argument(
         "--election-timeout-ms",

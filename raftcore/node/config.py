@@ -66,6 +66,12 @@ class NodeConfig:
     - ``partitions``: how many partitions it has (Kafka's ``num.partitions``, default 1), each
       its own Raft group over the same voters, fixed when the data directory is formatted
       (``raftcore format --partitions``); the embedding API works on partition 0;
+    - ``auto_leader_rebalance``: hand each partition the node leads to its preferred leader
+      when that voter is live, caught up and imbalanced (Kafka's
+      ``auto.leader.rebalance.enable``, on), checked every
+      ``leader_imbalance_check_interval_s`` (``leader.imbalance.check.interval.seconds``,
+      300) with ``leader_imbalance_per_broker_percentage`` (10):
+      :mod:`raftcore.node.rebalance`;
     - ``flush``: ``"always"`` (default: every append is fsynced before it is acknowledged,
       as KRaft requires) or ``"interval"`` (fsync every ``flush_interval_ms``; acknowledges
       writes before they are durable -- a crash of a majority can lose committed records);
@@ -125,6 +131,9 @@ class NodeConfig:
     node_advertised: Endpoint | None = None
     topic: str = "raftcore"
     partitions: int = 1
+    auto_leader_rebalance: bool = True
+    leader_imbalance_check_interval_s: float = 300.0
+    leader_imbalance_per_broker_percentage: int = 10
     quorum: QuorumConfig = field(default_factory=QuorumConfig)
     log: LogConfig = field(default_factory=LogConfig)
     flush: str = "always"
@@ -160,6 +169,16 @@ class NodeConfig:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
         if self.partitions < 1:
             raise ValueError(f"partitions must be >= 1, got {self.partitions}")
+        if self.leader_imbalance_check_interval_s <= 0:
+            raise ValueError(
+                "leader imbalance check interval must be positive, got "
+                f"{self.leader_imbalance_check_interval_s}"
+            )
+        if not 0 <= self.leader_imbalance_per_broker_percentage <= 100:
+            raise ValueError(
+                "leader imbalance per broker percentage must be 0..100, got "
+                f"{self.leader_imbalance_per_broker_percentage}"
+            )
         if self.voters and self.bootstrap:
             raise ValueError(
                 "give the voters of a new cluster or the servers of an existing one to join "

@@ -223,9 +223,12 @@ class Messaging:
         """Send what the core of ``group`` says: a request to its peer, a response to the
         connection that asked (an fsync it had to wait for is behind it)."""
         if message.is_request:
-            if isinstance(message.message, UpdateVoterRequest) and not self.peer_apis.serves(
-                message.destination, ApiKey.UPDATE_RAFT_VOTER
+            if isinstance(message.message, UpdateVoterRequest) and (
+                group.partition != 0  # names no partition: the peer gives it to partition 0
+                or not self.peer_apis.serves(message.destination, ApiKey.UPDATE_RAFT_VOTER)
             ):
+                # Another partition's would be answered by partition 0's core, whose leader
+                # and epoch its own core would take for its own (and turn observer).
                 # A leader of the release before dynamic voters would close the connection
                 # (and the fetches on it): not sent, and lost for the core, which tells the
                 # leader of the next epoch (raftcore.node.peer_apis)

@@ -78,6 +78,7 @@ from raftcore.node.metrics import NodeMetrics
 from raftcore.node.metrics_http import MetricsServer, serve_metrics
 from raftcore.node.partition import kafka_broker
 from raftcore.node.peers import SWEEP_EVERY_S, AddressBook, Peers
+from raftcore.node.rebalance import LeaderRebalance
 from raftcore.node.rebuild import StateRebuild
 from raftcore.node.retention import Retention
 from raftcore.node.scrubber import Scrubber
@@ -120,6 +121,7 @@ class RaftNode:
         self.directory_id: bytes | None = None  # this replica's (meta.properties), once started
         self._auto_join = AutoJoiner(self) if config.auto_join else None
         self._housekeeping: asyncio.Task[None] | None = None
+        self._rebalance: LeaderRebalance | None = None  # preferred leaders (node.rebalance)
         self._started = False
         self._stopping = False
         self._closing: asyncio.Future[None] | None = None
@@ -245,6 +247,7 @@ class RaftNode:
         self._started = True
         for name, output in first_outputs.items():
             self.groups[name].begin(output)
+        self._rebalance = LeaderRebalance.for_node(cfg, self.groups, self.prefix, now_ms)
         self._housekeeping = asyncio.ensure_future(self._housekeeping_loop())
         open_warning = open_node_listener_warning(cfg)
         if open_warning is not None:
@@ -351,13 +354,15 @@ class RaftNode:
     async def _housekeeping_loop(self) -> None:
         """Now and once a second: connections to the voters and the leader (open, so that an
         election or a first fetch does not wait for a TLS handshake), none to the ids no longer
-        needed (raftcore.node.peers); auto-join."""
+        needed (raftcore.node.peers); auto-join; the auto leader rebalance."""
         while True:
             core, peers = self.group.core, self.peers
             if core is not None and peers is not None and self._started:
                 peers.keep_open(core.voter_set, core.leader_and_epoch(), self.node_id)
                 if self._auto_join is not None:
                     self._auto_join.check()
+                if self._rebalance is not None and not self._stopping:
+                    self._rebalance.tick()
             await asyncio.sleep(SWEEP_EVERY_S)
 
     # ---- the connections (raftcore.node.messaging) ---------------------------------------------
