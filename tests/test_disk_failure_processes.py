@@ -206,7 +206,11 @@ def test_a_leader_whose_disk_is_full_resigns_and_another_voter_leads_within_the_
         )
         failover_s = elected_at - refused_at
         print(f"full disk on leader {old}: node {new} leads {failover_s * 1000:.0f} ms after")
-        assert 0 <= failover_s < ELECTION_TIMEOUT_S
+        # well under an election timeout: the first successor stands at once, a follower that
+        # has not yet heard the EndQuorumEpoch is asked again, and no fetch answer the old
+        # leader gave before resigning puts the election off (docs/raft.md); 30-76 ms in five
+        # runs on two shared cores
+        assert 0 <= failover_s < ELECTION_TIMEOUT_S / 2
         # No traceback and no closed connection for the refused produce.
         assert "Traceback" not in cluster.log_file(old).read_text(errors="replace")
         # The old leader cannot follow on a full disk (its quorum-state, its records): it exits.
