@@ -23,6 +23,15 @@ flight per group (the core refuses a second), and a group is not asked again unt
 transfer's timeout has passed, doubled for every handover in a row that left the group
 without its preferred leader (a voter that takes the handover and does not win, say), up to
 ``MAX_BACKOFF`` timeouts: such a voter is not made to cost an election every interval.
+
+A preferred leader that comes back does not wait for the interval: the node looks at its
+groups at every housekeeping round (once a second), notes the voters that a group it leads has
+not heard from within the fetch timeout (a voter that has not fetched in this leadership counts
+once the leadership is a fetch timeout old, so that a new epoch's first fetches are not taken
+for absences), and checks at once each group whose preferred leader was so absent and is now
+ready (:func:`returned`, pure). Absence is judged per node, over every group the node leads,
+as liveness is per pair of nodes: the new leader of a restarted node's partition often learned
+of the absence through another partition it led all along.
 """
 
 from __future__ import annotations
@@ -40,7 +49,14 @@ if TYPE_CHECKING:
     from raftcore.node.config import NodeConfig
     from raftcore.node.group import RaftGroup
 
-__all__ = ["GroupLeadership", "LeaderRebalance", "handovers", "imbalanced", "preferred_leader"]
+__all__ = [
+    "GroupLeadership",
+    "LeaderRebalance",
+    "handovers",
+    "imbalanced",
+    "preferred_leader",
+    "returned",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +78,7 @@ class GroupLeadership:
     preferred: int
     preferred_ready: bool = False  # live and caught up, as its leader sees it (else False)
     transferring: bool = False  # a transfer is in flight, or was asked too recently
+    absent: frozenset[int] = frozenset()  # voters its leader (this node) has not heard from
 
 
 def imbalanced(groups: Iterable[GroupLeadership], percentage: int) -> dict[int, tuple[int, int]]:
@@ -99,9 +116,28 @@ def handovers(
     ]
 
 
+def returned(
+    groups: Iterable[GroupLeadership], away: frozenset[int], *, local_id: int
+) -> tuple[frozenset[int], list[TopicPartition]]:
+    """After a look at ``groups``, given the voters ``away`` before it: the voters away now,
+    and the groups ``local_id`` leads whose preferred leader was away and is ready again.
+
+    A voter stays away while a group this node leads does not hear from it, or while a group
+    this node leads and it prefers does not find it ready (it may be live through one group
+    and still catching up in another)."""
+    led = [g for g in groups if g.leader == local_id]
+    absent = {voter for g in led for voter in g.absent}
+    back = [
+        g.name for g in led if g.preferred != local_id and g.preferred in away and g.preferred_ready
+    ]
+    waiting = {g.preferred for g in led if g.preferred in away and not g.preferred_ready}
+    return frozenset(absent | waiting), back
+
+
 class LeaderRebalance:
-    """Runs :func:`handovers` over a node's groups every ``interval_ms`` (from the node's
-    housekeeping) and starts the transfers it names."""
+    """Runs :func:`handovers` over a node's groups every ``interval_ms``, and over the groups
+    whose preferred leader came back (:func:`returned`) at the next :meth:`tick` (the node's
+    housekeeping, once a second), and starts the transfers it names."""
 
     def __init__(
         self,
@@ -122,6 +158,8 @@ class LeaderRebalance:
         self._next_check = clock() + interval_ms  # the first check one interval after start
         self._quiet_until: dict[TopicPartition, int] = {}  # no handover before, per group
         self._failed: dict[TopicPartition, int] = {}  # handovers in a row not (yet) taken
+        self._led_since: dict[TopicPartition, tuple[int, int]] = {}  # epoch, first seen led
+        self._away: frozenset[int] = frozenset()  # voters seen absent, not yet back
 
     @classmethod
     def for_node(
@@ -144,12 +182,16 @@ class LeaderRebalance:
         )
 
     def tick(self) -> None:
-        """Check if the interval has passed since the last check."""
+        """Check every group if the interval has passed since the last check, or else the
+        groups whose preferred leader just came back."""
         now = self.clock()
-        if now < self._next_check:
-            return
-        self._next_check = now + self.interval_ms
-        self.check(now)
+        views = self.leadership(now)
+        self._away, back = returned(views, self._away, local_id=self.local_id)
+        if now >= self._next_check:
+            self._next_check = now + self.interval_ms
+            self.check(now, views)
+        elif back:
+            self.check(now, views, only=set(back))
 
     def leadership(self, now: int) -> list[GroupLeadership]:
         """What this node knows of each running group's leader and preferred leader."""
@@ -163,7 +205,22 @@ class LeaderRebalance:
                 continue
             state = core.state
             ready = transferring = False
-            if isinstance(state, LeaderState):
+            absent: frozenset[int] = frozenset()
+            if not isinstance(state, LeaderState):
+                self._led_since.pop(name, None)
+            else:
+                since = self._led_since.get(name)
+                if since is None or since[0] != state.epoch:
+                    since = self._led_since[name] = (state.epoch, now)
+                timeout_ms = core.config.fetch_timeout_ms
+                # a voter not yet fetched in this leadership counts from its first look
+                first = since[1] if now - since[1] > timeout_ms else now
+                absent = frozenset(
+                    voter
+                    for voter, replica in state.voter_states.items()
+                    if voter != self.local_id
+                    and now - max(replica.last_fetch_ms, first) > timeout_ms
+                )
                 transferring = state.transfer is not None or now < self._quiet_until.get(name, 0)
                 replica = state.voter_states.get(preferred)
                 hw = state.high_watermark
@@ -177,13 +234,22 @@ class LeaderRebalance:
             leader = core.leader_and_epoch().leader_id
             if leader == preferred:
                 self._failed.pop(name, None)
-            views.append(GroupLeadership(name, leader, preferred, ready, transferring))
+            views.append(GroupLeadership(name, leader, preferred, ready, transferring, absent))
         return views
 
-    def check(self, now: int) -> None:
-        views = self.leadership(now)
+    def check(
+        self,
+        now: int,
+        views: list[GroupLeadership] | None = None,
+        only: set[TopicPartition] | None = None,
+    ) -> None:
+        """Hand over what :func:`handovers` names (of ``only``, if given)."""
+        if views is None:
+            views = self.leadership(now)
         over = imbalanced(views, self.percentage)
         for name, target in handovers(views, local_id=self.local_id, percentage=self.percentage):
+            if only is not None and name not in only:
+                continue
             group = self.groups[name]
             core = group.running_core()
             if core is None:
