@@ -358,6 +358,17 @@ def test_with_the_auto_leader_rebalance_off_a_node_runs_no_rebalance(tmp_path):
     run(go())
 
 
+def test_with_one_partition_no_node_runs_a_rebalance(tmp_path):
+    """Nothing to spread: a healed follower that is partition 0's preferred leader must not
+    depose a healthy leader (an election each time it came back)."""
+
+    async def go() -> None:
+        async with cluster(tmp_path, partitions=1) as nodes:
+            assert all(n._rebalance is None for n in nodes)
+
+    run(go())
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_no_replica_of_a_partition_is_demoted_by_another_partitions_answer(tmp_path):

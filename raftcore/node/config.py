@@ -66,8 +66,8 @@ class NodeConfig:
     - ``partitions``: how many partitions it has (Kafka's ``num.partitions``, default 1), each
       its own Raft group over the same voters, fixed when the data directory is formatted
       (``raftcore format --partitions``); the embedding API works on partition 0;
-    - ``auto_leader_rebalance``: hand each partition the node leads to its preferred leader
-      when that voter is live, caught up and imbalanced (Kafka's
+    - ``auto_leader_rebalance``: with more than one partition, hand each partition the node
+      leads to its preferred leader when that voter is live, caught up and imbalanced (Kafka's
       ``auto.leader.rebalance.enable``, on), checked every
       ``leader_imbalance_check_interval_s`` (``leader.imbalance.check.interval.seconds``,
       300) with ``leader_imbalance_per_broker_percentage`` (10):

@@ -169,8 +169,10 @@ class LeaderRebalance:
         prefix: str,
         clock: Callable[[], int],
     ) -> LeaderRebalance | None:
-        """A node's, as its config says (None: off)."""
-        if not config.auto_leader_rebalance:
+        """A node's, as its config says (None: off). Off with one partition: there is
+        nothing to spread, and moving the one leader would cost an election each time its
+        preferred voter came back (a healed follower would depose a healthy leader)."""
+        if not config.auto_leader_rebalance or len(groups) < 2:
             return None
         return cls(
             groups,
