@@ -212,11 +212,15 @@ def _without_the_previous_release_stop_traceback(text: str, site: Path) -> str:
     its exception: CI, 2026-11-27). Only that one, with its frames in the previous release's
     own files, is let be."""
     block = re.compile(
+        # asyncio's ERROR line and its handle line, then the traceback
+        r"(?:^[^\n]* ERROR asyncio: Exception in callback "
+        r"StreamReaderProtocol\.connection_made[^\n]*\nhandle: [^\n]*\n)?"
         r"Traceback \(most recent call last\):\n(?: .*\n)*?"
         + r'  File "'
         + re.escape(str(site))
         + r'/raftcore/node/transport\.py", line \d+, in serve\n'
-        + r"    await self\._ended\nasyncio\.exceptions\.CancelledError\n"
+        + r"    await self\._ended\nasyncio\.exceptions\.CancelledError\n",
+        re.M,
     )
     return block.sub("", text)
 
