@@ -171,3 +171,18 @@ def produce_body(records: bytes, acks: int = -1) -> Any:
     part = SimpleNamespace(index=0, records=records)
     topic = SimpleNamespace(name=TOPIC, partition_data=[part])
     return SimpleNamespace(acks=acks, timeout_ms=1000, transactional_id=None, topic_data=[topic])
+
+
+def kafka_python_producer(bootstrap: list[str]) -> Any:
+    """kafka-python's KafkaProducer as the cross-checks use it: acks=all, retried through a
+    leader change, metadata refreshed every second."""
+    from kafka import KafkaProducer
+
+    return KafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        retries=20,
+        retry_backoff_ms=100,
+        request_timeout_ms=10000,
+        metadata_max_age_ms=1000,
+    )

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from kafka_helpers import kafka_python_producer
 from test_node import cluster, configs, run  # the in-process cluster and its helpers
 
 from raftcore.error_codes import Errors
@@ -60,16 +61,7 @@ def _bootstrap(nodes: list[RaftNode]) -> list[str]:
 def _produce(bootstrap: list[str], sends: list[tuple[int, bytes]]) -> dict[int, list[int]]:
     """Send each (partition, value) with kafka-python, acks=all; the acknowledged offsets by
     partition."""
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(
-        bootstrap_servers=bootstrap,
-        acks="all",
-        retries=20,
-        retry_backoff_ms=100,
-        request_timeout_ms=10000,
-        metadata_max_age_ms=1000,
-    )
+    producer = kafka_python_producer(bootstrap)
     try:
         assert producer.partitions_for(TOPIC) == set(range(PARTITIONS))
         futures = [(p, producer.send(TOPIC, value=v, partition=p)) for p, v in sends]

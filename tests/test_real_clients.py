@@ -12,6 +12,7 @@ import time
 
 import pytest
 from cluster_helpers import FAST, quorum, run
+from kafka_helpers import kafka_python_producer
 
 from raftcore.client import Consumer
 from raftcore.node.local_cluster import LocalCluster
@@ -121,16 +122,7 @@ def test_confluent_kafka_produces_and_consumes_across_a_leader_kill(cluster):
 
 
 def _kp_produce(bootstrap: list[str], values: list[bytes]) -> None:
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(
-        bootstrap_servers=bootstrap,
-        acks="all",
-        retries=20,
-        retry_backoff_ms=100,
-        request_timeout_ms=10000,
-        metadata_max_age_ms=1000,
-    )
+    producer = kafka_python_producer(bootstrap)
     try:
         futures = [producer.send(TOPIC, value=v, partition=0) for v in values]
         producer.flush(60)
