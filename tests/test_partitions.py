@@ -480,3 +480,25 @@ def test_processes_a_killed_node_leaves_every_partition_led_and_its_restart_keep
         assert (local.data_dir(1) / "raftcore-2" / "log").is_dir()
     finally:
         local.close()
+
+
+def test_describe_quorum_watch_of_a_partition_the_topic_lacks_ends_at_once(tmp_path):
+    """Asking again will not make the partition: the watch ends at its first answer
+    (UnknownTopicError; ``run_watch`` prints it and exits 1) instead of printing it forever."""
+    import io
+
+    from raftcore.cli.quorum_watch import watch_quorum
+    from raftcore.client.cluster import UnknownTopicError
+
+    async def go() -> None:
+        async with cluster(tmp_path, partitions=PARTITIONS) as nodes:
+            await leaders(nodes)
+            out = io.StringIO()
+            with pytest.raises(UnknownTopicError, match=f"partition {PARTITIONS}"):
+                await asyncio.wait_for(
+                    watch_quorum(_bootstrap(nodes), out, partition=PARTITIONS, interval_s=0.1),
+                    10,
+                )
+            assert out.getvalue() == ""
+
+    run(go())

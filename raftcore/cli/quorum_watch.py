@@ -4,7 +4,8 @@ until Ctrl-C.
 On a terminal the screen is redrawn in place (as ``watch(1)`` does); otherwise -- a pipe, a
 file, a test -- each table is printed after the previous one, with a blank line between, so a
 log of the quorum over time can be kept. A round that gets no answer (no leader right now,
-during an election) prints why and the next round tries again.
+during an election) prints why and the next round tries again; a topic or partition the
+cluster does not have ends the watch at once (exit status 1).
 
 Ctrl-C sets an event the loop waits on, rather than cancelling the task: Python 3.11's
 ``asyncio.wait_for`` can swallow a cancellation that comes as its inner call ends, and a
@@ -16,11 +17,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import sys
 import time
 from typing import Any, TextIO
 
 from raftcore.client.admin import describe_quorum_with, format_quorum
-from raftcore.client.cluster import ClusterClient
+from raftcore.client.cluster import ClusterClient, UnknownTopicError
 from raftcore.errors import RaftcoreError
 
 __all__ = ["run_watch", "watch_quorum"]
@@ -67,6 +69,8 @@ async def watch_quorum(
                 break
             try:
                 table = format_quorum(asked.result())
+            except UnknownTopicError:
+                raise  # no such topic or partition: asking again will not make one
             except (RaftcoreError, OSError, asyncio.TimeoutError) as exc:
                 table = f"no answer: {exc}"
             stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
@@ -90,13 +94,18 @@ async def watch_quorum(
 
 
 def run_watch(bootstrap: list[str], out: TextIO, **options: Any) -> int:
-    """Watch until Ctrl-C, which ends it quietly (exit status 0)."""
+    """Watch until Ctrl-C, which ends it quietly (exit status 0). A topic or partition the
+    cluster does not have ends it at once with one line on stderr (exit status 1)."""
 
     async def main() -> None:
         stop = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGINT, stop.set)
         await watch_quorum(bootstrap, out, stop=stop, **options)
 
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(main())
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(main())
+    except UnknownTopicError as exc:
+        print(f"raftcore describe-quorum: {exc}", file=sys.stderr)
+        return 1
     return 0
