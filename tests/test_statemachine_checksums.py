@@ -191,3 +191,43 @@ def test_a_store_without_checksums_is_sealed_in_place_once_when_opened(tmp_path,
         stored = txn.get(b"k00042", db=data)
     env.close()
     assert stored == seal_value(b"k00042", b"plain-42")
+
+
+def test_damage_a_reader_met_in_a_state_since_restored_is_not_reported_again(tmp_path, monkeypatch):
+    """A snapshot reads from one transaction: when the damage it meets was already reported
+    (by a read) and the state restored since, the report is stale, and the owner is not told
+    twice (the node would start a second, redundant rebuild). The snapshot is still refused."""
+    import threading
+
+    from raftcore.statemachine import lmdb_kv
+
+    monkeypatch.setattr(lmdb_kv, "SNAPSHOT_CHUNK_PAIRS", 4)
+    sm = filled(tmp_path)
+    intact = MemorySnapshotWriter()
+    sm.snapshot(intact)
+    told: list[DamagedValueError] = []
+    sm.on_damaged = told.append
+    flip_in_file(tmp_path / "data.mdb", b"value-019-abcdefgh")
+
+    class Meanwhile(MemorySnapshotWriter):
+        """At the snapshot's first chunk, on other threads: a read meets the damage, then
+        the rebuild restores the intact state."""
+
+        def append(self, chunk):  # type: ignore[no-untyped-def]
+            if not self.chunks:
+
+                def read_then_restore() -> None:
+                    with pytest.raises(DamagedValueError):
+                        sm.get(b"key-019")
+                    sm.restore(MemorySnapshotReader(intact.chunks, intact.end_offset))
+
+                other = threading.Thread(target=read_then_restore)
+                other.start()
+                other.join(10)
+            super().append(chunk)
+
+    with pytest.raises(DamagedValueError, match="key-019"):
+        sm.snapshot(Meanwhile())
+    assert [e.key for e in told] == [b"key-019"]  # the read's report only
+    assert sm.damaged is None and sm.get(b"key-019") == b"value-019-abcdefgh"
+    sm.close()

@@ -220,9 +220,9 @@ def test_a_damaged_value_read_on_a_replica_is_refused_then_served_again_once_reb
             await follower.wait_applied(end, timeout_s=30)
             assert fsm.get(b"k00007") == live
             same_state(fsm, machines[nodes.index(leader)])
-            # one rebuild, or two when a snapshot met the same damage before the first began
-            # (each reader that meets it reports it; CI saw 2 once)
-            assert follower.rebuild is not None and follower.rebuild.rebuilds in (1, 2)
+            # one rebuild, also when a snapshot meets the same damage (its report is the
+            # first, or refused as damaged already, or stale after the rebuild's restore)
+            assert follower.rebuild is not None and follower.rebuild.rebuilds == 1
         finally:
             await stop_all(nodes)
             for m in machines:

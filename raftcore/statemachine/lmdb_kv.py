@@ -54,6 +54,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -153,6 +154,11 @@ class LmdbStateMachine:
         self.skipped_records = 0
         # The first damaged value found (checksums.py): no read or snapshot until a restore.
         self.damaged: DamagedValueError | None = None
+        # Restores so far: a reader notes it in its read transaction, and damage it reports
+        # after a later restore was found in a state since replaced (a stale report: the
+        # rebuild under way already covers it), so it starts no second rebuild.
+        self._restores = 0
+        self._damage_lock = threading.Lock()  # readers on several threads report at once
         # Told once per damage, on the thread that found it (the node rebuilds the state).
         self.on_damaged: Callable[[DamagedValueError], None] | None = None
         # The verdicts of conditional writes, for the writers waiting (conditions.py).
@@ -259,12 +265,13 @@ class LmdbStateMachine:
         given up (never written with it)."""
         self._refuse_if_damaged()
         with self.env.begin(db=self._data) as txn:
+            generation = self._restores
             end = self._read_applied(txn)
             writer.start(end)
             it = txn.cursor().iternext()
             where = f"{self.path} (snapshot at offset {end})"
             while chunk := list(itertools.islice(it, SNAPSHOT_CHUNK_PAIRS)):
-                writer.append(self._open_chunk(chunk, where))
+                writer.append(self._open_chunk(chunk, where, generation))
         return end
 
     def restore(self, reader: SnapshotReader) -> None:
@@ -302,7 +309,9 @@ class LmdbStateMachine:
                 f"{self.prefix} snapshot {end} holds a key LMDB cannot store: {exc}"
             ) from None
         self._applied = end
-        self.damaged = None  # the whole state is the snapshot's now
+        with self._damage_lock:
+            self._restores += 1
+            self.damaged = None  # the whole state is the snapshot's now
         logger.info("%s restored snapshot %d into %s", self.prefix, end, self.path)
 
     # ---- reads ---------------------------------------------------------------------------------
@@ -312,13 +321,14 @@ class LmdbStateMachine:
         offset), checked: DamagedValueError if it, or any value read before, is damaged."""
         self._refuse_if_damaged()
         with self.env.begin(db=self._data) as txn:
+            generation = self._restores
             stored = txn.get(key)
         if stored is None:
             return default
         try:
             return open_value(key, stored, str(self.path))
         except DamagedValueError as exc:
-            self.mark_damaged(exc)
+            self.mark_damaged(exc, generation)
             raise
 
     def items(self) -> list[tuple[bytes, bytes]]:
@@ -326,8 +336,9 @@ class LmdbStateMachine:
         checked as ``get`` is."""
         self._refuse_if_damaged()
         with self.env.begin(db=self._data) as txn:
+            generation = self._restores
             stored = list(txn.cursor().iternext())
-        return self._open_chunk(stored, str(self.path))
+        return self._open_chunk(stored, str(self.path), generation)
 
     # ---- damage (checksums.py) -----------------------------------------------------------------
 
@@ -340,20 +351,30 @@ class LmdbStateMachine:
                 damaged.key,
             )
 
-    def _open_chunk(self, pairs: list[tuple[bytes, bytes]], where: str) -> list[_Stored]:
-        """The values of sealed ``pairs``; a damaged one marks the state machine damaged (see
-        ``mark_damaged``) and raises DamagedValueError."""
+    def _open_chunk(
+        self, pairs: list[tuple[bytes, bytes]], where: str, generation: int
+    ) -> list[_Stored]:
+        """The values of sealed ``pairs`` read in a transaction begun after ``generation``
+        restores; a damaged one marks the state machine damaged (see ``mark_damaged``) and
+        raises DamagedValueError."""
         try:
             return open_chunk(pairs, where)
         except DamagedValueError as exc:
-            self.mark_damaged(exc)
+            self.mark_damaged(exc, generation)
             raise
 
-    def mark_damaged(self, exc: DamagedValueError) -> None:
-        """Mark the state machine damaged (reads and snapshots refuse) until a restore."""
-        if self.damaged is not None:
-            return
-        self.damaged = exc
+    def mark_damaged(self, exc: DamagedValueError, generation: int | None = None) -> None:
+        """Mark the state machine damaged (reads and snapshots refuse) until a restore, and
+        tell ``on_damaged`` once. ``generation``: the restores counted when the damaged value
+        was read (None: now, as the applier's own transaction is); damage read before a later
+        restore is in a state since replaced, and is not reported again."""
+        with self._damage_lock:
+            if self.damaged is not None:
+                return
+            if generation is not None and generation != self._restores:
+                logger.debug("%s damage read before the latest restore: %s", self.prefix, exc)
+                return
+            self.damaged = exc
         if self.on_damaged is not None:
             self.on_damaged(exc)  # its owner says what it does (one line)
             return
@@ -375,6 +396,7 @@ class LmdbStateMachine:
         if limit is not None and limit <= 0:
             return out
         with self.env.begin(db=self._data) as txn:
+            generation = self._restores
             cursor = txn.cursor()
             if not (cursor.set_range(start) if start else cursor.first()):
                 return out
@@ -384,7 +406,7 @@ class LmdbStateMachine:
                 out.append((key, value))
                 if limit is not None and len(out) >= limit:
                     break
-        return self._open_chunk(out, str(self.path))
+        return self._open_chunk(out, str(self.path), generation)
 
     def __len__(self) -> int:
         with self.env.begin() as txn:
