@@ -37,7 +37,6 @@ from raftcore.node.raft_wire import directory_id
 from raftcore.protocol.api import ApiKey, request_spec, response_spec
 from raftcore.raft.auto_join import AutoJoin
 from raftcore.raft.leader_requests import NotLeaderError
-from raftcore.raft.reconfig import ChangeOutcome
 from raftcore.raft.states import LeaderState
 from raftcore.raft.values import LeaderAndEpoch
 from raftcore.raft.voters import ReplicaKey, VoterEndpoint, directory_id_text
@@ -45,7 +44,7 @@ from raftcore.raft.voters import ReplicaKey, VoterEndpoint, directory_id_text
 if TYPE_CHECKING:
     from raftcore.node.node import RaftNode
 
-__all__ = ["ADMIN_APIS", "AutoJoiner", "ChangeWaiters", "handle"]
+__all__ = ["ADMIN_APIS", "AutoJoiner", "handle"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,40 +52,6 @@ ADMIN_APIS = frozenset(
     {ApiKey.ADD_RAFT_VOTER, ApiKey.REMOVE_RAFT_VOTER, ApiKey.TRANSFER_LEADERSHIP, ApiKey.READ_INDEX}
 )
 GRACE_S = 5.0  # past the change's own timeout, the answer gives up waiting for the verdict
-
-
-class ChangeWaiters:
-    """The requests waiting for the core's verdict on a voter change, by its token."""
-
-    def __init__(self) -> None:
-        self._waiting: dict[int, asyncio.Future[ChangeOutcome]] = {}
-
-    def wait_for(self, token: int) -> asyncio.Future[ChangeOutcome]:
-        fut = self._waiting[token] = asyncio.get_running_loop().create_future()
-        return fut
-
-    def deliver(self, outcomes: list[ChangeOutcome]) -> None:
-        for outcome in outcomes:
-            fut = self._waiting.pop(outcome.token, None)
-            if fut is not None and not fut.done():
-                fut.set_result(outcome)
-
-    def forget(self, token: int) -> None:
-        self._waiting.pop(token, None)
-
-    def fail_all(self, leader: LeaderAndEpoch) -> None:
-        """The node stops: whatever was in flight may still commit under another leader."""
-        waiting, self._waiting = self._waiting, {}
-        for token, fut in waiting.items():
-            if not fut.done():
-                fut.set_result(
-                    ChangeOutcome(
-                        token,
-                        Errors.NOT_LEADER_OR_FOLLOWER,
-                        "the leader stopped before the change was committed; it may still be",
-                        leader,
-                    )
-                )
 
 
 async def handle(node: RaftNode, header: Any, body: Any) -> Any:

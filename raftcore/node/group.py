@@ -31,7 +31,6 @@ from raftcore.kafka.producer_state import ProducerStateManager
 from raftcore.kafka.producer_tracker import ProducerStateTracker
 from raftcore.log import SegmentedLog
 from raftcore.node import fatal, reads
-from raftcore.node.admin import ChangeWaiters
 from raftcore.node.appends import LeaderAppends
 from raftcore.node.applier import Applier, check_start_offset
 from raftcore.node.committed_checkpoint import CommittedCheckpoint, read_committed_offset
@@ -50,7 +49,7 @@ from raftcore.node.retention import Retention
 from raftcore.node.scrubber import Scrubber
 from raftcore.node.snapshotter import Snapshotter, snapshot_source
 from raftcore.node.verdicts import AppendVerdicts
-from raftcore.node.waiters import Waiters
+from raftcore.node.waiters import ChangeWaiters, Waiters
 from raftcore.raft import Appended, LeaderAndEpoch, NotLeaderError, Output, RaftCore
 from raftcore.raft.damage import Damage
 from raftcore.raft.messages import Outbound

@@ -63,7 +63,7 @@ from raftcore.kafka.producer_state import ProducerStateManager
 from raftcore.kafka.producer_tracker import ProducerStateTracker
 from raftcore.log import SegmentedLog
 from raftcore.node import admin, committed_reads, fatal, forwarding, reads
-from raftcore.node.admin import AutoJoiner, ChangeWaiters
+from raftcore.node.admin import AutoJoiner
 from raftcore.node.applier import Applier
 from raftcore.node.clock import now_ms
 from raftcore.node.committed_checkpoint import CommittedCheckpoint
@@ -83,6 +83,7 @@ from raftcore.node.rebuild import StateRebuild
 from raftcore.node.retention import Retention
 from raftcore.node.scrubber import Scrubber
 from raftcore.node.snapshotter import Snapshotter
+from raftcore.node.waiters import ChangeWaiters
 from raftcore.raft import Appended, LeaderAndEpoch, RaftCore
 from raftcore.raft.damage import Damage
 from raftcore.raft.voters import directory_id_text

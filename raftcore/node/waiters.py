@@ -1,12 +1,17 @@
-"""Coroutines waiting, with a timeout, for the node to say that something moved (the high
-watermark, the log start offset): woken all at once, never polled."""
+"""Coroutines waiting for the node to say that something moved: :class:`Waiters` (the high
+watermark, the log start offset), woken all at once, never polled, with a timeout;
+:class:`ChangeWaiters` (the core's verdict on a voter change, by its token)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 
-__all__ = ["Waiters"]
+from raftcore.error_codes import Errors
+from raftcore.raft.reconfig import ChangeOutcome
+from raftcore.raft.values import LeaderAndEpoch
+
+__all__ = ["ChangeWaiters", "Waiters"]
 
 
 class Waiters:
@@ -33,3 +38,37 @@ class Waiters:
     def wake(self) -> None:
         for event in self._events:
             event.set()
+
+
+class ChangeWaiters:
+    """The requests waiting for the core's verdict on a voter change, by its token."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[int, asyncio.Future[ChangeOutcome]] = {}
+
+    def wait_for(self, token: int) -> asyncio.Future[ChangeOutcome]:
+        fut = self._waiting[token] = asyncio.get_running_loop().create_future()
+        return fut
+
+    def deliver(self, outcomes: list[ChangeOutcome]) -> None:
+        for outcome in outcomes:
+            fut = self._waiting.pop(outcome.token, None)
+            if fut is not None and not fut.done():
+                fut.set_result(outcome)
+
+    def forget(self, token: int) -> None:
+        self._waiting.pop(token, None)
+
+    def fail_all(self, leader: LeaderAndEpoch) -> None:
+        """The node stops: whatever was in flight may still commit under another leader."""
+        waiting, self._waiting = self._waiting, {}
+        for token, fut in waiting.items():
+            if not fut.done():
+                fut.set_result(
+                    ChangeOutcome(
+                        token,
+                        Errors.NOT_LEADER_OR_FOLLOWER,
+                        "the leader stopped before the change was committed; it may still be",
+                        leader,
+                    )
+                )
