@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from raftcore.error_codes import Errors
 from raftcore.errors import RaftcoreError
+from raftcore.node.leader_retry import TryAgain, until_done
 from raftcore.protocol.api import ApiKey, request_spec
 from raftcore.raft import LeaderAndEpoch, NotLeaderError
 from raftcore.raft.read_index import ReadIndexOutcome
@@ -32,8 +33,6 @@ __all__ = [
     "read_index",
     "read_index_anywhere",
 ]
-
-_RETRY_PAUSE_S = 0.05  # between attempts while an election goes on
 
 
 class NotLeaderForReadError(NotLeaderError):
@@ -158,41 +157,37 @@ async def read_index_anywhere(node: RaftNode, timeout_s: float = 5.0) -> int:
     the leader's, asked with ReadIndex (as etcd's followers ask theirs), retried while an
     election goes on. The caller then waits until this replica has applied (or knows
     committed) everything below it, and reads locally. TimeoutError after ``timeout_s``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    why = "no leader known"
-    while True:
-        left = deadline - loop.time()
-        if left <= 0:
-            raise TimeoutError(
-                f"{node.prefix} no leader gave a read index within {timeout_s:g} s ({why})"
-            )
+
+    async def attempt(left: float) -> int:
         core = node.running_core()
-        if core is None:
-            raise RaftcoreError(f"{node.prefix} not started")
+        assert core is not None  # until_done checked it
         leader = core.leader_hint()
         if core.is_leader():
             try:
                 return await read_index(node, node.group.reads, left)
             except NotLeaderForReadError as exc:
-                why = str(exc)
-        elif leader.known and leader.leader_id != node.node_id:
-            assert leader.leader_id is not None
-            body = request_spec(ApiKey.READ_INDEX).cls(
-                cluster_id=node.config.cluster_id, timeout_ms=max(1, int(left * 1000))
-            )
-            try:
-                answer = await node.request_peer(leader.leader_id, ApiKey.READ_INDEX, 0, body, left)
-            except (ConnectionError, asyncio.TimeoutError) as exc:
-                why = f"node {leader.leader_id}: {exc or type(exc).__name__}"
-            else:
-                if answer.error_code == Errors.NONE:
-                    return int(answer.read_index)
-                why = f"node {leader.leader_id}: {answer.error_message}"
-                if answer.error_code not in (
-                    Errors.NOT_LEADER_OR_FOLLOWER,
-                    Errors.REQUEST_TIMED_OUT,
-                    Errors.BROKER_NOT_AVAILABLE,
-                ):
-                    raise RaftcoreError(f"{node.prefix} no read index: {why}")
-        await asyncio.sleep(min(_RETRY_PAUSE_S, max(0.0, deadline - loop.time())))
+                raise TryAgain(str(exc)) from None
+        if not leader.known or leader.leader_id == node.node_id:
+            raise TryAgain("no leader known")
+        assert leader.leader_id is not None
+        body = request_spec(ApiKey.READ_INDEX).cls(
+            cluster_id=node.config.cluster_id, timeout_ms=max(1, int(left * 1000))
+        )
+        try:
+            answer = await node.request_peer(leader.leader_id, ApiKey.READ_INDEX, 0, body, left)
+        except (ConnectionError, asyncio.TimeoutError) as exc:
+            raise TryAgain(f"node {leader.leader_id}: {exc or type(exc).__name__}") from None
+        if answer.error_code == Errors.NONE:
+            return int(answer.read_index)
+        why = f"node {leader.leader_id}: {answer.error_message}"
+        if answer.error_code not in (
+            Errors.NOT_LEADER_OR_FOLLOWER,
+            Errors.REQUEST_TIMED_OUT,
+            Errors.BROKER_NOT_AVAILABLE,
+        ):
+            raise RaftcoreError(f"{node.prefix} no read index: {why}")
+        raise TryAgain(why)
+
+    return await until_done(
+        node, attempt, timeout_s=timeout_s, not_done="no leader gave a read index"
+    )
