@@ -6,6 +6,7 @@ retry; the demo keeps its data and node logs when it fails."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import socket
@@ -515,3 +516,61 @@ def test_the_connection_bounds_reach_the_nodes_config_and_help_names_kafkas_sett
         "queued.max.request.bytes",
     ):
         assert kafka_name in help_text, kafka_name
+
+
+def test_an_open_files_limit_below_the_nodes_need_fails_in_one_line_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    """``ulimit -n`` (soft and hard) below what the node needs: one line saying what it needs,
+    what is allowed and what to change, before the port or the directory is touched."""
+    data = formatted(tmp_path / "data")
+    before = snapshot_of(data)
+    port = free_ports(1)[0]
+    limited = (  # the limit set in the child itself, then raftcore as ``python -m raftcore``
+        "import resource, runpy, sys; "
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (200, 200)); "
+        "sys.argv[0] = 'raftcore'; runpy.run_module('raftcore', run_name='__main__')"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", limited, *node_argv(data, port)],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": SOURCE},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    code, err = finish(proc)
+    assert code == 1
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("raftcore node: this node needs about 1024 open files"), err
+    assert "may open 200 (hard limit 200)" in lines[0] and "ulimit -n 1024" in lines[0], err
+    assert snapshot_of(data) == before
+
+
+def test_a_soft_open_files_limit_below_the_nodes_need_is_raised_to_the_hard_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import resource
+
+    from raftcore.node import preflight
+
+    set_to: list[tuple[int, int]] = []
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (256, 4096))
+    monkeypatch.setattr(resource, "setrlimit", lambda which, limits: set_to.append(limits))
+    config = NodeConfig(
+        node_id=1,
+        voters={1: Endpoint("127.0.0.1", 9092)},
+        data_dir=Path("unused"),
+        cluster_id="c",
+        partitions=100,
+    )
+    assert preflight.open_files_needed(config) == 768 + 256 + 4 * 99
+    preflight.check_open_files(config)
+    assert set_to == [(4096, 4096)]
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (256, 1024))  # hard too low
+    with pytest.raises(preflight.OpenFilesError, match=r"needs about 1420 .* may open 256"):
+        preflight.check_open_files(config)
+    one = dataclasses.replace(config, partitions=1)  # the usual ulimit -n 1024 is enough
+    assert preflight.open_files_needed(one) == 1024

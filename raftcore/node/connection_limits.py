@@ -17,8 +17,9 @@
   receive buffer, bounded by ``max.connections`` and the requests in flight per connection,
   and the other voters' replication requests are small (a node that stopped reading them
   would stall the quorum).
-- :func:`check_fd_limit`: a warning at start when the process may open fewer files than
-  ``max.connections`` plus what the node needs for itself.
+- ``FD_RESERVE``: the descriptors a one-partition node needs besides its connections
+  (:func:`raftcore.node.preflight.warn_if_open_files_short` warns when the process may open
+  fewer than that plus ``max.connections``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-import resource
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -43,7 +43,6 @@ __all__ = [
     "QUEUED_MAX_REQUEST_BYTES",
     "ConnectionLimits",
     "RequestBudget",
-    "check_fd_limit",
     "resolve_hosts",
 ]
 
@@ -212,21 +211,3 @@ class RequestBudget:
         self._wake_scheduled = False
         while self.waiters and self.used < self.limit:
             self.waiters.popleft()()
-
-
-def check_fd_limit(max_connections: int, prefix: str) -> None:
-    """Warn when the process's file-descriptor limit is below ``max_connections`` plus
-    :data:`FD_RESERVE`: accepted connections could then take the descriptors the node needs
-    to roll a segment or write its quorum state, and a node that cannot do that stops."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < max_connections + FD_RESERVE:
-        logger.warning(
-            "%s max.connections is %d but the process may open only %d files (ulimit -n); "
-            "the node needs about %d besides its connections: raise the limit or lower "
-            "--max-connections to %d",
-            prefix,
-            max_connections,
-            soft,
-            FD_RESERVE,
-            max(1, soft - FD_RESERVE),
-        )

@@ -28,13 +28,13 @@ from raftcore.node import admin, raft_wire
 from raftcore.node.connection_limits import (
     ConnectionLimits,
     RequestBudget,
-    check_fd_limit,
     resolve_hosts,
 )
 from raftcore.node.connection_timeouts import ConnectionTimeouts
 from raftcore.node.listeners import RaftRefusals, Role, sees_directory_ids
 from raftcore.node.peer_apis import PeerApis
 from raftcore.node.peers import Peers
+from raftcore.node.preflight import warn_if_open_files_short
 from raftcore.node.tls_listener import serve_tls
 from raftcore.node.transport import CloseConnection, Later, ServerConnection
 from raftcore.protocol.api import (
@@ -169,7 +169,7 @@ class Messaging:
         cfg = self.config
         listen = cfg.listen
         assert listen is not None  # NodeConfig makes it the voter's address when not given
-        check_fd_limit(cfg.max_connections, self.prefix)
+        warn_if_open_files_short(cfg, self.prefix)
         voter_hosts = await resolve_hosts(e.host for e in cfg.voters.values())
         self.limits.protected = frozenset(voter_hosts)
         if cfg.node_listen is None:

@@ -1,5 +1,5 @@
-"""What a node checks before it writes anything: that its data directory can be one, and that
-its listen address can be bound.
+"""What a node checks before it writes anything: that its data directory can be one, that its
+listen address can be bound, and that the process may open the files it will need.
 
 A node that fails to start must leave its data directory as it found it (absent, or as it
 was): ``meta.properties``, the log and the quorum-state file are written only once these
@@ -9,19 +9,109 @@ node, so no other process can take the port in between).
 
 from __future__ import annotations
 
+import logging
 import os
+import resource
 import socket
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from raftcore import connect_errors
 from raftcore.endpoints import Endpoint
 from raftcore.errors import RaftcoreError
+from raftcore.node.connection_limits import FD_RESERVE
 
-__all__ = ["ListenError", "bind_listener", "check_data_dir", "check_data_dir_identity"]
+if TYPE_CHECKING:
+    from raftcore.node.config import NodeConfig
+
+__all__ = [
+    "OpenFilesError",
+    "ListenError",
+    "bind_listener",
+    "check_data_dir",
+    "check_data_dir_identity",
+    "check_open_files",
+    "open_files_needed",
+]
+
+logger = logging.getLogger("raftcore.node.node")  # the node's log lines
+
+# Per partition (Raft group) past the first: its active segment's log and index (measured: 2
+# each), and room for a segment roll or a snapshot written at the same time. The first is in
+# FD_RESERVE, the descriptors a one-partition node needs besides its client connections.
+OPEN_FILES_PER_PARTITION = 4
 
 
 class ListenError(RaftcoreError):
     """The listen address cannot be bound: ``cannot listen on HOST:PORT: REASON``."""
+
+
+class OpenFilesError(RaftcoreError):
+    """The process may not open as many files as the node needs (``ulimit -n``)."""
+
+
+def open_files_needed(config: NodeConfig) -> int:
+    """The descriptors a node may hold at once: every client connection ``max.connections``
+    allows, ``FD_RESERVE`` for what one partition's node holds besides them (its log
+    segment and index, a snapshot written or served, the peers, the listeners, the state
+    machine), and ``OPEN_FILES_PER_PARTITION`` for each further partition."""
+    return config.max_connections + FD_RESERVE + OPEN_FILES_PER_PARTITION * (config.partitions - 1)
+
+
+def _needs(config: NodeConfig, needed: int) -> str:
+    return (
+        f"this node needs about {needed} open files (max.connections "
+        f"{config.max_connections}, {FD_RESERVE} for itself and "
+        f"{OPEN_FILES_PER_PARTITION} per further partition of {config.partitions})"
+    )
+
+
+def check_open_files(config: NodeConfig) -> None:
+    """Before a ``raftcore node`` process starts its node: raise the soft open-files limit
+    to what the node needs (to the hard limit, as Go's runtime does), or OpenFilesError in
+    one line saying what it needs, what is allowed and what to change. Topics created later
+    are not counted: each partition takes up to four."""
+    needed = open_files_needed(config)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    if hard == resource.RLIM_INFINITY or hard >= needed:
+        raised = hard if hard != resource.RLIM_INFINITY else max(needed, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+        except (ValueError, OSError):
+            raised = soft
+        if raised >= needed:
+            logger.info(
+                "[node %d] open-files limit raised from %d to %d (it needs about %d)",
+                config.node_id,
+                soft,
+                raised,
+                needed,
+            )
+            return
+    raise OpenFilesError(
+        f"{_needs(config, needed)} but may open {soft} (hard limit {hard}): raise it "
+        f"(ulimit -n {needed}) or lower --max-connections"
+    )
+
+
+def warn_if_open_files_short(config: NodeConfig, prefix: str) -> None:
+    """One WARNING at a node's start (an embedder's too, whose process limit is its own)
+    when the process may open fewer files than the node needs: accepted connections could
+    then take the descriptors the node needs to roll a segment or write its quorum state,
+    and a node that cannot do that stops."""
+    needed = open_files_needed(config)
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        logger.warning(
+            "%s %s but the process may open only %d (ulimit -n): raise the limit or lower "
+            "--max-connections to %d",
+            prefix,
+            _needs(config, needed),
+            soft,
+            max(1, soft - (needed - config.max_connections)),
+        )
 
 
 def check_data_dir(path: str | os.PathLike[str]) -> None:

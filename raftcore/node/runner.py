@@ -28,7 +28,7 @@ from raftcore.node.config import NodeConfig
 from raftcore.node.data_dir import STATE_DIR
 from raftcore.node.metrics_http import bind_metrics
 from raftcore.node.node import RaftNode
-from raftcore.node.preflight import bind_listener
+from raftcore.node.preflight import bind_listener, check_open_files
 
 __all__ = ["EVENT_LOOPS", "EXIT_FAILED", "FAILED_EXIT_S", "check_event_loop", "run_node"]
 
@@ -199,6 +199,7 @@ def run_node(
     in use``) and the directory as it was; so do the node listener's and the metrics port."""
     assert config.listen is not None
     run = _runner(event_loop)
+    check_open_files(config)  # OpenFilesError: ulimit -n too low for its partitions
     sock = bind_listener(config.listen)
     node_sock = metrics_sock = None
     try:
