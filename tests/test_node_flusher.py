@@ -154,3 +154,66 @@ def test_a_failed_fsync_stops_the_node(tmp_path):
             assert failures and not leader._started, "the node kept running after a failed fsync"
 
     run(main())
+
+
+def test_many_logs_share_a_few_fsync_threads_and_one_logs_fsyncs_never_overlap():
+    """Eight logs' flushers on a pool of three threads, each asked again while its fsync
+    runs: every request is covered by an fsync that began after it, no two fsyncs of one log
+    run at once, and at most three threads ever run (a node with a thousand partitions has a
+    handful of fsync threads)."""
+    from raftcore.node.flusher import FsyncPool
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        pool = FsyncPool(3, name="test-fsync")
+        lock = threading.Lock()
+        running: dict[int, int] = {}
+        overlaps: list[int] = []
+        threads: set[str] = set()
+        asked = [0] * 8  # requests made per log
+        covered = [0] * 8  # the requests made before its latest fsync began
+        reported = [0] * 8
+
+        def fsync_of(log: int):  # type: ignore[no-untyped-def]
+            def fsync() -> None:
+                with lock:
+                    covered[log] = asked[log]
+                    running[log] = running.get(log, 0) + 1
+                    if running[log] > 1:
+                        overlaps.append(log)
+                    threads.add(threading.current_thread().name)
+                threading.Event().wait(0.005)
+                with lock:
+                    running[log] -= 1
+
+            return fsync
+
+        def on_done_of(log: int):  # type: ignore[no-untyped-def]
+            def on_done(error: BaseException | None) -> None:
+                assert error is None
+                reported[log] += 1
+
+            return on_done
+
+        flushers = [Flusher(fsync_of(n), loop, on_done_of(n), pool=pool) for n in range(8)]
+        for flusher in flushers:
+            flusher.start()
+        for _ in range(60):
+            for n, flusher in enumerate(flushers):
+                with lock:
+                    asked[n] += 1
+                flusher.request()
+            await asyncio.sleep(0.001)
+        deadline = loop.time() + 20
+        while covered != asked and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        for flusher in flushers:
+            flusher.close()
+        for flusher in flushers:
+            await loop.run_in_executor(None, flusher.join)
+        assert covered == asked, "a request no fsync began after"
+        assert overlaps == []
+        assert 1 <= len(threads) <= 3 and all(t.startswith("test-fsync-") for t in threads)
+        assert all(r >= 1 for r in reported)
+
+    run(main())

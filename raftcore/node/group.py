@@ -162,7 +162,6 @@ class RaftGroup:
             send=functools.partial(send, self.name),
             released=self.poke,
             failed=lambda e: self._fail(f"fsync of the log failed: {fatal.describe(e)}", e),
-            name=f"raftcore-fsync-{cfg.node_id}",
         )
         self._poll_timer = PollTimer(loop, self.poke, clock=self.clock)
         self.iteration_end = IterationEnd(loop)

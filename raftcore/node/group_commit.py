@@ -1,6 +1,6 @@
 """Group commit: the messages the core marks ``after_flush`` (vote grants, append acks) wait
 here for the fsync that covers them, and go out once it ran; appends that arrive during an
-fsync are covered by the next one. The fsyncs run on the node's fsync thread
+fsync are covered by the next one. The fsyncs run on the process's fsync threads
 (:mod:`raftcore.node.flusher`): after every append with ``flush="always"``, every
 ``flush_interval_ms`` with ``flush="interval"``. A failed fsync is handed to ``failed``: the
 page cache may then hold what never reached the disk, and nothing held is ever sent."""
@@ -33,7 +33,6 @@ class GroupCommit:
         send: Callable[[Outbound], None],
         released: Callable[[], None],
         failed: Callable[[BaseException], None],
-        name: str,
     ) -> None:
         """``send`` a message that may go; ``released``: held messages went out (the core may
         have more to do); ``failed``: an fsync failed (the node stops)."""
@@ -45,8 +44,8 @@ class GroupCommit:
         self._released = released
         self._failed = failed
         self._held: list[Outbound] = []  # waiting for an fsync
-        # the fsync thread: it starts with the node, requests made before wait until then
-        self.flusher = Flusher(self.fsync, loop, self._flushed, name=name)
+        # fsyncs on the shared pool: from the node's start; requests made before wait until then
+        self.flusher = Flusher(self.fsync, loop, self._flushed)
         self._interval_task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
