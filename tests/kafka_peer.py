@@ -184,12 +184,19 @@ def fetch(version: str = KAFKA_VERSION, timeout_s: float = 600.0) -> Path:
                 f"Maven did not fetch Kafka {version}'s jars into {partial} in {timeout_s:.0f} s"
             ) from None
         if out.returncode != 0:
-            tail = " | ".join((out.stdout + out.stderr).strip().splitlines()[-5:])
             raise KafkaUnavailable(
-                f"Maven could not fetch Kafka {version}'s jars (exit {out.returncode}): {tail}"
+                f"Maven could not fetch Kafka {version}'s jars (exit {out.returncode}): "
+                + _maven_error(out.stdout + out.stderr)
             )
         partial.rename(libs)
     return libs
+
+
+def _maven_error(output: str) -> str:
+    """The first line of Maven's output that says what failed (its closing advice does not)."""
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in output.splitlines()]
+    errors = [line for line in lines if line.startswith("[ERROR]") and len(line) > 8]
+    return (errors or [line for line in lines if line] or ["(no output)"])[0][:500]
 
 
 def kafka_problem(version: str = KAFKA_VERSION) -> str | None:
