@@ -175,7 +175,7 @@ def _print_ratios(config: pytest.Config) -> None:
 
 
 def _record(benchmark, workload: str, name: str, records: int, rates: list[float]) -> None:
-    median = statistics.median(rates)  # of two rounds: their mean
+    median = statistics.median(rates)  # of the perf tools' two rounds, their mean
     _RESULTS[(workload, name)] = median
     benchmark.extra_info.update(
         {
