@@ -225,6 +225,23 @@ def test_a_frame_above_the_maximum_closes_the_connection_and_the_node_keeps_serv
     run(main())
 
 
+def test_api_versions_v4_is_answered_as_kafka_4_clients_ask_it_first(tmp_path):
+    """Kafka's Java clients 4.x ask v4 first: an UNSUPPORTED_VERSION would cost every
+    connection a second round trip (v3)."""
+
+    async def main():
+        async with cluster(tmp_path) as nodes:
+            body = request_spec(ApiKey.API_VERSIONS).cls(
+                client_software_name="apache-kafka-java", client_software_version="4.1.1"
+            )
+            resp = await raw_request(nodes[0], ApiKey.API_VERSIONS, 4, body)
+            assert resp.error_code == Errors.NONE
+            versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+            assert versions[ApiKey.API_VERSIONS] == (0, 4)
+
+    run(main())
+
+
 def test_an_unknown_api_key_closes_the_connection_without_harming_the_node(tmp_path):
     async def main():
         async with cluster(tmp_path) as nodes:

@@ -410,7 +410,7 @@ def test_the_cross_checks_cover_every_api_both_have():
     assert versions["FetchRequest"] == list(range(4, 18))
     assert versions["ProduceRequest"] == list(range(3, 11))
     assert versions["MetadataRequest"] == list(range(13))
-    assert versions["ApiVersionsRequest"] == list(range(4))
+    assert versions["ApiVersionsRequest"] == list(range(5))
     assert versions["ListOffsetsRequest"] == list(range(1, 8))
     assert versions["InitProducerIdRequest"] == list(range(5))
     assert versions["DescribeQuorumRequest"] == list(range(3))

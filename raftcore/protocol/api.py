@@ -105,7 +105,7 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.METADATA: (0, 12),
     ApiKey.FIND_COORDINATOR: (0, 4),
     ApiKey.SASL_HANDSHAKE: (0, 1),  # advertised only by SASL listeners
-    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.API_VERSIONS: (0, 4),
     ApiKey.CREATE_TOPICS: (0, 7),
     ApiKey.DELETE_RECORDS: (0, 2),
     ApiKey.INIT_PRODUCER_ID: (0, 4),
