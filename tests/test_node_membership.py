@@ -7,13 +7,14 @@ connection is closed; Metadata and DescribeQuorum list the voter set, not the st
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from node_helpers import cluster
 from sasl_helpers import NODE_PASSWORD, users_file
 
 from raftcore.client.cluster import ClusterClient
@@ -71,33 +72,21 @@ def sasl(tmp_path: Path) -> ListenerSecurity:
     )
 
 
-@contextlib.asynccontextmanager
-async def cluster(tmp_path: Path, security: Any = None, **kw: Any):  # type: ignore[no-untyped-def]
-    """Three static voters; ``security(node_id)`` gives each its listener security."""
-    ports = free_ports(3)
-    voters = {i + 1: Endpoint("127.0.0.1", p) for i, p in enumerate(ports)}
-    nodes = [
-        RaftNode(
-            NodeConfig(
-                node_id=i,
-                voters=voters,
-                data_dir=tmp_path / f"node-{i}",
-                cluster_id=CLUSTER_ID,
-                quorum=FAST,
-                security=security(i) if security else ListenerSecurity(),
-                **kw,
-            )
-        )
-        for i in voters
-    ]
-    try:
-        for n in nodes:
-            await n.start()
-        await dynamic(nodes)
-        yield nodes
-    finally:
-        for n in nodes:
-            await n.stop(timeout_s=0.5)
+def membership_nodes(security: Callable[[int], ListenerSecurity] | None = None) -> dict[str, Any]:
+    """The shared cluster's arguments for this module's three static voters: node ``i``
+    listens with ``security(i)`` (plaintext without), no listener, this module's quorum, and
+    the voter set in the log before the test runs (:func:`dynamic`)."""
+
+    def per_node(node_id: int) -> dict[str, Any]:
+        return {"security": security(node_id) if security else ListenerSecurity()}
+
+    return {
+        "listener": None,
+        "cluster_id": CLUSTER_ID,
+        "quorum": FAST,
+        "per_node": per_node,
+        "ready": dynamic,
+    }
 
 
 async def joiner(tmp_path: Path, through: RaftNode, node_id: int = 4, **kw: Any) -> RaftNode:
@@ -169,7 +158,9 @@ def test_a_node_joining_through_a_bootstrap_server_over_mutual_tls_is_added_and_
 
     async def main() -> None:
         async with cluster(
-            tmp_path, lambda i: node_tls(certs, i), admin_principals=frozenset({"User:alice"})
+            tmp_path,
+            **membership_nodes(lambda i: node_tls(certs, i)),
+            admin_principals=frozenset({"User:alice"}),
         ) as nodes:
             lead = await dynamic(nodes)
             await lead.append([(b"before", b"4")], wait=True)
@@ -263,7 +254,9 @@ def test_on_a_tls_listener_only_an_administrator_may_change_the_voters_and_a_nod
 
     async def main() -> None:
         async with cluster(
-            tmp_path, lambda i: node_tls(certs, i), admin_principals=frozenset({"User:alice"})
+            tmp_path,
+            **membership_nodes(lambda i: node_tls(certs, i)),
+            admin_principals=frozenset({"User:alice"}),
         ) as nodes:
             lead = await dynamic(nodes)
             before = lead.core.voter_set  # type: ignore[union-attr]
@@ -295,7 +288,9 @@ def test_on_sasl_only_an_administrator_may_change_the_voters_told_why_and_a_node
 
     async def main() -> None:
         async with cluster(
-            tmp_path, lambda i: sasl(tmp_path), admin_principals=frozenset({"User:alice"})
+            tmp_path,
+            **membership_nodes(lambda i: sasl(tmp_path)),
+            admin_principals=frozenset({"User:alice"}),
         ) as nodes:
             lead = await dynamic(nodes)
             for key, body in _admin_requests():
@@ -318,7 +313,7 @@ def test_on_sasl_only_an_administrator_may_change_the_voters_told_why_and_a_node
 
 def test_a_plaintext_cluster_trusts_its_network_with_voter_changes(tmp_path):
     async def main() -> None:
-        async with cluster(tmp_path) as nodes:
+        async with cluster(tmp_path, **membership_nodes()) as nodes:
             lead = await dynamic(nodes)
             for key, body in _admin_requests():
                 answer = await _ask(lead, key, body, ClientSecurity())
@@ -338,7 +333,7 @@ def test_a_removed_voter_is_no_peer_and_no_broker_and_an_added_one_is(tmp_path, 
     monkeypatch.setattr(peers_module, "IDLE_CLOSE_S", 0.5)
 
     async def main() -> None:
-        async with cluster(tmp_path) as nodes:
+        async with cluster(tmp_path, **membership_nodes()) as nodes:
             lead = await dynamic(nodes)
             new = await joiner(tmp_path, nodes[1])
             try:
