@@ -1,13 +1,21 @@
 """Helpers for tests that run node processes (LocalCluster) and talk to them with our clients.
-Every wait has a deadline; every process is ended by its pid when the cluster closes."""
+Every wait has a deadline; every process is ended by its pid when the cluster closes.
+
+A test module gets its cluster from the ``cluster`` fixture of conftest.py, told by a
+``pytest.mark.cluster(...)`` mark what to start (:func:`running_cluster`'s arguments);
+in-process nodes are in node_helpers.py."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import os
+import signal
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +29,52 @@ from raftcore.security.config import ClientSecurity
 
 # Short timeouts keep failovers fast in tests; the defaults are Kafka's.
 FAST = ["--election-timeout-ms", "500", "--fetch-timeout-ms", "1000"]
+
+
+@contextlib.contextmanager
+def running_cluster(
+    directory: Path,
+    size: int = 3,
+    *,
+    node_args: list[str] | None = None,
+    ready: Callable[[LocalCluster], Any] | None = None,
+    **kw: Any,
+) -> Iterator[LocalCluster]:
+    """``size`` node processes in ``directory`` (``node_args``: :data:`FAST` unless told;
+    ``kw``: LocalCluster's), each listening, and ``ready(cluster)`` done, before the block.
+    After it, every process this cluster started is gone: a stopped (SIGSTOP) node is let go
+    on first, then each is killed by its pid."""
+    c = LocalCluster(directory, size, node_args=FAST if node_args is None else node_args, **kw)
+    try:
+        c.start()
+        if ready is not None:
+            ready(c)
+        yield c
+    finally:
+        for node_id in c.node_ids:
+            if c.alive(node_id):
+                os.kill(c.pid(node_id), signal.SIGCONT)
+        c.close()
+        alive = [pid for pid in c.started_pids if _exists(pid)]
+        assert not alive, f"processes of the cluster in {directory} still run: {alive}"
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def a_leader(cluster: LocalCluster) -> None:
+    """Readiness: a leader answers DescribeQuorum."""
+    run(quorum(cluster))
+
+
+def voters_in_the_log(cluster: LocalCluster) -> None:
+    """Readiness: the voter set lives in the log (:func:`wait_dynamic`)."""
+    run(wait_dynamic(cluster))
 
 
 def key(n: int) -> bytes:

@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,14 +29,14 @@ from raftcore.client.consumer import ConsumeError
 from raftcore.node import Endpoint
 from raftcore.node.local_cluster import LocalCluster
 
-pytestmark = pytest.mark.slow
-
 TIMEOUT_MS = 2500
 ALLOWED_S = TIMEOUT_MS / 1000 * 1.1
 # A long fetch timeout: a leader that lost its followers leads on (check quorum: 1.5 x it), and
 # the followers of a hung leader wait it out before they elect another -- for longer than a
 # command's --timeout-ms, so that each command meets the failure, not its repair.
 SLOW_FAILOVER = ["--election-timeout-ms", "500", "--fetch-timeout-ms", "8000"]
+
+pytestmark = [pytest.mark.slow, pytest.mark.cluster(3, node_args=SLOW_FAILOVER)]
 
 # The command, timed inside its process: from just before main() to its return.
 TIMED = (
@@ -76,19 +75,6 @@ class Command:
         found = re.search(r"ELAPSED ([0-9.]+)", err)
         assert found, err
         return self.proc.returncode, float(found.group(1)), err
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    with LocalCluster(tmp_path / "cluster", 3, node_args=SLOW_FAILOVER) as c:
-        c.start()
-        try:
-            yield c
-        finally:
-            for node_id in c.node_ids:  # a stopped node: let it go on, then be killed
-                if c.alive(node_id):
-                    os.kill(c.pid(node_id), signal.SIGCONT)
-            c.close()
 
 
 def leader_of(c: LocalCluster) -> int:

@@ -26,6 +26,7 @@ from cluster_helpers import (
     key,
     produce,
     run,
+    voters_in_the_log,
     wait_for,
 )
 
@@ -37,21 +38,11 @@ from raftcore.node.data_dir import read_directory_id
 from raftcore.node.local_cluster import LocalCluster
 from raftcore.raft.voters import directory_id_text
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
-
-
-@pytest.fixture
-def cluster(tmp_path):
-    c = LocalCluster(tmp_path / "cluster", 3, node_args=FAST)
-    try:
-        c.start()
-        wait_quorum(c, lambda q: q.kraft_version == 1 and not q.pending_change, "kraft.version 1")
-        yield c
-    finally:
-        c.close()
-        for pid in c.started_pids:  # every process started is gone
-            with pytest.raises(ProcessLookupError):
-                os.kill(pid, 0)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(240),
+    pytest.mark.cluster(3, node_args=FAST, ready=voters_in_the_log),
+]
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
