@@ -23,6 +23,7 @@ import pytest
 from cluster_helpers import formatted
 from node_helpers import FAST, cluster, leader_of
 from prometheus_client.parser import text_string_to_metric_families
+from waits import until as wait_until
 
 import raftcore
 from raftcore.client import Producer
@@ -80,17 +81,6 @@ def url_of(node: RaftNode) -> str:
 
 # The shared cluster's arguments for this module's nodes: each serves metrics on a free port.
 METRICS = {"cluster_id": CLUSTER_ID, "metrics_port": 0}
-
-
-async def wait_until(check, timeout_s: float = 10.0, what: str = "condition"):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 def run(coro):  # type: ignore[no-untyped-def]

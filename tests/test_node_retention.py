@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from node_helpers import cluster
 from statemachine_helpers import CLUSTER_ID, FAST, leader_of
+from waits import until as wait_for
 
 from raftcore.client import Consumer
 from raftcore.log import LogConfig
@@ -55,14 +56,6 @@ def retained(
 async def fill(leader: RaftNode, batches: int) -> None:
     for i in range(batches):
         await leader.append([(b"k%d" % i, VALUE)] * 4, wait=True)
-
-
-async def wait_for(predicate, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 async def followers_follow_once_writes_go_on(leader: RaftNode, nodes, limit: int) -> None:  # type: ignore[no-untyped-def]

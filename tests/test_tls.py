@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from node_helpers import _settled, cluster
+from waits import until
 
 from raftcore import connect_errors
 from raftcore.client import Consumer, Producer
@@ -201,7 +202,13 @@ def test_a_peer_whose_certificate_another_ca_signed_fails_the_handshake(
         async with cluster(tmp_path, **secured(security)) as nodes:
             leader = await leader_among(nodes[:2])
             await leader.append([(b"k", b"v")], wait=True)
-            await asyncio.sleep(0.5)  # node 3 keeps trying
+            # node 3 keeps trying: both sides have refused it, and said so
+            tried = ("[node 1] TLS handshake failed from", "[node 3] cannot reach voter 1 at")
+            await until(
+                lambda: all(line in caplog.text for line in tried),
+                30,
+                "node 1 and node 3 to log their failed handshakes",
+            )
             assert nodes[2].leader_and_epoch.leader_id is None
             assert nodes[2].log is not None and nodes[2].log.end_offset == 0
 
@@ -232,7 +239,16 @@ def test_a_node_holding_another_nodes_certificate_is_refused_both_ways(tmp_path,
         async with cluster(tmp_path, **secured(security)) as nodes:
             leader = await leader_among(nodes[:2])
             await leader.append([(b"k", b"v")], wait=True)
-            await asyncio.sleep(1.0)  # node 3's fetch timeout passes: it asks for votes
+            # node 3's fetch timeout passes: it asks for votes, and is refused
+            refused = (
+                "the connection is Node:node-2, not node-3 (CLUSTER_AUTHORIZATION_FAILED)",
+                "its certificate names Node:node-2, not node-3: refusing it",
+            )
+            await until(
+                lambda: all(line in caplog.text for line in refused),
+                30,
+                "node 3's requests refused as node-2's, logged",
+            )
             assert nodes[2].log is not None and nodes[2].log.end_offset == 0
 
     run(main())

@@ -18,6 +18,11 @@ T = TypeVar("T")
 POLL_S = 0.02  # how often a condition is checked; small beside every deadline of the suite
 
 
+def _named(what: str) -> None:
+    if not what:
+        raise TypeError("say what is waited for (what=...): a timeout must name it")
+
+
 class WaitTimeout(AssertionError):
     """The condition named ``what`` did not hold within ``timeout_s``."""
 
@@ -29,14 +34,16 @@ class WaitTimeout(AssertionError):
 
 def wait_until(
     predicate: Callable[[], T],
-    *,
-    what: str,
     timeout_s: float = 30.0,
+    what: str = "",
+    *,
     poll_s: float = POLL_S,
     last: Callable[[], Any] | None = None,
 ) -> T:
     """``predicate()`` once it is truthy, checked every ``poll_s`` (blocking: for tests that
-    run processes from the test's own thread). ``last()``, if given, is put in the failure."""
+    run processes from the test's own thread). ``what`` names the condition (required);
+    ``last()``, if given, is put in the failure."""
+    _named(what)
     deadline = time.monotonic() + timeout_s
     while True:
         result = predicate()
@@ -49,14 +56,15 @@ def wait_until(
 
 async def until(
     predicate: Callable[[], T | Awaitable[T]],
-    *,
-    what: str,
     timeout_s: float = 30.0,
+    what: str = "",
+    *,
     poll_s: float = POLL_S,
     last: Callable[[], Any] | None = None,
 ) -> T:
     """:func:`wait_until` on the running event loop: ``predicate`` may be a coroutine
     function (an answer asked of a node), and the loop runs the nodes meanwhile."""
+    _named(what)
     deadline = time.monotonic() + timeout_s
     while True:
         result = predicate()
