@@ -44,8 +44,7 @@ def test_the_check_flags_a_cluster_fixture_or_context_manager_and_only_that(tmp_
         "    yield None\n",
         "test_context.py": "import contextlib\n\n@contextlib.asynccontextmanager\n"
         "async def cluster(tmp_path):\n    yield []\n",
-        "test_uses_it.py": "import pytest\npytestmark = pytest.mark.cluster(3)\n\n"
-        "def test_x(cluster):\n    assert cluster\n",
+        "test_uses_it.py": "def test_x(cluster):\n    assert cluster\n",
         "test_imports_it.py": "from node_helpers import cluster\n\ndef test_y():\n"
         "    assert cluster\n",
         "test_a_method.py": "class Nodes:\n    def cluster(self):\n        return 1\n",
