@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from cluster_helpers import key, produce, run, wait_for
+from waits import wait_until
 
 from raftcore.client import Consumer, OutcomeUnknownError, ProduceError, Producer
 from raftcore.client.cluster import LeaderHint, NoLeaderError
@@ -83,11 +84,23 @@ def leader_of(c: LocalCluster) -> int:
     return run(quorum(c)).leader_id
 
 
+def leader_that_committed(c: LocalCluster, offsets: list[int]) -> int:
+    """The leader, as a node that has committed ``offsets`` answers DescribeQuorum: a node
+    still leading an epoch the others have left (it has not heard of the newer one yet)
+    answers it too, but has committed nothing since."""
+    from cluster_helpers import quorum
+
+    def committed() -> int | None:
+        info = run(quorum(c))
+        return info.leader_id if info.high_watermark > max(offsets) else None
+
+    return wait_until(committed, 30, f"a leader that has committed offset {max(offsets)}")
+
+
 def test_produce_to_a_leader_without_its_majority_ends_in_time_saying_what_may_be_written(
     cluster: LocalCluster,
 ) -> None:
-    run(produce(cluster.bootstrap, 0, 10))
-    leader = leader_of(cluster)
+    leader = leader_that_committed(cluster, run(produce(cluster.bootstrap, 0, 10)))
     followers = [i for i in cluster.node_ids if i != leader]
     for node_id in followers:
         cluster.kill(node_id)
@@ -138,8 +151,7 @@ def test_every_command_gives_up_on_a_hung_leader_at_its_timeout(cluster: LocalCl
     """SIGSTOP the leader: the followers name it for 8 s more. Each command ends within its
     --timeout-ms, exit 1 (the voter change before: the connection's request timeout, plus 5 s
     of grace, 7.5 s; consume: until another leader served it, never without one)."""
-    run(produce(cluster.bootstrap, 0, 10))
-    leader = leader_of(cluster)
+    leader = leader_that_committed(cluster, run(produce(cluster.bootstrap, 0, 10)))
     other = next(i for i in cluster.node_ids if i != leader)
     os.kill(cluster.pid(leader), signal.SIGSTOP)
     common = ["--bootstrap", ",".join(cluster.bootstrap), "--timeout-ms", str(TIMEOUT_MS)]
