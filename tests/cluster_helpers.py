@@ -1,26 +1,81 @@
 """Helpers for tests that run node processes (LocalCluster) and talk to them with our clients.
-Every wait has a deadline; every process is ended by its pid when the cluster closes."""
+Every wait has a deadline; every process is ended by its pid when the cluster closes.
+
+A test module gets its cluster from the ``cluster`` fixture of conftest.py, told by a
+``pytest.mark.cluster(...)`` mark what to start (:func:`running_cluster`'s arguments);
+in-process nodes are in node_helpers.py."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import os
+import signal
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from waits import until, wait_until
 
 from raftcore.client import Consumer, Producer, describe_quorum
 from raftcore.client.admin import QuorumInfo
 from raftcore.error_codes import Errors
-from raftcore.errors import RaftcoreError
 from raftcore.log import SegmentedLog
 from raftcore.node.local_cluster import LocalCluster
 from raftcore.security.config import ClientSecurity
 
 # Short timeouts keep failovers fast in tests; the defaults are Kafka's.
 FAST = ["--election-timeout-ms", "500", "--fetch-timeout-ms", "1000"]
+
+
+@contextlib.contextmanager
+def running_cluster(
+    directory: Path,
+    size: int = 3,
+    *,
+    node_args: list[str] | None = None,
+    ready: Callable[[LocalCluster], Any] | None = None,
+    **kw: Any,
+) -> Iterator[LocalCluster]:
+    """``size`` node processes in ``directory`` (``node_args``: :data:`FAST` unless told;
+    ``kw``: LocalCluster's), each listening, and ``ready(cluster)`` done, before the block.
+    After it, every process this cluster started is gone: a stopped (SIGSTOP) node is let go
+    on first, then each is killed by its pid."""
+    c = LocalCluster(directory, size, node_args=FAST if node_args is None else node_args, **kw)
+    try:
+        c.start()
+        if ready is not None:
+            ready(c)
+        yield c
+    finally:
+        for node_id in c.node_ids:
+            if c.alive(node_id):
+                os.kill(c.pid(node_id), signal.SIGCONT)
+        c.close()
+        alive = [pid for pid in c.started_pids if _exists(pid)]
+        assert not alive, f"processes of the cluster in {directory} still run: {alive}"
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def a_leader(cluster: LocalCluster) -> None:
+    """Readiness: a leader answers DescribeQuorum."""
+    run(quorum(cluster))
+
+
+def voters_in_the_log(cluster: LocalCluster) -> None:
+    """Readiness: the voter set lives in the log (:func:`wait_dynamic`)."""
+    run(wait_dynamic(cluster))
 
 
 def key(n: int) -> bytes:
@@ -74,28 +129,41 @@ async def wait_dynamic(cluster: LocalCluster, timeout_s: float = 30.0) -> None:
     """Until the voter set lives in the log (kraft.version 1, no change pending): a fresh
     cluster's leader writes its two control records once every voter has reported who it is,
     which may come after a test's first records on a loaded machine."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        info = await quorum(cluster)
-        if info.kraft_version == 1 and info.pending_change is None:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the voter set is not in the log yet: {info}")
-        await asyncio.sleep(0.05)
+    seen: list[QuorumInfo] = []
+
+    async def dynamic() -> bool:
+        seen[:] = [await quorum(cluster)]
+        return seen[0].kraft_version == 1 and seen[0].pending_change is None
+
+    await until(
+        dynamic,
+        timeout_s,
+        "the voter set in the log (kraft.version 1, no change pending)",
+        poll_s=0.05,
+        last=lambda: seen[-1] if seen else None,
+    )
 
 
 async def wait_caught_up(
     cluster: LocalCluster, node_ids: list[int], timeout_s: float = 20.0
 ) -> int:
-    deadline = time.monotonic() + timeout_s
-    while True:
+    """The high watermark, once every node of ``node_ids`` has its log up to it."""
+    seen: list[QuorumInfo] = []
+
+    async def caught_up() -> bool:
         info = await quorum(cluster)
+        seen[:] = [info]
         ends = {v.replica_id: v.log_end_offset for v in info.voters}
-        if all(ends.get(i, -1) >= info.high_watermark for i in node_ids):
-            return info.high_watermark
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not caught up to {info.high_watermark}: {ends}")
-        await asyncio.sleep(0.05)
+        return all(ends.get(i, -1) >= info.high_watermark for i in node_ids)
+
+    await until(
+        caught_up,
+        timeout_s,
+        f"nodes {node_ids} to catch up to the high watermark",
+        poll_s=0.05,
+        last=lambda: seen[-1] if seen else None,
+    )
+    return seen[-1].high_watermark
 
 
 def data_keys(directory: Path) -> list[bytes]:
@@ -108,12 +176,8 @@ def data_keys(directory: Path) -> list[bytes]:
     return keys
 
 
-def wait_for(predicate, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise RaftcoreError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+# The suite's wait for a named condition (tests/waits.py), as this module's users call it.
+wait_for = wait_until
 
 
 # ---- a writer that keeps writing while the cluster changes -----------------------------------

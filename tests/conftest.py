@@ -15,6 +15,7 @@ import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,6 +87,11 @@ def _sources_of(name: str) -> list[Path]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "cluster(size=3, node_args=FAST, ready=None, shared=False, **LocalCluster options): "
+        "what the cluster fixture starts (tests/conftest.py)",
+    )
     problem = _native_problem()
     if problem is not None:
         raise pytest.UsageError(
@@ -98,6 +104,50 @@ def pytest_report_header(config: pytest.Config) -> str:
     records = importlib.import_module("raftcore._native.records")
     crc = importlib.import_module("raftcore._native.crc32c")
     return f"raftcore native: {Path(records.__file__).parent} (crc32c: {crc.implementation()})"
+
+
+# ---- the cluster of node processes -------------------------------------------------------------
+
+
+def _cluster_options(node: pytest.Item | pytest.Collector) -> dict[str, Any]:
+    mark = node.get_closest_marker("cluster")
+    if mark is None:
+        raise pytest.UsageError(
+            f"{node.nodeid} asks for the cluster fixture without a pytest.mark.cluster(...) "
+            "saying what to start"
+        )
+    if mark.args:
+        return {"size": mark.args[0], **mark.kwargs}
+    return dict(mark.kwargs)
+
+
+@pytest.fixture
+def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """Node processes (LocalCluster), started as the test's or its module's
+    ``pytest.mark.cluster(...)`` says (cluster_helpers.running_cluster's arguments): each
+    node listening and the mark's ``ready`` done before the test, every process gone after
+    it. With ``shared=True`` the module's tests share one cluster (``shared_cluster``)."""
+    options = _cluster_options(request.node)
+    if options.pop("shared", False):
+        yield request.getfixturevalue("shared_cluster")
+        return
+    from cluster_helpers import running_cluster
+
+    with running_cluster(tmp_path / "cluster", **options) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
+    """One cluster for a module's tests, as the module's ``pytest.mark.cluster`` says."""
+    from cluster_helpers import running_cluster
+
+    options = _cluster_options(request.node)
+    options.pop("shared", None)
+    with running_cluster(tmp_path_factory.mktemp("cluster"), **options) as c:
+        yield c
 
 
 @pytest.fixture

@@ -7,11 +7,9 @@ import asyncio
 import threading
 from pathlib import Path
 
-from test_node import FAST, leader_of  # noqa: F401 (the helpers' users import them from here)
+from node_helpers import FAST, configs, leader_of  # noqa: F401 (users import them from here)
 
-from raftcore.endpoints import Endpoint
 from raftcore.node.config import NodeConfig
-from raftcore.node.local_cluster import free_ports
 from raftcore.raft import CommittedBatch
 from raftcore.records import encode_batch, iter_batches
 
@@ -65,19 +63,8 @@ class Recording:
 
 
 def node_configs(tmp_path: Path, count: int = 3, **kw) -> list[NodeConfig]:  # type: ignore[no-untyped-def]
-    ports = free_ports(count)
-    voters = {i + 1: Endpoint("127.0.0.1", p) for i, p in enumerate(ports)}
-    return [
-        NodeConfig(
-            node_id=i,
-            voters=voters,
-            data_dir=tmp_path / f"node-{i}",
-            cluster_id=CLUSTER_ID,
-            quorum=FAST,
-            **kw,
-        )
-        for i in voters
-    ]
+    """The shared cluster's configurations (node_helpers.configs) for this cluster id."""
+    return configs(tmp_path, CLUSTER_ID, size=count, **kw)
 
 
 def run(coro, timeout_s: float = 60.0):  # type: ignore[no-untyped-def]

@@ -18,10 +18,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cluster_helpers import consume_all, data_keys, key, produce, run
+from cluster_helpers import FAST, consume_all, data_keys, key, produce, run, voters_in_the_log
 from test_membership_processes import (  # the same cluster and the same CLI helpers
     cli,
-    cluster,  # noqa: F401 (a fixture)
     observing,
     quorum_cli,
     voters,
@@ -31,7 +30,11 @@ from test_membership_processes import (  # the same cluster and the same CLI hel
 from raftcore.node.data_dir import read_directory_id
 from raftcore.raft.voters import directory_id_text
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(120),
+    pytest.mark.cluster(3, node_args=FAST, ready=voters_in_the_log),
+]
 
 OPERATIONS = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
 # docs/operations.md, with /var/lib/raftcore and the archive's name as they are there
@@ -59,7 +62,7 @@ def test_the_documented_commands_are_the_tested_ones():
 
 
 def test_a_lost_node_restored_from_a_followers_backup_replaces_it_and_no_acknowledged_record_is_lost(  # noqa: E501
-    cluster,  # noqa: F811
+    cluster,
     tmp_path,
 ):
     acked = run(produce(cluster.bootstrap, 0, 300))

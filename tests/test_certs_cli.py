@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cluster_helpers import running_cluster
 
 import raftcore
 from raftcore.cli import main
@@ -246,10 +247,9 @@ def _ck_produce_consume(config: dict[str, object], values: list[bytes]) -> list[
 def single_node(tmp_path, certs, request):  # type: ignore[no-untyped-def]
     """One node on SSL with the ssl.client.auth of the test's parameter."""
     auth = request.param
-    with LocalCluster(
+    with running_cluster(
         tmp_path / "cluster", 1, node_args=["--ssl-client-auth", auth], tls_dir=certs
     ) as cluster:
-        cluster.start()
         yield cluster, auth
 
 

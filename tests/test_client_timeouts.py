@@ -18,11 +18,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from cluster_helpers import key, produce, run, wait_for
+from waits import wait_until
 
 from raftcore.client import Consumer, OutcomeUnknownError, ProduceError, Producer
 from raftcore.client.cluster import LeaderHint, NoLeaderError
@@ -30,14 +30,14 @@ from raftcore.client.consumer import ConsumeError
 from raftcore.node import Endpoint
 from raftcore.node.local_cluster import LocalCluster
 
-pytestmark = pytest.mark.slow
-
 TIMEOUT_MS = 2500
 ALLOWED_S = TIMEOUT_MS / 1000 * 1.1
 # A long fetch timeout: a leader that lost its followers leads on (check quorum: 1.5 x it), and
 # the followers of a hung leader wait it out before they elect another -- for longer than a
 # command's --timeout-ms, so that each command meets the failure, not its repair.
 SLOW_FAILOVER = ["--election-timeout-ms", "500", "--fetch-timeout-ms", "8000"]
+
+pytestmark = [pytest.mark.slow, pytest.mark.cluster(3, node_args=SLOW_FAILOVER)]
 
 # The command, timed inside its process: from just before main() to its return.
 TIMED = (
@@ -78,30 +78,29 @@ class Command:
         return self.proc.returncode, float(found.group(1)), err
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    with LocalCluster(tmp_path / "cluster", 3, node_args=SLOW_FAILOVER) as c:
-        c.start()
-        try:
-            yield c
-        finally:
-            for node_id in c.node_ids:  # a stopped node: let it go on, then be killed
-                if c.alive(node_id):
-                    os.kill(c.pid(node_id), signal.SIGCONT)
-            c.close()
-
-
 def leader_of(c: LocalCluster) -> int:
     from cluster_helpers import quorum
 
     return run(quorum(c)).leader_id
 
 
+def leader_that_committed(c: LocalCluster, offsets: list[int]) -> int:
+    """The leader, as a node that has committed ``offsets`` answers DescribeQuorum: a node
+    still leading an epoch the others have left (it has not heard of the newer one yet)
+    answers it too, but has committed nothing since."""
+    from cluster_helpers import quorum
+
+    def committed() -> int | None:
+        info = run(quorum(c))
+        return info.leader_id if info.high_watermark > max(offsets) else None
+
+    return wait_until(committed, 30, f"a leader that has committed offset {max(offsets)}")
+
+
 def test_produce_to_a_leader_without_its_majority_ends_in_time_saying_what_may_be_written(
     cluster: LocalCluster,
 ) -> None:
-    run(produce(cluster.bootstrap, 0, 10))
-    leader = leader_of(cluster)
+    leader = leader_that_committed(cluster, run(produce(cluster.bootstrap, 0, 10)))
     followers = [i for i in cluster.node_ids if i != leader]
     for node_id in followers:
         cluster.kill(node_id)
@@ -152,8 +151,7 @@ def test_every_command_gives_up_on_a_hung_leader_at_its_timeout(cluster: LocalCl
     """SIGSTOP the leader: the followers name it for 8 s more. Each command ends within its
     --timeout-ms, exit 1 (the voter change before: the connection's request timeout, plus 5 s
     of grace, 7.5 s; consume: until another leader served it, never without one)."""
-    run(produce(cluster.bootstrap, 0, 10))
-    leader = leader_of(cluster)
+    leader = leader_that_committed(cluster, run(produce(cluster.bootstrap, 0, 10)))
     other = next(i for i in cluster.node_ids if i != leader)
     os.kill(cluster.pid(leader), signal.SIGSTOP)
     common = ["--bootstrap", ",".join(cluster.bootstrap), "--timeout-ms", str(TIMEOUT_MS)]

@@ -27,20 +27,7 @@ from cluster_helpers import (
 from raftcore.client import Producer
 from raftcore.node.local_cluster import LocalCluster
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
-
-
-@pytest.fixture
-def cluster(tmp_path):
-    c = LocalCluster(tmp_path / "cluster", 3, node_args=FAST)
-    try:
-        c.start()
-        yield c
-    finally:
-        c.close()
-        for pid in c.started_pids:  # every process started is gone
-            with pytest.raises(ProcessLookupError):
-                os.kill(pid, 0)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180), pytest.mark.cluster(3, node_args=FAST)]
 
 
 def test_three_processes_elect_one_leader_and_commit_what_is_produced(cluster):
@@ -184,7 +171,6 @@ def test_graceful_stop_of_the_leader_hands_over_quickly(cluster):
 
 
 def test_a_cluster_id_starting_with_a_dash_reaches_the_node_intact():
-    from raftcore.node.local_cluster import LocalCluster
 
     cmd = LocalCluster("/nonexistent", cluster_id="-abc").command(1)
     assert "--cluster-id=-abc" in cmd

@@ -7,11 +7,10 @@ connection_attacks.py (also a script: the figures in the docs)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 
 import pytest
-from cluster_helpers import FAST, consume_all, produce, run
+from cluster_helpers import FAST, consume_all, produce, run, running_cluster
 from connection_attacks import (
     close_all,
     count_closed,
@@ -39,16 +38,15 @@ def node_process(tmp_path, request):  # type: ignore[no-untyped-def]
         from raftcore.security.certs import make_certs
 
         tls_dir = make_certs(tmp_path / "tls", [1], clients=["test"]).directory
-    cluster = LocalCluster(tmp_path / "cluster", 1, node_args=FAST + args, tls_dir=tls_dir)
-    try:
-        cluster.start()
-        run(produce(cluster.bootstrap, 0, 10, security=cluster.client_security("test")))
+
+    def ten_records(c: LocalCluster) -> None:
+        run(produce(c.bootstrap, 0, 10, security=c.client_security("test")))
+
+    directory = tmp_path / "cluster"
+    with running_cluster(
+        directory, 1, node_args=FAST + args, tls_dir=tls_dir, ready=ten_records
+    ) as cluster:
         yield cluster
-    finally:
-        cluster.close()
-        for pid in cluster.started_pids:
-            with pytest.raises(ProcessLookupError):
-                os.kill(pid, 0)
 
 
 def anon_mib(pid: int) -> float:

@@ -8,13 +8,23 @@ its pid (LocalCluster.close)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
 from pathlib import Path
 
 import pytest
-from cluster_helpers import FAST, key, quorum, run, wait_caught_up, wait_for
+from cluster_helpers import (
+    FAST,
+    a_leader,
+    key,
+    quorum,
+    run,
+    running_cluster,
+    wait_caught_up,
+    wait_for,
+)
 
 from raftcore.client import Producer
 from raftcore.errors import CorruptRecordError
@@ -37,23 +47,15 @@ def value(n: int) -> bytes:
 @pytest.fixture
 def start_cluster(tmp_path):
     """``start_cluster(*node_args)``: a 3-node cluster with small segments, a leader elected."""
-    started: list[LocalCluster] = []
+    with contextlib.ExitStack() as started:
 
-    def start(*args: str) -> LocalCluster:
-        c = LocalCluster(tmp_path / "cluster", 3, node_args=[*FAST, *SMALL_SEGMENTS, *args])
-        started.append(c)
-        c.start()
-        run(quorum(c))
-        return c
+        def start(*args: str) -> LocalCluster:
+            node_args = [*FAST, *SMALL_SEGMENTS, *args]
+            return started.enter_context(
+                running_cluster(tmp_path / "cluster", 3, node_args=node_args, ready=a_leader)
+            )
 
-    try:
         yield start
-    finally:
-        for c in started:
-            c.close()
-            for pid in c.started_pids:  # every process started is gone
-                with pytest.raises(ProcessLookupError):
-                    os.kill(pid, 0)
 
 
 def write(cluster: LocalCluster) -> dict[int, bytes]:

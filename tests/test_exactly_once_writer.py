@@ -24,7 +24,7 @@ from raftcore.records import iter_batches
 from raftcore.spark.options import ReadOptions
 from raftcore.spark.remote import fetch_range
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cluster(3, node_args=FAST, shared=True)]
 
 BATCH = 50
 
@@ -36,13 +36,6 @@ def rows(tag: str, count: int) -> list[tuple[bytes, bytes]]:
 def batches(tag: str, count: int, size: int = BATCH) -> list[list[tuple[bytes, bytes]]]:
     all_rows = rows(tag, count)
     return [all_rows[i : i + size] for i in range(0, count, size)]
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):  # type: ignore[no-untyped-def]
-    with LocalCluster(tmp_path_factory.mktemp("eo-cluster"), 3, node_args=FAST) as c:
-        c.start()
-        yield c
 
 
 def committed_keys(c: LocalCluster, prefix: bytes) -> list[bytes]:

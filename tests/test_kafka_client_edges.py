@@ -11,9 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
-from test_real_clients import cluster  # noqa: F401 (the fixture)
+from cluster_helpers import FAST, a_leader
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(120),
+    pytest.mark.cluster(3, node_args=FAST, ready=a_leader),
+]
 
 GETTING_STARTED = Path(__file__).resolve().parent.parent / "docs" / "getting-started.md"
 
@@ -26,7 +30,7 @@ def confluent_example() -> str:
 
 
 def test_the_getting_started_confluent_kafka_example_runs_as_pasted_and_closes_at_once(
-    cluster,  # noqa: F811
+    cluster,
     tmp_path,
 ):
     """With librdkafka's default enable.auto.commit, close() waited 45.5 s for a coordinator
@@ -49,7 +53,7 @@ def test_the_getting_started_confluent_kafka_example_runs_as_pasted_and_closes_a
 
 
 def test_a_subscribing_librdkafka_consumer_is_told_at_once_there_is_no_coordinator(
-    cluster,  # noqa: F811
+    cluster,
 ):
     from confluent_kafka import Consumer
 
@@ -69,7 +73,7 @@ def test_a_subscribing_librdkafka_consumer_is_told_at_once_there_is_no_coordinat
 
 
 def test_the_admin_client_describes_configs_and_is_refused_topic_creation_in_words(
-    cluster,  # noqa: F811
+    cluster,
 ):
     from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 

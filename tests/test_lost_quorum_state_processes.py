@@ -7,9 +7,8 @@ writes go on throughout. Every process is ended by its pid (LocalCluster.close).
 from __future__ import annotations
 
 import pytest
-from cluster_helpers import consume_all, produce, run
+from cluster_helpers import FAST, consume_all, produce, run, voters_in_the_log
 from test_membership_processes import (  # the same cluster and the same CLI helpers
-    cluster,  # noqa: F401 (a fixture)
     observing,
     quorum_cli,
     voters,
@@ -18,12 +17,16 @@ from test_membership_processes import (  # the same cluster and the same CLI hel
 
 from raftcore.node.data_dir import read_directory_id
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(240),
+    pytest.mark.cluster(3, node_args=FAST, ready=voters_in_the_log),
+]
 
 
 @pytest.mark.parametrize("damage", ["deleted", "damaged"])
 def test_a_voter_that_lost_its_quorum_state_comes_back_as_a_new_replica_never_the_old_voter(
-    cluster,  # noqa: F811
+    cluster,
     damage,
 ):
     run(produce(cluster.bootstrap, 0, 200))

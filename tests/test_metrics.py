@@ -6,7 +6,6 @@ option ``--metrics-port``; docs/metrics.md lists exactly what a node exposes; an
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import os
 import re
@@ -22,8 +21,9 @@ from pathlib import Path
 import prometheus_client
 import pytest
 from cluster_helpers import formatted
+from node_helpers import FAST, cluster, leader_of
 from prometheus_client.parser import text_string_to_metric_families
-from test_node import FAST, Collector, leader_of
+from waits import until as wait_until
 
 import raftcore
 from raftcore.client import Producer
@@ -79,43 +79,8 @@ def url_of(node: RaftNode) -> str:
     return f"http://{host}:{port}/metrics"
 
 
-@contextlib.asynccontextmanager
-async def cluster(tmp_path: Path, size: int = 3, **kw):  # type: ignore[no-untyped-def]
-    ports = free_ports(size)
-    voters = {i + 1: Endpoint("127.0.0.1", p) for i, p in enumerate(ports)}
-    nodes = [
-        RaftNode(
-            NodeConfig(
-                node_id=i,
-                voters=voters,
-                data_dir=tmp_path / f"node-{i}",
-                cluster_id=CLUSTER_ID,
-                quorum=FAST,
-                metrics_port=0,  # a free port each
-                **kw,
-            ),
-            listener=Collector(),
-        )
-        for i in voters
-    ]
-    try:
-        for n in nodes:
-            await n.start()
-        yield nodes
-    finally:
-        for n in nodes:
-            await n.stop(timeout_s=0.5)
-
-
-async def wait_until(check, timeout_s: float = 10.0, what: str = "condition"):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
+# The shared cluster's arguments for this module's nodes: each serves metrics on a free port.
+METRICS = {"cluster_id": CLUSTER_ID, "metrics_port": 0}
 
 
 def run(coro):  # type: ignore[no-untyped-def]
@@ -132,7 +97,7 @@ def test_leader_metrics_show_role_offsets_requests_bytes_fsyncs_connections_and_
     tmp_path,
 ):
     async def main():
-        async with cluster(tmp_path) as nodes:
+        async with cluster(tmp_path, **METRICS) as nodes:
             leader = await leader_of(nodes)
             async with Producer([str(leader.config.listen)]) as producer:
                 for n in range(REQUESTS):
@@ -200,7 +165,7 @@ def test_leader_metrics_show_role_offsets_requests_bytes_fsyncs_connections_and_
 
 def test_a_follower_shows_its_role_and_the_leader_and_no_replica_view(tmp_path):
     async def main():
-        async with cluster(tmp_path) as nodes:
+        async with cluster(tmp_path, **METRICS) as nodes:
             leader = await leader_of(nodes)
             follower = next(n for n in nodes if n is not leader)
             status, text = await http_get(url_of(follower))
@@ -226,7 +191,7 @@ def test_a_stopped_replicas_last_fetch_time_is_the_same_at_every_scrape(tmp_path
     of "seconds since the last fetch" would show as noise)."""
 
     async def main():
-        async with cluster(tmp_path) as nodes:
+        async with cluster(tmp_path, **METRICS) as nodes:
             leader = await leader_of(nodes)
             follower = next(n for n in nodes if n is not leader)
             # its first request to a new leader may be an UpdateRaftVoter (KIP-853): wait for
@@ -267,7 +232,7 @@ def test_a_stopped_replicas_last_fetch_time_is_the_same_at_every_scrape(tmp_path
 
 def test_a_survivor_counts_the_election_it_started_after_the_leader_stopped(tmp_path):
     async def main():
-        async with cluster(tmp_path) as nodes:
+        async with cluster(tmp_path, **METRICS) as nodes:
             leader = await leader_of(nodes)
             survivors = [n for n in nodes if n is not leader]
             before = {
@@ -289,7 +254,7 @@ def test_a_single_voter_counts_the_election_it_wins_in_one_step(tmp_path):
     sees it as a candidate, and still counts one election started and one won."""
 
     async def main():
-        async with cluster(tmp_path, size=1) as (node,):
+        async with cluster(tmp_path, **METRICS, size=1) as (node,):
             await leader_of([node])
             m = scrape(node)
             assert value(m, "raftcore_raft_elections_started_total", **P0) == 1
@@ -315,7 +280,7 @@ def test_each_partitions_series_carry_its_topic_and_partition_and_a_write_moves_
     from test_partitions import leaders
 
     async def main():
-        async with cluster(tmp_path, partitions=3) as nodes:
+        async with cluster(tmp_path, **METRICS, partitions=3) as nodes:
             led = await leaders(nodes)
             one = TopicPartition("raftcore", 1)
             appended = await led[1].groups[one].appends().append([(b"k", b"v")] * 50, True)
@@ -348,7 +313,9 @@ def test_past_metrics_max_partitions_the_other_partitions_are_left_out_and_count
     the same ones at every scrape; the rest have no series, and one gauge counts them."""
 
     async def main():
-        async with cluster(tmp_path, size=1, partitions=3, metrics_max_partitions=2) as (node,):
+        async with cluster(tmp_path, **METRICS, size=1, partitions=3, metrics_max_partitions=2) as (
+            node,
+        ):
             await wait_until(
                 lambda: all(g.is_leader() for g in node.groups.values()),
                 what="the lone voter leading every partition",
@@ -371,7 +338,7 @@ def test_a_one_partition_node_keeps_every_name_with_its_series_labelled_partitio
     of three, and each per-partition series is partition 0's."""
 
     async def main():
-        async with cluster(tmp_path, size=1) as (node,):
+        async with cluster(tmp_path, **METRICS, size=1) as (node,):
             await leader_of([node])
             return node.metrics_text().decode()
 
@@ -396,7 +363,7 @@ def test_metrics_max_partitions_below_zero_is_refused(tmp_path):
 
 def test_the_metrics_server_answers_only_metrics_and_stops_with_the_node(tmp_path):
     async def main():
-        async with cluster(tmp_path, size=1) as (node,):
+        async with cluster(tmp_path, **METRICS, size=1) as (node,):
             url = url_of(node)
             status, _ = await http_get(url.replace("/metrics", "/nope"))
             assert status == 404
@@ -508,7 +475,7 @@ def test_metrics_connections_closed_for_a_scrape_or_refused_are_counted_in_the_n
     tmp_path,
 ):
     async def main():
-        async with cluster(tmp_path, size=1) as (node,):
+        async with cluster(tmp_path, **METRICS, size=1) as (node,):
             server = node.metrics_server
             assert server is not None
             made_room = "raftcore_metrics_connections_closed_total"
@@ -569,7 +536,7 @@ def documented_names() -> set[str]:
 
 def test_docs_list_exactly_the_metrics_a_node_exposes(tmp_path):
     async def main():
-        async with cluster(tmp_path, size=1) as (node,):
+        async with cluster(tmp_path, **METRICS, size=1) as (node,):
             await leader_of([node])
             return node.metrics_text().decode()
 

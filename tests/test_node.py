@@ -5,120 +5,34 @@ answers, committed-only fetches, idempotent produce) and from seed 001 (leader d
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 import struct
-from pathlib import Path
 
 import pytest
+from node_helpers import (  # noqa: F401 (the in-process cluster; others import it from here)
+    CLUSTER_ID,
+    FAST,
+    Collector,
+    _settled,
+    bootstrap,
+    cluster,
+    configs,
+    leader_of,
+    raw_request,
+    run,
+)
 
 from raftcore.client import Consumer, Producer
 from raftcore.client.cluster import ClusterClient, LeaderHint
 from raftcore.client.connection import Connection, ConnectionClosed
 from raftcore.endpoints import Endpoint
 from raftcore.error_codes import Errors
-from raftcore.node.config import NodeConfig
 from raftcore.node.local_cluster import free_ports
-from raftcore.node.node import RaftNode
 from raftcore.protocol.api import ApiKey, decode_response, encode_request, request_spec
-from raftcore.raft import NotLeaderError, QuorumConfig
+from raftcore.raft import NotLeaderError
 from raftcore.records import encode_batch, iter_batches
 
 pytestmark = pytest.mark.timeout(60)
-
-# fetch_max_wait_ms below the request timeout: an idle leader's held fetch is answered in time
-FAST = QuorumConfig(
-    election_timeout_ms=300, fetch_timeout_ms=600, request_timeout_ms=500, fetch_max_wait_ms=250
-)
-CLUSTER_ID = "node-tests-cluster"
-
-
-class Collector:
-    """A listener that keeps what was committed, in order."""
-
-    def __init__(self) -> None:
-        self.values: list[bytes] = []
-        self.leaders: list[tuple[int | None, int]] = []
-
-    def handle_commit(self, batches) -> None:  # type: ignore[no-untyped-def]
-        for b in batches:
-            self.values.extend(r.value for r in b.records)
-
-    def handle_leader_change(self, leader) -> None:  # type: ignore[no-untyped-def]
-        self.leaders.append((leader.leader_id, leader.epoch))
-
-
-def configs(tmp_path: Path, cluster_id: str = CLUSTER_ID, **kw) -> list[NodeConfig]:  # type: ignore[no-untyped-def]
-    ports = free_ports(3)
-    voters = {i + 1: Endpoint("127.0.0.1", p) for i, p in enumerate(ports)}
-    return [
-        NodeConfig(
-            node_id=i,
-            voters=voters,
-            data_dir=tmp_path / f"node-{i}",
-            cluster_id=cluster_id,
-            quorum=FAST,
-            **kw,
-        )
-        for i in voters
-    ]
-
-
-@contextlib.asynccontextmanager
-async def cluster(tmp_path: Path, **kw):  # type: ignore[no-untyped-def]
-    nodes = [RaftNode(cfg, listener=Collector()) for cfg in configs(tmp_path, **kw)]
-    try:
-        for n in nodes:
-            await n.start()
-        yield nodes
-    finally:
-        for n in nodes:
-            await n.stop(timeout_s=0.5)
-
-
-async def leader_of(nodes: list[RaftNode], timeout_s: float = 10.0) -> RaftNode:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while loop.time() < deadline:
-        leaders = [n for n in nodes if n._started and n.is_leader()]
-        if leaders and all(
-            n.leader_and_epoch.leader_id == leaders[0].node_id for n in nodes if n._started
-        ):
-            return await _settled(leaders[0], nodes, min(deadline, loop.time() + 5))
-        await asyncio.sleep(0.02)
-    raise AssertionError("no leader known to every node")
-
-
-async def _settled(leader: RaftNode, nodes: list[RaftNode], deadline: float) -> RaftNode:
-    """The leader once the cluster is dynamic (KIP-853): with every voter running, each tells
-    it who it is and it writes KRaftVersion 1 and the first Voters record, at a moment of the
-    timing's choosing. Tests that count offsets wait for it, committed, so that their offsets
-    are theirs alone (a stopped voter leaves the set static: then they go on at once)."""
-    loop = asyncio.get_running_loop()
-    if not all(n._started for n in nodes):
-        return leader
-    while loop.time() < deadline and leader.is_leader():
-        if leader.core.kraft_version >= 1 and leader.high_watermark == leader.log.end_offset:
-            break
-        await asyncio.sleep(0.02)
-    return leader
-
-
-def run(coro):  # type: ignore[no-untyped-def]
-    return asyncio.run(asyncio.wait_for(coro, 45))
-
-
-def bootstrap(node: RaftNode) -> list[str]:
-    return [str(node.config.listen)]
-
-
-async def raw_request(node: RaftNode, key: int, version: int, body) -> object:  # type: ignore[no-untyped-def]
-    conn = await Connection.open(node.config.listen.host, node.config.listen.port)
-    try:
-        return await conn.request(key, version, body, timeout_s=5)
-    finally:
-        await conn.close()
-
 
 # ---- the embedding API ----------------------------------------------------------------------
 

@@ -7,14 +7,15 @@ connection is closed; Metadata and DescribeQuorum list the voter set, not the st
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from node_helpers import cluster
 from sasl_helpers import NODE_PASSWORD, users_file
+from waits import until
 
 from raftcore.client.cluster import ClusterClient
 from raftcore.client.connection import Connection
@@ -71,33 +72,21 @@ def sasl(tmp_path: Path) -> ListenerSecurity:
     )
 
 
-@contextlib.asynccontextmanager
-async def cluster(tmp_path: Path, security: Any = None, **kw: Any):  # type: ignore[no-untyped-def]
-    """Three static voters; ``security(node_id)`` gives each its listener security."""
-    ports = free_ports(3)
-    voters = {i + 1: Endpoint("127.0.0.1", p) for i, p in enumerate(ports)}
-    nodes = [
-        RaftNode(
-            NodeConfig(
-                node_id=i,
-                voters=voters,
-                data_dir=tmp_path / f"node-{i}",
-                cluster_id=CLUSTER_ID,
-                quorum=FAST,
-                security=security(i) if security else ListenerSecurity(),
-                **kw,
-            )
-        )
-        for i in voters
-    ]
-    try:
-        for n in nodes:
-            await n.start()
-        await dynamic(nodes)
-        yield nodes
-    finally:
-        for n in nodes:
-            await n.stop(timeout_s=0.5)
+def membership_nodes(security: Callable[[int], ListenerSecurity] | None = None) -> dict[str, Any]:
+    """The shared cluster's arguments for this module's three static voters: node ``i``
+    listens with ``security(i)`` (plaintext without), no listener, this module's quorum, and
+    the voter set in the log before the test runs (:func:`dynamic`)."""
+
+    def per_node(node_id: int) -> dict[str, Any]:
+        return {"security": security(node_id) if security else ListenerSecurity()}
+
+    return {
+        "listener": None,
+        "cluster_id": CLUSTER_ID,
+        "quorum": FAST,
+        "per_node": per_node,
+        "ready": dynamic,
+    }
 
 
 async def joiner(tmp_path: Path, through: RaftNode, node_id: int = 4, **kw: Any) -> RaftNode:
@@ -118,16 +107,6 @@ async def joiner(tmp_path: Path, through: RaftNode, node_id: int = 4, **kw: Any)
     return node
 
 
-async def until(predicate: Any, what: str, timeout_s: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def leader(nodes: list[RaftNode]) -> RaftNode | None:
     found = [n for n in nodes if n._started and n.is_leader() and n.high_watermark is not None]
     return found[0] if len(found) == 1 else None
@@ -142,7 +121,7 @@ async def dynamic(nodes: list[RaftNode]) -> RaftNode:
             return None
         return None if lead.core.history.uncommitted_change(lead.high_watermark) else lead  # type: ignore[union-attr]
 
-    return await until(ready, "the voter set in the log")
+    return await until(ready, what="the voter set in the log")
 
 
 def caught_up(lead: RaftNode, replica: RaftNode) -> bool:
@@ -169,13 +148,15 @@ def test_a_node_joining_through_a_bootstrap_server_over_mutual_tls_is_added_and_
 
     async def main() -> None:
         async with cluster(
-            tmp_path, lambda i: node_tls(certs, i), admin_principals=frozenset({"User:alice"})
+            tmp_path,
+            **membership_nodes(lambda i: node_tls(certs, i)),
+            admin_principals=frozenset({"User:alice"}),
         ) as nodes:
             lead = await dynamic(nodes)
             await lead.append([(b"before", b"4")], wait=True)
             new = await joiner(tmp_path, nodes[0], security=node_tls(certs, 4))
             try:
-                await until(lambda: caught_up(lead, new), "node 4 to catch up as an observer")
+                await until(lambda: caught_up(lead, new), what="node 4 to catch up as an observer")
                 assert not new.core.quorum.is_voter  # type: ignore[union-attr]
                 assert new.core.leader_and_epoch().leader_id == lead.node_id  # type: ignore[union-attr]
                 result = await add_voter(
@@ -186,14 +167,14 @@ def test_a_node_joining_through_a_bootstrap_server_over_mutual_tls_is_added_and_
                 everyone = [*nodes, new]
                 await until(
                     lambda: all(4 in n.core.voter_set for n in everyone),
-                    "every node to know",  # type: ignore[union-attr]
+                    what="every node to know",  # type: ignore[union-attr]
                 )
                 assert new.core.quorum.is_voter  # type: ignore[union-attr]
                 key = new.core.local_key  # type: ignore[union-attr]
                 assert lead.core.voter_set[4].key == key  # type: ignore[union-attr]
                 await lead.stop()
                 rest = [n for n in everyone if n is not lead]
-                successor = await until(lambda: leader(rest), "a leader of the other three")
+                successor = await until(lambda: leader(rest), what="a leader of the other three")
                 await successor.append([(b"after", b"4")], wait=True)  # 3 of 4 voted
             finally:
                 await new.stop(timeout_s=0.5)
@@ -263,7 +244,9 @@ def test_on_a_tls_listener_only_an_administrator_may_change_the_voters_and_a_nod
 
     async def main() -> None:
         async with cluster(
-            tmp_path, lambda i: node_tls(certs, i), admin_principals=frozenset({"User:alice"})
+            tmp_path,
+            **membership_nodes(lambda i: node_tls(certs, i)),
+            admin_principals=frozenset({"User:alice"}),
         ) as nodes:
             lead = await dynamic(nodes)
             before = lead.core.voter_set  # type: ignore[union-attr]
@@ -295,7 +278,9 @@ def test_on_sasl_only_an_administrator_may_change_the_voters_told_why_and_a_node
 
     async def main() -> None:
         async with cluster(
-            tmp_path, lambda i: sasl(tmp_path), admin_principals=frozenset({"User:alice"})
+            tmp_path,
+            **membership_nodes(lambda i: sasl(tmp_path)),
+            admin_principals=frozenset({"User:alice"}),
         ) as nodes:
             lead = await dynamic(nodes)
             for key, body in _admin_requests():
@@ -318,7 +303,7 @@ def test_on_sasl_only_an_administrator_may_change_the_voters_told_why_and_a_node
 
 def test_a_plaintext_cluster_trusts_its_network_with_voter_changes(tmp_path):
     async def main() -> None:
-        async with cluster(tmp_path) as nodes:
+        async with cluster(tmp_path, **membership_nodes()) as nodes:
             lead = await dynamic(nodes)
             for key, body in _admin_requests():
                 answer = await _ask(lead, key, body, ClientSecurity())
@@ -338,25 +323,25 @@ def test_a_removed_voter_is_no_peer_and_no_broker_and_an_added_one_is(tmp_path, 
     monkeypatch.setattr(peers_module, "IDLE_CLOSE_S", 0.5)
 
     async def main() -> None:
-        async with cluster(tmp_path) as nodes:
+        async with cluster(tmp_path, **membership_nodes()) as nodes:
             lead = await dynamic(nodes)
             new = await joiner(tmp_path, nodes[1])
             try:
-                await until(lambda: caught_up(lead, new), "node 4 to catch up")
+                await until(lambda: caught_up(lead, new), what="node 4 to catch up")
                 assert (await add_voter(addresses(nodes), 4, timeout_s=10)).ok
                 gone = next(n for n in nodes if n is not lead)
                 result = await remove_voter(addresses([*nodes, new]), gone.node_id, timeout_s=10)
                 assert result.ok, result.line
                 await gone.stop()
                 lead = await until(
-                    lambda: leader([n for n in [*nodes, new] if n is not gone]), "a leader"
+                    lambda: leader([n for n in [*nodes, new] if n is not gone]), what="a leader"
                 )
                 await until(
                     lambda: (
                         gone.node_id not in lead.peers.connections  # type: ignore[union-attr]
                         and 4 in lead.peers.connections
                     ),  # type: ignore[union-attr]
-                    "the removed voter's connection to close",
+                    what="the removed voter's connection to close",
                 )
                 client = ClusterClient([str(lead.config.listen)], request_timeout_ms=5000)
                 try:

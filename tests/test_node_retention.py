@@ -8,13 +8,17 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from typing import Any
 
 import pytest
-from statemachine_helpers import FAST, leader_of, node_configs
+from node_helpers import cluster
+from statemachine_helpers import CLUSTER_ID, FAST, leader_of
+from waits import until as wait_for
 
 from raftcore.client import Consumer
 from raftcore.log import LogConfig
 from raftcore.node.node import RaftNode
+from raftcore.raft import QuorumConfig
 from raftcore.raft.retention import RetentionConfig
 from raftcore.statemachine import DictStateMachine
 
@@ -33,35 +37,25 @@ SEGMENT = 16 * 1024
 VALUE = b"v" * 1000
 
 
-async def cluster(tmp_path, retention: RetentionConfig, state_machine: bool = False):  # type: ignore[no-untyped-def]
-    cfgs = [
-        dataclasses.replace(
-            c, quorum=QUORUM, log=LogConfig(segment_bytes=SEGMENT), retention=retention
-        )
-        for c in node_configs(tmp_path)
-    ]
-    nodes = [RaftNode(c, state_machine=DictStateMachine() if state_machine else None) for c in cfgs]
-    for n in nodes:
-        await n.start()
-    return nodes
-
-
-async def stop_all(nodes) -> None:  # type: ignore[no-untyped-def]
-    for n in nodes:
-        await n.stop(timeout_s=0.3)
+def retained(
+    retention: RetentionConfig, state_machine: bool = False, quorum: QuorumConfig = QUORUM
+) -> dict[str, Any]:
+    """The shared cluster's arguments for this module's nodes: small segments, ``retention``,
+    no listener, and a DictStateMachine each if ``state_machine``."""
+    return {
+        "cluster_id": CLUSTER_ID,
+        "quorum": quorum,
+        "log": LogConfig(segment_bytes=SEGMENT),
+        "retention": retention,
+        "listener": None,
+        "state_machine": (lambda _: DictStateMachine()) if state_machine else None,
+        "stop_timeout_s": 0.3,
+    }
 
 
 async def fill(leader: RaftNode, batches: int) -> None:
     for i in range(batches):
         await leader.append([(b"k%d" % i, VALUE)] * 4, wait=True)
-
-
-async def wait_for(predicate, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 async def followers_follow_once_writes_go_on(leader: RaftNode, nodes, limit: int) -> None:  # type: ignore[no-untyped-def]
@@ -91,8 +85,7 @@ def test_retention_bytes_lets_whole_segments_go_on_every_replica(tmp_path, state
     retention = RetentionConfig(retention_bytes=4 * SEGMENT, check_interval_ms=100)
 
     async def main() -> None:
-        nodes = await cluster(tmp_path, retention, state_machine)
-        try:
+        async with cluster(tmp_path, **retained(retention, state_machine)) as nodes:
             leader = await leader_of(nodes)
             await fill(leader, 60)  # ~240 KB: about 15 segments of 16 KiB, 4 to keep
             limit = retention.retention_bytes + 2 * SEGMENT  # kept, the active one, one spare
@@ -125,8 +118,6 @@ def test_retention_bytes_lets_whole_segments_go_on_every_replica(tmp_path, state
                     for _ in range(50):
                         first = first or await consumer.poll()
                     assert first and first[0].offset >= start
-        finally:
-            await stop_all(nodes)
 
     asyncio.run(asyncio.wait_for(main(), 80))
 
@@ -139,8 +130,7 @@ def test_retention_ms_with_segment_ms_lets_old_records_go(tmp_path):
     retention = RetentionConfig(retention_ms=60_000, segment_ms=30_000, check_interval_ms=3_600_000)
 
     async def main() -> None:
-        nodes = await cluster(tmp_path, retention)
-        try:
+        async with cluster(tmp_path, **retained(retention)) as nodes:
             leader = await leader_of(nodes)
             await leader.append([(b"old", VALUE)], wait=True)
             end = leader.log.end_offset
@@ -162,8 +152,6 @@ def test_retention_ms_with_segment_ms_lets_old_records_go(tmp_path):
                 lambda: all(n.log.log_start_offset == whole for n in nodes), 10, "the log start"
             )
             assert leader.log.segment_base_offsets() == [whole]
-        finally:
-            await stop_all(nodes)
 
     asyncio.run(asyncio.wait_for(main(), 60))
 
@@ -179,16 +167,7 @@ def test_a_replica_down_while_retention_moved_the_log_start_catches_up_by_the_em
     quorum = dataclasses.replace(QUORUM, max_replication_lag_ms=500)
 
     async def main() -> None:
-        cfgs = [
-            dataclasses.replace(
-                c, quorum=quorum, log=LogConfig(segment_bytes=SEGMENT), retention=retention
-            )
-            for c in node_configs(tmp_path)
-        ]
-        nodes = [RaftNode(c) for c in cfgs]
-        for n in nodes:
-            await n.start()
-        try:
+        async with cluster(tmp_path, **retained(retention, quorum=quorum)) as nodes:
             leader = await leader_of(nodes)
             down = next(n for n in nodes if n is not leader)
             await down.stop(timeout_s=0.3)
@@ -208,7 +187,5 @@ def test_a_replica_down_while_retention_moved_the_log_start_catches_up_by_the_em
             )
             assert again.core.snapshots.installed >= 1
             assert again.log.segment_base_offsets()[0] >= start
-        finally:
-            await stop_all(nodes)
 
     asyncio.run(asyncio.wait_for(main(), 80))

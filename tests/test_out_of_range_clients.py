@@ -24,31 +24,34 @@ from cluster_helpers import FAST, consume_all, quorum, run
 from raftcore.client import Producer
 from raftcore.node.local_cluster import LocalCluster
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
-
 TOPIC = "raftcore"
 PAST_END = 10_000
 BELOW_START = 5
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """One node with snapshots (DeleteRecords needs one): 100 records, DeleteRecords before
-    offset 40 (the log start moves there or past, to a snapshot), then 60 more records. The
-    records in the log are ``cluster.kept``, as raftcore's own consumer reads them."""
-    args = [*FAST, "--state-machine", "lmdb", "--snapshot-min-records", "1000000"]
-    c = LocalCluster(tmp_path_factory.mktemp("out-of-range"), 1, node_args=args)
-    try:
-        c.start()
-        run(quorum(c))
-        run(_produce(c.bootstrap, [b"r%03d" % n for n in range(100)]))
-        c.log_start = _delete_records(c.bootstrap[0], 40)
-        run(_produce(c.bootstrap, [b"r%03d" % n for n in range(100, 160)]))
-        c.kept = run(consume_all(c.bootstrap, 60))
-        assert c.log_start > BELOW_START and c.kept[-1] == b"r159"
-        yield c
-    finally:
-        c.close()
+def trimmed(c: LocalCluster) -> None:
+    """The module's cluster, made ready once: one node with snapshots (DeleteRecords needs
+    one), 100 records, DeleteRecords before offset 40 (the log start moves there or past, to
+    a snapshot), then 60 more records. The records in the log are ``cluster.kept``, as
+    raftcore's own consumer reads them."""
+    run(quorum(c))
+    run(_produce(c.bootstrap, [b"r%03d" % n for n in range(100)]))
+    c.log_start = _delete_records(c.bootstrap[0], 40)  # type: ignore[attr-defined]
+    run(_produce(c.bootstrap, [b"r%03d" % n for n in range(100, 160)]))
+    c.kept = run(consume_all(c.bootstrap, 60))  # type: ignore[attr-defined]
+    assert c.log_start > BELOW_START and c.kept[-1] == b"r159"  # type: ignore[attr-defined]
+
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(180),
+    pytest.mark.cluster(
+        1,
+        node_args=[*FAST, "--state-machine", "lmdb", "--snapshot-min-records", "1000000"],
+        ready=trimmed,
+        shared=True,
+    ),
+]
 
 
 async def _produce(bootstrap: list[str], values: list[bytes]) -> None:

@@ -126,9 +126,10 @@ def shell(code: str, workdir: Path, ports: dict[str, str], timeout_s: float = 60
 
 
 @pytest.fixture(scope="module")
-def cluster(workdir, ports):
+def readme_nodes(workdir, ports):
     """The README's three nodes, their directories formatted and each started as its block
-    says, in the background."""
+    says, in the background: started by the README's own commands, which is the point here
+    (the suite's LocalCluster is conftest.py's cluster fixture)."""
     setup = "\n".join(blocks_of("setup"))
     for code in blocks_of("format"):
         shell(code, workdir, ports)
@@ -199,7 +200,7 @@ def run_blocks() -> list[tuple[str, str]]:
     return out
 
 
-def test_the_readme_cluster_answers_the_fourth_terminal(cluster, workdir, ports):
+def test_the_readme_cluster_answers_the_fourth_terminal(readme_nodes, workdir, ports):
     (args, code), *_ = run_blocks()
     assert args == "run"
     out = shell(code, workdir, ports)
@@ -207,7 +208,7 @@ def test_the_readme_cluster_answers_the_fourth_terminal(cluster, workdir, ports)
     assert out.rstrip().splitlines()[-3:] == ["998", "999", "1000"]
 
 
-def test_the_readme_kcat_round_trip(cluster, workdir, ports):
+def test_the_readme_kcat_round_trip(readme_nodes, workdir, ports):
     kcat = [code for args, code in run_blocks() if args == "kcat"]
     assert len(kcat) == 1
     if shutil.which("kcat") is None:
@@ -216,8 +217,8 @@ def test_the_readme_kcat_round_trip(cluster, workdir, ports):
     assert out.split() == ["hello", "world"]
 
 
-def test_the_readme_troubleshooting_commands_on_a_stopped_node(cluster, workdir, ports):
-    stop(cluster)
+def test_the_readme_troubleshooting_commands_on_a_stopped_node(readme_nodes, workdir, ports):
+    stop(readme_nodes)
     blocks = [code for args, code in run_blocks() if args == "run"][1:]
     assert blocks, "the README lost its troubleshooting commands"
     for code in blocks:

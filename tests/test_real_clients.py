@@ -11,27 +11,20 @@ import signal
 import time
 
 import pytest
-from cluster_helpers import FAST, quorum, run
+from cluster_helpers import FAST, a_leader, quorum, run
 from kafka_helpers import kafka_python_producer
 
 from raftcore.client import Consumer
 from raftcore.node.local_cluster import LocalCluster
 from raftcore.records import iter_batches, scan_batches
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(240),
+    pytest.mark.cluster(3, node_args=FAST, ready=a_leader),
+]
 
 TOPIC = "raftcore"
-
-
-@pytest.fixture
-def cluster(tmp_path):
-    c = LocalCluster(tmp_path / "cluster", 3, node_args=FAST)
-    try:
-        c.start()
-        run(quorum(c))  # a leader is elected
-        yield c
-    finally:
-        c.close()
 
 
 def _kill_leader(cluster: LocalCluster) -> int:

@@ -8,7 +8,6 @@ certificates from raftcore certs, is tested with node processes in test_sasl_cli
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 import struct
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from node_helpers import cluster
 from sasl_helpers import (
     CLUSTER_ID,
     NODE_PASSWORD,
@@ -28,7 +28,6 @@ from sasl_helpers import (
     users_file,
     vote_body,
 )
-from test_node import FAST
 
 from raftcore.client import Consumer, Producer
 from raftcore.endpoints import Endpoint
@@ -53,31 +52,15 @@ def security(directory: Path, protocol: str = "SASL_PLAINTEXT", **kw: Any) -> Li
     return ListenerSecurity(protocol=protocol, sasl_users_file=users_file(directory), **kw)
 
 
-@contextlib.asynccontextmanager
-async def cluster(tmp_path: Path, sec: ListenerSecurity | None):  # type: ignore[no-untyped-def]
-    ports = free_ports(3)
-    voters = {i + 1: Endpoint("127.0.0.1", p) for i, p in enumerate(ports)}
-    nodes = [
-        RaftNode(
-            NodeConfig(
-                node_id=i,
-                voters=voters,
-                data_dir=tmp_path / f"node-{i}",
-                cluster_id=CLUSTER_ID,
-                quorum=FAST,
-                **({} if sec is None else {"security": sec}),
-            )
-        )
-        for i in voters
-    ]
-    try:
-        for n in nodes:
-            await n.start()
-        await leader_of(nodes)
-        yield nodes
-    finally:
-        for n in nodes:
-            await n.stop(timeout_s=0.5)
+def sasl_nodes(sec: ListenerSecurity | None) -> dict[str, Any]:
+    """The shared cluster's arguments for this module's nodes: every listener with ``sec``
+    (plaintext for None), no listener, and a leader every node knows before the test runs."""
+    return {
+        "listener": None,
+        "cluster_id": CLUSTER_ID,
+        "ready": leader_of,
+        **({} if sec is None else {"security": sec}),
+    }
 
 
 async def leader_of(nodes: list[RaftNode], timeout_s: float = 15.0) -> RaftNode:
@@ -105,7 +88,7 @@ def test_raftcore_client_logs_in_with_plain_and_both_scram_mechanisms_and_produc
     the inter-node password); clients log in with each mechanism."""
 
     async def main():
-        async with cluster(tmp_path, security(tmp_path, protocol)) as nodes:
+        async with cluster(tmp_path, **sasl_nodes(security(tmp_path, protocol))) as nodes:
             sent = []
             for mech in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
                 async with Producer(bootstrap(nodes), security=client(mech)) as producer:
@@ -126,7 +109,7 @@ def test_raftcore_client_logs_in_with_plain_and_both_scram_mechanisms_and_produc
 
 def test_a_wrong_password_fails_at_once_naming_the_user_and_kafkas_reason(tmp_path):
     async def main():
-        async with cluster(tmp_path, security(tmp_path)) as nodes:
+        async with cluster(tmp_path, **sasl_nodes(security(tmp_path))) as nodes:
             for mech, reason in (
                 ("PLAIN", "Invalid username or password"),
                 ("SCRAM-SHA-256", "invalid credentials with SASL mechanism SCRAM-SHA-256"),
@@ -145,7 +128,7 @@ def test_a_wrong_password_fails_at_once_naming_the_user_and_kafkas_reason(tmp_pa
 def test_a_mechanism_the_listener_does_not_offer_is_named_with_the_offered_ones(tmp_path):
     async def main():
         sec = security(tmp_path, sasl_mechanisms=("SCRAM-SHA-512",))
-        async with cluster(tmp_path, sec) as nodes:
+        async with cluster(tmp_path, **sasl_nodes(sec)) as nodes:
             with pytest.raises(SaslAuthenticationError, match="it offers SCRAM-SHA-512"):
                 async with Producer(bootstrap(nodes), security=client("PLAIN")):
                     pass
@@ -160,7 +143,7 @@ def test_a_request_before_the_handshake_closes_the_connection_unanswered(tmp_pat
     """Kafka: "Unexpected Kafka request of type METADATA during SASL handshake" -- closed."""
 
     async def main():
-        async with cluster(tmp_path, security(tmp_path)) as nodes:
+        async with cluster(tmp_path, **sasl_nodes(security(tmp_path))) as nodes:
             for key, version, body in (
                 (ApiKey.METADATA, 12, metadata_body()),
                 (ApiKey.SASL_AUTHENTICATE, 1, request_spec(36).cls(auth_bytes=b"\0a\0b")),
@@ -183,7 +166,7 @@ def test_a_request_other_than_sasl_authenticate_after_the_handshake_is_illegal_s
     tmp_path,
 ):
     async def main():
-        async with cluster(tmp_path, security(tmp_path)) as nodes:
+        async with cluster(tmp_path, **sasl_nodes(security(tmp_path))) as nodes:
             raw = await Raw.open(nodes[0])
             assert (await raw.handshake("SCRAM-SHA-256")).error_code == Errors.NONE
             answer = await raw.handshake("SCRAM-SHA-256")
@@ -195,7 +178,7 @@ def test_a_request_other_than_sasl_authenticate_after_the_handshake_is_illegal_s
 
 def test_an_unsupported_mechanism_gets_33_with_the_enabled_list_then_a_close(tmp_path):
     async def main():
-        async with cluster(tmp_path, security(tmp_path)) as nodes:
+        async with cluster(tmp_path, **sasl_nodes(security(tmp_path))) as nodes:
             raw = await Raw.open(nodes[0])
             answer = await raw.handshake("GSSAPI")
             assert answer.error_code == Errors.UNSUPPORTED_SASL_MECHANISM == 33
@@ -207,7 +190,7 @@ def test_an_unsupported_mechanism_gets_33_with_the_enabled_list_then_a_close(tmp
 
 def test_bad_credentials_get_58_with_kafkas_message_then_a_close(tmp_path):
     async def main():
-        async with cluster(tmp_path, security(tmp_path)) as nodes:
+        async with cluster(tmp_path, **sasl_nodes(security(tmp_path))) as nodes:
             raw = await Raw.open(nodes[0])
             answer = await raw.login_plain("alice", "wrong")
             assert answer.error_code == Errors.SASL_AUTHENTICATION_FAILED == 58
@@ -239,7 +222,7 @@ def test_a_client_retrying_a_wrong_password_is_logged_once_per_30_s_naming_host_
     caplog.set_level(logging.DEBUG, logger="raftcore.security.sasl")
 
     async def main():
-        async with cluster(tmp_path, security(tmp_path)) as nodes:
+        async with cluster(tmp_path, **sasl_nodes(security(tmp_path))) as nodes:
             for _ in range(5):
                 raw = await Raw.open(nodes[0])
                 answer = await raw.login_plain("alice", "wrong")
@@ -255,7 +238,7 @@ def test_a_client_retrying_a_wrong_password_is_logged_once_per_30_s_naming_host_
 
 def test_after_login_requests_are_served_and_sasl_requests_get_illegal_sasl_state(tmp_path):
     async def main():
-        async with cluster(tmp_path, security(tmp_path)) as nodes:
+        async with cluster(tmp_path, **sasl_nodes(security(tmp_path))) as nodes:
             raw = await Raw.open(nodes[0])
             assert (await raw.login_plain("bob", USERS["bob"])).error_code == Errors.NONE
             assert (await raw.ask(ApiKey.METADATA, 12, metadata_body())).cluster_id == CLUSTER_ID
@@ -273,7 +256,7 @@ def test_frames_above_512_kib_close_the_connection_until_the_login(tmp_path):
     hold a 100 MiB frame."""
 
     async def main():
-        async with cluster(tmp_path, security(tmp_path)) as nodes:
+        async with cluster(tmp_path, **sasl_nodes(security(tmp_path))) as nodes:
             big = struct.pack(">i", 600 * 1024) + b"\x00" * 1024  # the start of a big frame
             raw = await Raw.open(nodes[0])
             raw.writer.write(big)
@@ -292,7 +275,7 @@ def test_a_user_sending_raft_rpcs_gets_cluster_authorization_failed(tmp_path):
     """Raft RPCs are only for the nodes: a logged-in user's Vote changes nothing."""
 
     async def main():
-        async with cluster(tmp_path, security(tmp_path)) as nodes:
+        async with cluster(tmp_path, **sasl_nodes(security(tmp_path))) as nodes:
             epoch = max(n.leader_and_epoch.epoch for n in nodes)
             raw = await Raw.open(nodes[0])
             await raw.login_plain("alice", USERS["alice"])
@@ -309,7 +292,7 @@ def test_a_user_sending_raft_rpcs_gets_cluster_authorization_failed(tmp_path):
 
 def test_a_client_cannot_pose_as_a_node_without_the_inter_node_password(tmp_path):
     async def main():
-        async with cluster(tmp_path, security(tmp_path)) as nodes:
+        async with cluster(tmp_path, **sasl_nodes(security(tmp_path))) as nodes:
             raw = await Raw.open(nodes[0])
             answer = await raw.login_plain("node-2", USERS["alice"])
             assert answer.error_code == Errors.SASL_AUTHENTICATION_FAILED
@@ -328,7 +311,7 @@ def test_a_client_cannot_pose_as_a_node_without_the_inter_node_password(tmp_path
 def test_a_user_added_to_the_file_can_log_in_without_a_restart(tmp_path):
     async def main():
         sec = security(tmp_path)
-        async with cluster(tmp_path, sec) as nodes:
+        async with cluster(tmp_path, **sasl_nodes(sec)) as nodes:
             raw = await Raw.open(nodes[0])
             assert (await raw.login_plain("carol", "c")).error_code == 58
             users = {name: make_user(name, pw) for name, pw in USERS.items()}
@@ -345,7 +328,7 @@ def test_a_listener_without_sasl_answers_sasl_requests_illegal_sasl_state_and_hi
     tmp_path,
 ):
     async def main():
-        async with cluster(tmp_path, None) as nodes:
+        async with cluster(tmp_path, **sasl_nodes(None)) as nodes:
             raw = await Raw.open(nodes[0])
             versions = await raw.ask(ApiKey.API_VERSIONS, 3, request_spec(18).cls())
             keys = {k.api_key for k in versions.api_keys}
@@ -392,7 +375,7 @@ def test_requests_before_a_login_are_refused_in_one_line_per_host_and_interval_w
     caplog.set_level(logging.DEBUG)
 
     async def main():
-        async with cluster(tmp_path, security(tmp_path)) as nodes:
+        async with cluster(tmp_path, **sasl_nodes(security(tmp_path))) as nodes:
             auth = nodes[0].sasl
             clock = [0.0]
             auth.refusal_lines.clock = lambda: clock[0]

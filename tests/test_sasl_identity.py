@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from node_helpers import FAST, cluster
 from sasl_helpers import (
     CLUSTER_ID,
     NODE_PASSWORD,
@@ -29,7 +30,6 @@ from sasl_helpers import (
     run,
     vote_body,
 )
-from test_node import FAST
 
 from raftcore.endpoints import Endpoint
 from raftcore.error_codes import Errors
@@ -70,32 +70,24 @@ def plaintext(users: Path, password: str = NODE_PASSWORD) -> ListenerSecurity:
     )
 
 
-@contextlib.asynccontextmanager
-async def nodes_with(tmp_path: Path, security: dict[int, ListenerSecurity], leader: bool = True):  # type: ignore[no-untyped-def]
-    ports = free_ports(len(security))
-    voters = {i: Endpoint("127.0.0.1", p) for i, p in zip(sorted(security), ports, strict=True)}
-    nodes = [
-        RaftNode(
-            NodeConfig(
-                node_id=i,
-                voters=voters,
-                data_dir=tmp_path / f"node-{i}",
-                cluster_id=CLUSTER_ID,
-                quorum=FAST,
-                security=security[i],
-            )
-        )
-        for i in voters
-    ]
-    try:
-        for n in nodes:
-            await n.start()
-        if leader:
-            await leader_of(nodes)
-        yield nodes
-    finally:
-        for n in nodes:
-            await n.stop(timeout_s=0.5)
+def nodes_with(tmp_path: Path, security: dict[int, ListenerSecurity], leader: bool = True) -> Any:
+    """The shared in-process cluster (node_helpers.cluster) of ``len(security)`` voters, node
+    ``i`` listening with ``security[i]`` (ids 1..n), no listener; with ``leader``, a leader
+    every node knows before the block runs."""
+
+    def per_node(node_id: int) -> dict[str, Any]:
+        return {"security": security[node_id]}
+
+    assert sorted(security) == list(range(1, len(security) + 1)), sorted(security)
+    return cluster(
+        tmp_path,
+        size=len(security),
+        listener=None,
+        cluster_id=CLUSTER_ID,
+        quorum=FAST,
+        per_node=per_node,
+        ready=leader_of if leader else None,
+    )
 
 
 async def leader_of(nodes: list[RaftNode], timeout_s: float = 15.0) -> RaftNode:

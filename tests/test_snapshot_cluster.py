@@ -14,6 +14,7 @@ from typing import ClassVar
 
 import pytest
 from statemachine_helpers import CLUSTER_ID, FAST, leader_of, node_configs, run
+from waits import until as wait_until
 
 from raftcore.endpoints import Endpoint
 from raftcore.errors import RaftcoreError
@@ -74,15 +75,6 @@ async def write_ops(leader: RaftNode, count: int, per_batch: int = 1000) -> int:
         appended = await leader.append(recs, wait=last or start % 20_000 == 0)
     assert appended is not None
     return appended.last_offset + 1
-
-
-async def wait_until(predicate, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 def same_state(a: LmdbStateMachine, b: LmdbStateMachine) -> None:

@@ -22,7 +22,12 @@ from cluster_helpers import FAST, produce, run, wait_caught_up
 
 from raftcore.node.local_cluster import LocalCluster
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.slow,
+    pytest.mark.timeout(300),
+    pytest.mark.cluster(1, node_args=FAST),
+]
 
 SPARK_MD = Path(__file__).resolve().parent.parent / "docs" / "spark.md"
 BLOCK = re.compile(r"<!-- spark-doc-test: (\w+) -->\n```python\n(.*?)```", re.S)
@@ -40,13 +45,12 @@ def spark(tmp_path_factory):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):  # type: ignore[no-untyped-def]
-    """One node holding RECORDS records, and its high watermark."""
-    with LocalCluster(tmp_path_factory.mktemp("spark-docs-cluster"), 1, node_args=FAST) as c:
-        c.start()
-        run(produce(c.bootstrap, 0, RECORDS))
-        hw = run(wait_caught_up(c, c.node_ids))
-        yield c, hw
+def written(shared_cluster: LocalCluster) -> tuple[LocalCluster, int]:
+    """The module's one node holding RECORDS records, and its high watermark."""
+    c = shared_cluster
+    run(produce(c.bootstrap, 0, RECORDS))
+    hw = run(wait_caught_up(c, c.node_ids))
+    return c, hw
 
 
 def as_written(name: str, cluster, tmp: Path) -> str:  # type: ignore[no-untyped-def]
@@ -87,48 +91,48 @@ def test_every_python_block_of_the_spark_guide_is_one_of_these_tests():
     assert text.count("```python") == len(blocks()) == 6
 
 
-def test_the_read_example_reads_a_cluster_and_a_nodes_files(spark, cluster, tmp_path):
-    run_block("read", cluster, tmp_path)
+def test_the_read_example_reads_a_cluster_and_a_nodes_files(spark, written, tmp_path):
+    run_block("read", written, tmp_path)
 
 
-def test_the_pushdown_pitfall_is_as_the_guide_says(spark, cluster, tmp_path, capsys):
+def test_the_pushdown_pitfall_is_as_the_guide_says(spark, written, tmp_path, capsys):
     """If a pyspark release fixes it, this fails: the guide must then say so."""
     try:
-        run_block("pitfall", cluster, tmp_path)
+        run_block("pitfall", written, tmp_path)
     finally:
         spark.conf.unset(PUSHDOWN)
     filtered, reused, fresh = (int(n) for n in capsys.readouterr().out.split())
     assert filtered == reused < fresh
 
 
-def test_the_streaming_example_writes_what_is_committed_to_parquet(spark, cluster, tmp_path):
-    run_block("stream", cluster, tmp_path)
+def test_the_streaming_example_writes_what_is_committed_to_parquet(spark, written, tmp_path):
+    run_block("stream", written, tmp_path)
     out = spark.read.parquet(str(tmp_path / "data-out"))
     assert out.count() == RECORDS
 
 
-def test_the_sink_example_appends_a_dataframe_and_a_stream(spark, cluster, tmp_path):
+def test_the_sink_example_appends_a_dataframe_and_a_stream(spark, written, tmp_path):
     incoming = tmp_path / "data-incoming"
     incoming.mkdir()
     rows = [{"key": f"e{i}", "value": f"event {i}"} for i in range(3)]
     (incoming / "events.json").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    c, _ = cluster
+    c, _ = written
     before = spark.read.format("raftcore").option("bootstrap", c.bootstrap[0]).load()
     keys_before = before.count()
-    run_block("sink", cluster, tmp_path)
+    run_block("sink", written, tmp_path)
     after = spark.read.format("raftcore").option("bootstrap", c.bootstrap[0]).load()
     values = {bytes(r.value) for r in after.select("value").collect()}
     assert after.count() == keys_before + 2 + 3
     assert {b"v1", b"v2", b"event 0", b"event 2"} <= values
 
 
-def test_the_jobs_example_exports_to_parquet_and_builds_a_snapshot(spark, cluster, tmp_path):
-    run_block("jobs", cluster, tmp_path)
+def test_the_jobs_example_exports_to_parquet_and_builds_a_snapshot(spark, written, tmp_path):
+    run_block("jobs", written, tmp_path)
     assert spark.read.parquet(str(tmp_path / "data-parquet")).count() >= RECORDS
     assert list((tmp_path / "snap").glob("*.checkpoint"))
 
 
-def test_the_cluster_application_counts_keys_into_parquet(spark, cluster, tmp_path):
-    c, _ = cluster
-    run_block("app", cluster, tmp_path, argv=["app.py", c.bootstrap[0]])
+def test_the_cluster_application_counts_keys_into_parquet(spark, written, tmp_path):
+    c, _ = written
+    run_block("app", written, tmp_path, argv=["app.py", c.bootstrap[0]])
     assert spark.read.parquet(str(tmp_path / "reports")).count() >= RECORDS

@@ -30,19 +30,16 @@ from raftcore.kafka.producer_ids import derived_producer_id  # noqa: E402
 from raftcore.node.local_cluster import LocalCluster  # noqa: E402
 from raftcore.spark import SparkSourceError, WriteOptions  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.spark]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.spark,
+    pytest.mark.cluster(3, node_args=FAST, shared=True),
+]
 
 
 @pytest.fixture(scope="module")
 def spark(tmp_path_factory):  # type: ignore[no-untyped-def]
     yield from spark_session(tmp_path_factory.mktemp("spark-jvm"), master="local[2,4]")
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):  # type: ignore[no-untyped-def]
-    with LocalCluster(tmp_path_factory.mktemp("sink-cluster"), 3, node_args=FAST) as c:
-        c.start()
-        yield c
 
 
 def _rows(spark, tag: str, count: int, partitions: int = 2, through=None):  # type: ignore[no-untyped-def]

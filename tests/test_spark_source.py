@@ -43,7 +43,7 @@ from raftcore.node.local_cluster import LocalCluster  # noqa: E402
 from raftcore.spark import ReadOptions, SparkSourceError  # noqa: E402
 from raftcore.spark.planning import NO_BOUNDS, plan_ranges, push_filters  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.spark]
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.cluster(3, node_args=FAST)]
 
 RECORDS = 1000
 PART = 150  # offsets per Spark partition: several partitions
@@ -101,15 +101,14 @@ def spark(tmp_path_factory):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):  # type: ignore[no-untyped-def]
-    with LocalCluster(tmp_path_factory.mktemp("spark-cluster"), 3, node_args=FAST) as c:
-        c.start()
-        run(
-            wait_dynamic(c)
-        )  # its two control records come first, not after the high watermark read
-        offsets = run(produce(c.bootstrap, 0, RECORDS))
-        hw = run(wait_caught_up(c, c.node_ids))
-        yield c, offsets, hw
+def written(shared_cluster: LocalCluster) -> tuple[LocalCluster, list[int], int]:
+    """The module's three nodes holding RECORDS records: the cluster, their offsets and its
+    high watermark once every node has them."""
+    c = shared_cluster
+    run(wait_dynamic(c))  # its two control records come first, not after the high watermark read
+    offsets = run(produce(c.bootstrap, 0, RECORDS))
+    hw = run(wait_caught_up(c, c.node_ids))
+    return c, offsets, hw
 
 
 def _read(spark, bootstrap: list[str], **options: object):  # type: ignore[no-untyped-def]
@@ -123,8 +122,8 @@ def _rows(df) -> list[tuple]:  # type: ignore[no-untyped-def]
     return [tuple(r) for r in df.select("offset", "key", "value").orderBy("offset").collect()]
 
 
-def test_a_cluster_reads_as_what_it_committed_in_several_partitions(spark, cluster) -> None:  # type: ignore[no-untyped-def]
-    c, offsets, hw = cluster
+def test_a_cluster_reads_as_what_it_committed_in_several_partitions(spark, written) -> None:  # type: ignore[no-untyped-def]
+    c, offsets, hw = written
     df = _read(spark, c.bootstrap, partitionRecords=PART)
     assert df.schema.fieldNames() == [
         "offset",
@@ -140,8 +139,8 @@ def test_a_cluster_reads_as_what_it_committed_in_several_partitions(spark, clust
     assert _rows(df) == expected  # the LeaderChange control records are left out
 
 
-def test_control_records_are_there_when_asked(spark, cluster) -> None:  # type: ignore[no-untyped-def]
-    c, offsets, hw = cluster
+def test_control_records_are_there_when_asked(spark, written) -> None:  # type: ignore[no-untyped-def]
+    c, offsets, hw = written
     rows = _rows(_read(spark, c.bootstrap, partitionRecords=PART, includeControl="true"))
     assert [r[0] for r in rows] == list(range(hw))  # every offset, control records included
     data = set(offsets)
@@ -149,8 +148,8 @@ def test_control_records_are_there_when_asked(spark, cluster) -> None:  # type: 
     assert control and all(len(r[1]) == 4 for r in control)  # 4-byte control keys
 
 
-def test_a_schema_naming_some_columns_reads_only_those(spark, cluster) -> None:  # type: ignore[no-untyped-def]
-    c, offsets, _ = cluster
+def test_a_schema_naming_some_columns_reads_only_those(spark, written) -> None:  # type: ignore[no-untyped-def]
+    c, offsets, _ = written
     reader = spark.read.format("raftcore").option("bootstrap", ",".join(c.bootstrap))
     df = reader.schema("value binary, offset long").option("partitionRecords", PART).load()
     assert df.schema.fieldNames() == ["value", "offset"]
@@ -161,8 +160,8 @@ def test_a_schema_naming_some_columns_reads_only_those(spark, cluster) -> None: 
 
 
 @pytest.mark.parametrize("pushdown", ["true", "false"])
-def test_offset_and_timestamp_filters(spark, cluster, pushdown: str) -> None:  # type: ignore[no-untyped-def]
-    c, offsets, hw = cluster
+def test_offset_and_timestamp_filters(spark, written, pushdown: str) -> None:  # type: ignore[no-untyped-def]
+    c, offsets, hw = written
     spark.conf.set(PUSHDOWN, pushdown)
     # A fresh DataFrame per query: with pushdown on, Spark 4.3 reuses the partitions planned
     # for a filtered query on the DataFrame it was derived from (docs/spark.md).
@@ -195,8 +194,8 @@ def test_an_unreachable_cluster_fails_planning_with_its_address(spark) -> None: 
         _read(spark, ["127.0.0.1:9"], requestTimeoutMs=500).count()
 
 
-def test_a_stopped_nodes_files_read_as_the_cluster_did(spark, cluster, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    c, offsets, hw = cluster
+def test_a_stopped_nodes_files_read_as_the_cluster_did(spark, written, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    c, offsets, hw = written
     info = run(quorum(c))
     assert info.high_watermark == hw
     c.stop_all()

@@ -39,7 +39,7 @@ from cluster_helpers import FAST, consume_all, key, produce, run, wait_caught_up
 import raftcore
 from raftcore.node.local_cluster import LocalCluster, free_ports
 
-pytestmark = [pytest.mark.slow, pytest.mark.spark]
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.cluster(3, node_args=FAST)]
 
 RECORDS = 600
 PART = 250  # offsets per Spark partition: several tasks
@@ -210,20 +210,21 @@ def spark_master(directory: Path, processes: Processes) -> str:
 
 
 @pytest.fixture(scope="module")
-def cluster(directory: Path) -> Iterator[tuple[LocalCluster, list[int]]]:
-    with LocalCluster(directory / "raftcore", 3, node_args=FAST) as c:
-        c.start()
-        offsets = run(produce(c.bootstrap, 0, RECORDS))
-        run(wait_caught_up(c, c.node_ids))
-        yield c, offsets
+def written(shared_cluster: LocalCluster) -> tuple[LocalCluster, list[int]]:
+    """The module's three nodes holding RECORDS records (every node has them), and their
+    offsets."""
+    c = shared_cluster
+    offsets = run(produce(c.bootstrap, 0, RECORDS))
+    run(wait_caught_up(c, c.node_ids))
+    return c, offsets
 
 
 @pytest.fixture(scope="module")
 def app_result(
-    directory: Path, processes: Processes, spark_master: str, cluster: Any
+    directory: Path, processes: Processes, spark_master: str, written: Any
 ) -> dict[str, Any]:
     """What the application submitted to the master saw (its JSON output)."""
-    c, _ = cluster
+    c, _ = written
     out = directory / "result.json"
     processes.start(
         "spark-submit",
@@ -258,9 +259,9 @@ def app_result(
 
 
 def test_an_application_on_a_spark_cluster_reads_what_raftcore_committed(
-    app_result: dict[str, Any], cluster: Any, directory: Path
+    app_result: dict[str, Any], written: Any, directory: Path
 ) -> None:
-    _, offsets = cluster
+    _, offsets = written
     read = app_result["read"]
     assert read["count"] == RECORDS
     assert read["partitions"] > 1
@@ -281,12 +282,12 @@ def test_the_executors_run_in_the_spark_workers_directory_not_the_drivers(
 
 
 def test_an_application_on_a_spark_cluster_appends_to_raftcore(
-    app_result: dict[str, Any], cluster: Any
+    app_result: dict[str, Any], written: Any
 ) -> None:
     write = app_result.get("write", {})
     if "skipped" in write:
         pytest.skip(f"the write step: {write['skipped']}")
-    c, _ = cluster
+    c, _ = written
     keys = run(consume_all(c.bootstrap, RECORDS + WRITE))
     # Each row once; the tasks of the write run in parallel, so in no particular order.
     assert sorted(k.hex() for k in keys[RECORDS:]) == sorted(write["written"])

@@ -17,6 +17,9 @@ TESTS = Path(__file__).resolve().parent
 # What in a module's text says it starts processes of raftcore (or Spark's JVM):
 STARTS_PROCESSES = {
     "a LocalCluster": re.compile(r"\bLocalCluster\("),
+    "node processes (pytest.mark.cluster, running_cluster, shared_cluster)": re.compile(
+        r"\bmark\.cluster\(|\brunning_cluster\(|\bshared_cluster\b"
+    ),
     "a node process (start_node)": re.compile(r"\bstart_node\("),
     "a raftcore command (python -m raftcore...)": re.compile(r"""["']-m["'],\s*["']raftcore"""),
     "the fault harness": re.compile(r"^from faults\b", re.MULTILINE),
@@ -70,8 +73,15 @@ def test_the_check_sees_a_module_level_mark_and_only_that(tmp_path):
         "test_slow_in_list.py": "import pytest\n"
         "pytestmark = [pytest.mark.timeout(60), pytest.mark.slow]\n" + body,
         "test_in_process.py": "def test_y():\n    assert True\n",
+        "test_fixture_bare.py": "import pytest\npytestmark = pytest.mark.cluster(3)\n\n"
+        "def test_z(cluster):\n    assert cluster\n",
     }
     for name, text in cases.items():
         (tmp_path / name).write_text(text)
     flagged = [line.split()[0] for line in unmarked_process_modules(sorted(tmp_path.iterdir()))]
-    assert flagged == ["test_bare.py", "test_slow_on_a_test.py", "test_timeout_only.py"]
+    assert flagged == [
+        "test_bare.py",
+        "test_fixture_bare.py",
+        "test_slow_on_a_test.py",
+        "test_timeout_only.py",
+    ]

@@ -13,18 +13,18 @@ import ssl
 import struct
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
-from test_node import FAST, _settled
+from node_helpers import _settled, cluster
+from waits import until
 
 from raftcore import connect_errors
 from raftcore.client import Consumer, Producer
 from raftcore.client.connection import Connection, ConnectionClosed
-from raftcore.endpoints import Endpoint
 from raftcore.error_codes import Errors
 from raftcore.node import raft_wire
-from raftcore.node.config import NodeConfig
-from raftcore.node.local_cluster import free_ports, new_cluster_id, tls_client_security
+from raftcore.node.local_cluster import new_cluster_id, tls_client_security
 from raftcore.node.node import RaftNode
 from raftcore.protocol.api import decode_response
 from raftcore.raft.messages import FetchRequest, Outbound, VoteRequest
@@ -76,32 +76,14 @@ def as_node(certs: Path, node_id: int) -> ClientSecurity:
     )
 
 
-def configs(tmp_path: Path, security: dict[int, ListenerSecurity]) -> list[NodeConfig]:
-    ports = free_ports(3)
-    voters = {i + 1: Endpoint("127.0.0.1", p) for i, p in enumerate(ports)}
-    return [
-        NodeConfig(
-            node_id=i,
-            voters=voters,
-            data_dir=tmp_path / f"node-{i}",
-            cluster_id=CLUSTER_ID,
-            quorum=FAST,
-            security=security.get(i, ListenerSecurity()),
-        )
-        for i in voters
-    ]
+def secured(security: dict[int, ListenerSecurity]) -> dict[str, Any]:
+    """The shared cluster's arguments for this module's nodes: node ``i`` listens with
+    ``security[i]`` (plaintext when absent), and no listener."""
 
+    def per_node(node_id: int) -> dict[str, Any]:
+        return {"security": security.get(node_id, ListenerSecurity())}
 
-@contextlib.asynccontextmanager
-async def cluster(tmp_path: Path, security: dict[int, ListenerSecurity]):  # type: ignore[no-untyped-def]
-    nodes = [RaftNode(cfg) for cfg in configs(tmp_path, security)]
-    try:
-        for n in nodes:
-            await n.start()
-        yield nodes
-    finally:
-        for n in nodes:
-            await n.stop(timeout_s=0.5)
+    return {"listener": None, "cluster_id": CLUSTER_ID, "per_node": per_node}
 
 
 async def leader_among(nodes: list[RaftNode], timeout_s: float = 10.0) -> RaftNode:
@@ -186,7 +168,7 @@ def test_a_mutual_tls_cluster_elects_and_commits_what_a_tls_client_with_a_certif
     security = {i: node_tls(certs, i) for i in (1, 2, 3)}
 
     async def main():
-        async with cluster(tmp_path, security) as nodes:
+        async with cluster(tmp_path, **secured(security)) as nodes:
             await leader_among(nodes)
             sec = client_tls(certs)
             async with Producer(bootstrap(nodes), security=sec, request_timeout_ms=5000) as p:
@@ -217,10 +199,16 @@ def test_a_peer_whose_certificate_another_ca_signed_fails_the_handshake(
     security = {1: node_tls(certs, 1), 2: node_tls(certs, 2), 3: node_tls(other_ca, 3)}
 
     async def main():
-        async with cluster(tmp_path, security) as nodes:
+        async with cluster(tmp_path, **secured(security)) as nodes:
             leader = await leader_among(nodes[:2])
             await leader.append([(b"k", b"v")], wait=True)
-            await asyncio.sleep(0.5)  # node 3 keeps trying
+            # node 3 keeps trying: both sides have refused it, and said so
+            tried = ("[node 1] TLS handshake failed from", "[node 3] cannot reach voter 1 at")
+            await until(
+                lambda: all(line in caplog.text for line in tried),
+                30,
+                "node 1 and node 3 to log their failed handshakes",
+            )
             assert nodes[2].leader_and_epoch.leader_id is None
             assert nodes[2].log is not None and nodes[2].log.end_offset == 0
 
@@ -248,10 +236,19 @@ def test_a_node_holding_another_nodes_certificate_is_refused_both_ways(tmp_path,
     security = {1: node_tls(certs, 1), 2: node_tls(certs, 2), 3: stolen}
 
     async def main():
-        async with cluster(tmp_path, security) as nodes:
+        async with cluster(tmp_path, **secured(security)) as nodes:
             leader = await leader_among(nodes[:2])
             await leader.append([(b"k", b"v")], wait=True)
-            await asyncio.sleep(1.0)  # node 3's fetch timeout passes: it asks for votes
+            # node 3's fetch timeout passes: it asks for votes, and is refused
+            refused = (
+                "the connection is Node:node-2, not node-3 (CLUSTER_AUTHORIZATION_FAILED)",
+                "its certificate names Node:node-2, not node-3: refusing it",
+            )
+            await until(
+                lambda: all(line in caplog.text for line in refused),
+                30,
+                "node 3's requests refused as node-2's, logged",
+            )
             assert nodes[2].log is not None and nodes[2].log.end_offset == 0
 
     run(main())
@@ -274,7 +271,7 @@ def test_a_user_certificate_cannot_send_raft_rpcs(tmp_path, certs, message, capl
     security = {i: node_tls(certs, i) for i in (1, 2, 3)}
 
     async def main():
-        async with cluster(tmp_path, security) as nodes:
+        async with cluster(tmp_path, **secured(security)) as nodes:
             await leader_among(nodes)
             target = nodes[1]
             _, body = await raw_request(target, message, client_tls(certs, "alice"))
@@ -296,7 +293,7 @@ def test_a_user_certificate_is_refused_before_its_raft_request_is_read(tmp_path,
     stranger = replace(_vote(1), cluster_id=new_cluster_id())
 
     async def main():
-        async with cluster(tmp_path, security) as nodes:
+        async with cluster(tmp_path, **secured(security)) as nodes:
             await leader_among(nodes)
             _, body = await raw_request(nodes[1], stranger, client_tls(certs, "alice"))
             assert body.error_code == Errors.CLUSTER_AUTHORIZATION_FAILED
@@ -308,7 +305,7 @@ def test_a_user_certificate_is_refused_before_its_raft_request_is_read(tmp_path,
 
 def test_raft_rpcs_on_a_plaintext_listener_are_answered_as_before(tmp_path):
     async def main():
-        async with cluster(tmp_path, {}) as nodes:
+        async with cluster(tmp_path, **secured({})) as nodes:
             await leader_among(nodes)
             _, body = await raw_request(nodes[1], _vote(1), None)
             assert body.error_code == Errors.NONE
@@ -334,7 +331,7 @@ def test_a_tls_listener_reads_a_client_hello_sent_the_moment_it_connects(
     security = {i: node_tls(certs, i) for i in (1, 2, 3)}
 
     async def main():
-        async with cluster(tmp_path, security) as nodes:
+        async with cluster(tmp_path, **secured(security)) as nodes:
             await leader_among(nodes)
             ctx = client_context(client_tls(certs))
             ep = nodes[0].config.listen
@@ -359,7 +356,7 @@ def test_a_plaintext_client_on_a_tls_port_is_refused_cleanly(tmp_path, certs, ca
     security = {i: node_tls(certs, i) for i in (1, 2, 3)}
 
     async def main():
-        async with cluster(tmp_path, security) as nodes:
+        async with cluster(tmp_path, **secured(security)) as nodes:
             ep = nodes[0].config.listen
             conn = await Connection.open(ep.host, ep.port)
             try:
@@ -376,7 +373,7 @@ def test_a_plaintext_client_on_a_tls_port_is_refused_cleanly(tmp_path, certs, ca
 
 def test_a_tls_client_on_a_plaintext_port_is_refused_cleanly(tmp_path, certs):
     async def main():
-        async with cluster(tmp_path, {}) as nodes:
+        async with cluster(tmp_path, **secured({})) as nodes:
             ep = nodes[0].config.listen
             ctx = client_context(client_tls(certs))
             with pytest.raises(ConnectionClosed, match=r"cannot reach .* \(TLS handshake failed"):
@@ -389,7 +386,7 @@ def test_a_client_without_a_certificate_is_refused_when_client_auth_is_required(
     security = {i: node_tls(certs, i) for i in (1, 2, 3)}
 
     async def main():
-        async with cluster(tmp_path, security) as nodes:
+        async with cluster(tmp_path, **secured(security)) as nodes:
             ep = nodes[0].config.listen
             ctx = client_context(client_tls(certs, client=None))
             with pytest.raises((ConnectionClosed, ssl.SSLError)):
@@ -406,7 +403,7 @@ def test_a_client_without_a_certificate_is_served_when_client_auth_is_requested(
     security = {i: node_tls(certs, i, "requested") for i in (1, 2, 3)}
 
     async def main():
-        async with cluster(tmp_path, security) as nodes:
+        async with cluster(tmp_path, **secured(security)) as nodes:
             await leader_among(nodes)
             sec = client_tls(certs, client=None)
             async with Producer(bootstrap(nodes), security=sec, request_timeout_ms=5000) as p:
@@ -452,7 +449,7 @@ def test_the_job_source_and_the_exactly_once_writer_reach_a_mutual_tls_cluster(t
     security = {i: node_tls(certs, i) for i in (1, 2, 3)}
 
     async def main():
-        async with cluster(tmp_path, security) as nodes:
+        async with cluster(tmp_path, **secured(security)) as nodes:
             await leader_among(nodes)
             result = await write_exactly_once(
                 bootstrap(nodes),

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from waits import until
 
 from raftcore.node.answer_writer import PIECE_BYTES, frame_pieces
 from raftcore.node.transport import ServerConnection, read_frame
@@ -449,7 +450,13 @@ def test_a_closed_connection_frees_its_frame_buffers_without_the_cyclic_gc(no_cy
         while not (partial_conn.closed and handled_conn.closed):
             assert time.monotonic() < deadline
             await asyncio.sleep(0.01)
-        await asyncio.sleep(0.1)  # the transports' connection_lost callbacks
+        # the transports' connection_lost callbacks let go of the buffer and the task
+        await until(
+            lambda: partial_buffer() is None and all(t() is None for t in handled),
+            10,
+            "the closed connections' partial buffer and cancelled request to be let go",
+            last=lambda: gc.get_referrers(partial_buffer()) if partial_buffer() else "a task",
+        )
         assert partial_buffer() is None, gc.get_referrers(partial_buffer())
         assert all(t() is None for t in handled), "the cancelled request is still held"
         server.connections.clear()

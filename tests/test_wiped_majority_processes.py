@@ -23,6 +23,7 @@ import time
 
 import pytest
 from cluster_helpers import (
+    FAST,
     LEADER_CHANGE,
     Writer,
     check_acknowledged,
@@ -30,11 +31,11 @@ from cluster_helpers import (
     data_keys,
     key,
     run,
+    voters_in_the_log,
     wait_for,
 )
 from test_membership_processes import (  # the same cluster and the same CLI helpers
     cli,
-    cluster,  # noqa: F401 (a fixture)
     observing,
     quorum_cli,
     voters,
@@ -47,7 +48,11 @@ from raftcore.node.data_dir import read_directory_id
 from raftcore.node.local_cluster import LocalCluster
 from raftcore.raft.voters import directory_id_text
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(240),
+    pytest.mark.cluster(3, node_args=FAST, ready=voters_in_the_log),
+]
 
 
 def log_records(directory) -> dict[int, bytes]:  # type: ignore[no-untyped-def]
@@ -99,7 +104,7 @@ def wipe(c: LocalCluster, node_id: int) -> None:
 
 
 def test_two_voters_wiped_at_once_never_reset_the_cluster_and_the_survivors_log_is_intact(
-    cluster,  # noqa: F811
+    cluster,
 ):
     writer = Writer(cluster.bootstrap)
     writer.start()
@@ -145,7 +150,7 @@ def test_two_voters_wiped_at_once_never_reset_the_cluster_and_the_survivors_log_
 
 
 def test_two_wiped_voters_replaced_one_after_another_by_the_runbook_lose_no_acknowledged_record(
-    cluster,  # noqa: F811
+    cluster,
 ):
     writer = Writer(cluster.bootstrap)
     writer.start()

@@ -14,9 +14,8 @@ import shutil
 import time
 
 import pytest
-from cluster_helpers import consume_all, formatted, produce, run
+from cluster_helpers import FAST, consume_all, formatted, produce, run, voters_in_the_log
 from test_membership_processes import (  # the same cluster and the same CLI helpers
-    cluster,  # noqa: F401 (a fixture)
     describe,
     voters,
     wait_quorum,
@@ -24,7 +23,11 @@ from test_membership_processes import (  # the same cluster and the same CLI hel
 
 from raftcore.node.data_dir import read_directory_id
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(240),
+    pytest.mark.cluster(3, node_args=FAST, ready=voters_in_the_log),
+]
 
 
 def leader_of_running(running) -> int | None:  # type: ignore[no-untyped-def]
@@ -36,7 +39,7 @@ def leader_of_running(running) -> int | None:  # type: ignore[no-untyped-def]
 
 
 def test_a_wiped_voter_and_a_cut_back_voter_elect_no_leader_that_lacks_acknowledged_records(
-    cluster,  # noqa: F811
+    cluster,
 ):
     acked = run(produce(cluster.bootstrap, 0, 600))
     assert len(acked) == 600

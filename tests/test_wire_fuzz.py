@@ -99,8 +99,6 @@ from raftcore.protocol.api import (
 from raftcore.protocol.schema import FieldSpec, StructSpec
 from raftcore.records import encode_batch
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
-
 SEED = int(os.environ.get("RAFTCORE_FUZZ_WIRE_SEED") or random.SystemRandom().randrange(2**32))
 ITERATIONS = max(1, int(os.environ.get("RAFTCORE_FUZZ_WIRE_ITERATIONS") or 1))
 REPLAY = f"seed {SEED} (replay: RAFTCORE_FUZZ_WIRE_SEED={SEED} pytest tests/test_wire_fuzz.py)"
@@ -131,6 +129,12 @@ BOUNDS = [
     f"--queued-max-request-bytes={BUDGET_MIB << 20}",
 ]
 ATTACKERS = [f"127.0.0.{i}" for i in range(2, 8)]  # not the voters' host
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(300),
+    pytest.mark.cluster(3, node_args=FAST + BOUNDS),
+]
 
 
 def topic_id(cluster_id: str) -> bytes:
@@ -1094,19 +1098,6 @@ async def read_back(bootstrap: list[str], end: int) -> dict[int, bytes]:
 
 
 # ---- the test --------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def cluster(tmp_path):
-    c = LocalCluster(tmp_path / "cluster", 3, node_args=FAST + BOUNDS)
-    try:
-        c.start()
-        yield c
-    finally:
-        c.close()
-        for pid in c.started_pids:  # every process started is gone
-            with pytest.raises(ProcessLookupError):
-                os.kill(pid, 0)
 
 
 def test_hostile_wire_input_harms_no_node_loses_no_record_and_leaks_nothing(cluster):
