@@ -134,6 +134,8 @@ def test_a_cluster_reads_as_what_it_committed_in_several_partitions(spark, clust
         "value",
         "headers",
         "batch_base_offset",
+        "topic",
+        "partition",
     ]
     assert df.rdd.getNumPartitions() == -(-hw // PART) > 1
     expected = [(o, key(n), b"v" * 20) for n, o in enumerate(offsets)]
