@@ -1,6 +1,7 @@
-"""ListOffsets and DeleteRecords on a partition other than the first: each partition is a Raft
-group of its own, with its own log start and high watermark, and a request naming partition 2
-is answered from partition 2's group and moves nothing of the others. Three in-process nodes
+"""ListOffsets, DeleteRecords and the exactly-once writer on a partition other than the first:
+each partition is a Raft group of its own, with its own log start, high watermark and producer
+state, and a request naming partition 2 is answered from partition 2's group and moves nothing
+of the others. Three in-process nodes
 (tests/test_node.py's ``cluster``) with three partitions, asked by raftcore's client
 (:mod:`raftcore.client.offsets`) and by kafka-python's admin client."""
 
@@ -18,6 +19,7 @@ from test_partitions import PARTITIONS, TOPIC, _bootstrap, leaders
 
 from raftcore.client.cluster import ClusterClient
 from raftcore.client.offsets import CommittedRange, committed_ranges
+from raftcore.client.resumable import write_exactly_once
 from raftcore.node.node import RaftNode
 from raftcore.topic_partition import TopicPartition
 
@@ -116,5 +118,32 @@ def test_delete_records_on_partition_2_moves_its_log_start_and_no_other(tmp_path
             ranges = await _ranges(bootstrap)
             assert ranges[2].log_start == low
             assert ranges[0].log_start == ranges[1].log_start == 0  # the others keep theirs
+
+    asyncio.run(asyncio.wait_for(go(), 90))
+
+
+def test_the_exactly_once_writer_resumes_in_partition_2_from_partition_2s_producer_state(
+    tmp_path,
+):
+    """A second attempt at the same rows under the same name asks partition 2's leader how far
+    its log holds the writer's producer (DescribeProducers of partition 2), skips what is there
+    and writes the rest: partition 2 holds each row once, the other partitions none."""
+
+    def keys_in(node, partition: int) -> list[bytes]:  # type: ignore[no-untyped-def]
+        log = node.groups[TopicPartition(TOPIC, partition)].log
+        assert log is not None
+        return [r.key for b in log.batches() if not b.is_control for r in b.records()]
+
+    async def go() -> None:
+        async with cluster(tmp_path) as nodes:
+            led = await leaders(nodes)
+            bootstrap = _bootstrap(nodes)
+            data = [[(b"eo-%03d" % (10 * i + j), b"v") for j in range(10)] for i in range(8)]
+            first = await write_exactly_once(bootstrap, "t/p2", data[:3], topic=TOPIC, partition=2)
+            again = await write_exactly_once(bootstrap, "t/p2", data, topic=TOPIC, partition=2)
+            # batches 0 and 1 are in the log; batch 2, its last, is sent again to learn that
+            assert (first.rows, again.rows, again.rows_found) == (30, 80, 20)
+            assert keys_in(led[2], 2) == [k for batch in data for k, _ in batch]
+            assert keys_in(led[0], 0) == keys_in(led[1], 1) == []
 
     asyncio.run(asyncio.wait_for(go(), 90))
