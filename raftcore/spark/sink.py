@@ -58,7 +58,13 @@ from raftcore.spark.options import SparkSourceError, WriteOptions
 if TYPE_CHECKING:
     from raftcore.client.resumable import WriteResult
 
-__all__ = ["RaftcoreStreamWriter", "RaftcoreWriter", "SinkCommit", "check_sink_schema"]
+__all__ = [
+    "RaftcoreStreamWriter",
+    "RaftcoreWriter",
+    "SinkCommit",
+    "check_sink_schema",
+    "partition_count",
+]
 
 logger = logging.getLogger(__name__)
 
