@@ -89,6 +89,8 @@ def test_offset_comparisons_narrow_the_plan_and_others_go_back_to_spark() -> Non
         ({"bootstrap": "h:1", "assign": "[0]"}, '{"topic":[0,1],...}'),
         ({"bootstrap": "h:1", "startOffset": "3", "startingOffsets": "earliest"}, "one of them"),
         ({"bootstrap": "h:1", "startingOffsets": "latest"}, "for spark.readStream only"),
+        ({"bootstrap": "h:1", "startingOffsets": '{"t":{"0":-1}}'}, "for spark.readStream only"),
+        ({"bootstrap": "h:1", "endingOffsets": '{"t":{"0":-2}}'}, "would read nothing"),
         ({"bootstrap": "h:1", "endingOffsets": '{"t":{"0":-3}}'}, "-2: earliest, -1: latest"),
         ({"bootstrap": "h:1", "subscribePattern": "("}, "subscribePattern='('"),
         ({"path": "/x", "assign": '{"t":[1]}'}, "read as one partition"),

@@ -165,10 +165,16 @@ class ReadOptions:
             )
         starting = _offset_spec(given, ("startingoffsets", "startoffset", "startingoffset"))
         ending = _offset_spec(given, ("endingoffsets", "endoffset"), default="latest")
-        if starting == "latest" and not streaming:
-            raise SparkSourceError("option startingOffsets=latest is for spark.readStream only")
-        if ending == "earliest":
-            raise SparkSourceError("option endingOffsets=earliest would read nothing: use latest")
+        # as Spark's Kafka source: a batch read does not start at latest or end at earliest
+        if not streaming and _names(starting, LATEST):
+            raise SparkSourceError(
+                "startingOffsets latest (-1) is for spark.readStream only: a batch read "
+                "starting at the high watermark reads nothing"
+            )
+        if _names(ending, EARLIEST):
+            raise SparkSourceError(
+                "endingOffsets earliest (-2) would read nothing: use latest (-1) or an offset"
+            )
         if isinstance(starting, int) and isinstance(ending, int) and ending < starting:
             raise SparkSourceError(f"endOffset {ending} is below startOffset {starting}")
         max_per_trigger = _opt_int(given, "maxoffsetspertrigger", minimum=1)
@@ -204,6 +210,13 @@ def resolve_offset(spec: OffsetSpec, topic: str, partition: int, default: int) -
         return spec
     assert isinstance(spec, dict)
     return spec.get(topic, {}).get(partition, default)
+
+
+def _names(spec: OffsetSpec, offset: int) -> bool:
+    """Does ``spec`` name EARLIEST or LATEST (``offset``) anywhere?"""
+    if isinstance(spec, dict):
+        return any(o == offset for parts in spec.values() for o in parts.values())
+    return spec == {EARLIEST: "earliest", LATEST: "latest"}[offset]
 
 
 def _topics(text: str) -> tuple[str, ...]:
