@@ -99,7 +99,7 @@ def test_a_task_killed_mid_write_is_retried_without_writing_a_row_twice(  # type
     the rest."""
     marker = tmp_path / "killed"
     bootstrap = cluster.bootstrap
-    pid = derived_producer_id("raftcore-sink/kill-test/0")
+    pid = derived_producer_id("raftcore-sink/kill-test/0/partition-0")  # task 0, to partition 0
 
     def explode(i: int) -> int:
         # Runs in Spark's Python workers: it imports raftcore only (the tests' modules are not

@@ -84,12 +84,49 @@ def test_offset_comparisons_narrow_the_plan_and_others_go_back_to_spark() -> Non
         ({"bootstrap": "h:1", "partitionrecords": "0"}, "partitionRecords=0 must be at least 1"),
         ({"bootstrap": "h:1", "colour": "red"}, "unknown option(s) ['colour']"),
         ({"bootstrap": "h:1", "includecontrol": "yes"}, "must be true or false"),
+        ({"bootstrap": "h:1", "subscribe": "a", "topic": "b"}, "give one of subscribe"),
+        ({"bootstrap": "h:1", "assign": '{"t":[-1]}'}, "needs a list of partitions >= 0"),
+        ({"bootstrap": "h:1", "assign": "[0]"}, '{"topic":[0,1],...}'),
+        ({"bootstrap": "h:1", "startOffset": "3", "startingOffsets": "earliest"}, "one of them"),
+        ({"bootstrap": "h:1", "startingOffsets": "latest"}, "for spark.readStream only"),
+        ({"bootstrap": "h:1", "startingOffsets": '{"t":{"0":-1}}'}, "for spark.readStream only"),
+        ({"bootstrap": "h:1", "endingOffsets": '{"t":{"0":-2}}'}, "would read nothing"),
+        ({"bootstrap": "h:1", "endingOffsets": '{"t":{"0":-3}}'}, "-2: earliest, -1: latest"),
+        ({"bootstrap": "h:1", "subscribePattern": "("}, "subscribePattern='('"),
+        ({"path": "/x", "assign": '{"t":[1]}'}, "read as one partition"),
     ],
 )
 def test_bad_options_are_refused_with_the_option_named(options: dict, message: str) -> None:
     with pytest.raises(SparkSourceError) as info:
         ReadOptions.parse(options)
     assert message in str(info.value)
+
+
+def test_spark_kafka_names_and_raftcores_earlier_ones_plan_the_same_reads() -> None:
+    """startOffset/endOffset are one offset for every partition; startingOffsets and
+    endingOffsets JSON name partitions (-2 earliest, -1 latest), the others take the
+    default; every span stays within the committed range."""
+    from raftcore.client.offsets import CommittedRange
+    from raftcore.spark.source import read_span
+
+    committed = CommittedRange(10, 100)
+    earlier = ReadOptions.parse({"bootstrap": "h:1", "startOffset": "20", "endOffset": "50"})
+    assert read_span(earlier, "raftcore", 3, committed) == (20, 50)
+    kafka = ReadOptions.parse(
+        {
+            "bootstrap": "h:1",
+            "subscribe": "t",
+            "startingOffsets": '{"t":{"0":20,"1":-2}}',
+            "endingOffsets": '{"t":{"0":50,"1":-1}}',
+        }
+    )
+    assert kafka.wanted() == {"t": None}
+    assert read_span(kafka, "t", 0, committed) == (20, 50)
+    assert read_span(kafka, "t", 1, committed) == (10, 100)
+    assert read_span(kafka, "t", 2, committed) == (10, 100)  # not named: earliest to latest
+    assert read_span(earlier, "raftcore", 0, CommittedRange(60, 100)) == (60, 60)  # moved on
+    assigned = ReadOptions.parse({"bootstrap": "h:1", "assign": '{"t":[2,0]}'})
+    assert assigned.wanted() == {"t": (0, 2)} and assigned.topic == "t"
 
 
 # ---- against a cluster ----------------------------------------------------------------------
@@ -133,6 +170,8 @@ def test_a_cluster_reads_as_what_it_committed_in_several_partitions(spark, writt
         "value",
         "headers",
         "batch_base_offset",
+        "topic",
+        "partition",
     ]
     assert df.rdd.getNumPartitions() == -(-hw // PART) > 1
     expected = [(o, key(n), b"v" * 20) for n, o in enumerate(offsets)]

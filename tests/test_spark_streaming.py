@@ -27,9 +27,18 @@ if (_problem := java_problem()) is not None:
 from cluster_helpers import FAST, produce, quorum, run  # noqa: E402
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows  # noqa: E402
 
+from raftcore.client.offsets import CommittedRange  # noqa: E402
 from raftcore.node.local_cluster import LocalCluster  # noqa: E402
 from raftcore.spark import ReadOptions, SparkSourceError  # noqa: E402
-from raftcore.spark.stream import DataLossError, RaftcoreStreamReader, next_end  # noqa: E402
+from raftcore.spark.stream import (  # noqa: E402
+    DataLossError,
+    RaftcoreStreamReader,
+    next_end,
+    offsets_json,
+    parse_offsets,
+    spread,
+)
+from raftcore.topic_partition import TopicPartition  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -55,33 +64,85 @@ def test_a_query_behind_the_log_start_fails_naming_both_offsets_or_skips_when_al
     assert (plan.first, plan.end) == (40, 50)
 
 
+P0 = TopicPartition("raftcore", 0)
+
+
 def _reader(monkeypatch, ranges: list[tuple[int, int]], **options: str) -> RaftcoreStreamReader:  # type: ignore[no-untyped-def]
+    """A reader of one partition whose leader answers with ``ranges`` in turn."""
     reader = RaftcoreStreamReader(ReadOptions.parse({"bootstrap": "h:1", **options}, True))
     answers = iter(ranges)
-    monkeypatch.setattr("raftcore.spark.remote.committed_range", lambda opts: next(answers))
+    monkeypatch.setattr(
+        "raftcore.spark.remote.committed_ranges",
+        lambda opts: {P0: CommittedRange(*next(answers))},
+    )
     return reader
+
+
+def _at(offset: int) -> dict:
+    return {"raftcore": {"0": offset}}
 
 
 def test_the_reader_speaks_spark_offsets_and_limits(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     r = _reader(monkeypatch, [(3, 50)] * 2 + [(3, 90)] * 3, maxRecordsPerTrigger="20")
-    assert r.initialOffset() == {"offset": 3}  # earliest
+    assert r.initialOffset() == _at(3)  # earliest
     assert r.getDefaultReadLimit() == ReadMaxRows(20)
-    assert r.latestOffset({"offset": 3}, ReadMaxRows(20)) == {"offset": 23}
-    assert r.latestOffset({"offset": 40}, ReadAllAvailable()) == {"offset": 90}
+    assert r.latestOffset(_at(3), ReadMaxRows(20)) == _at(23)
+    assert r.latestOffset(_at(40), ReadAllAvailable()) == _at(90)
     r.prepareForTriggerAvailableNow()  # the target: 90
-    assert r.latestOffset({"offset": 80}, ReadMaxRows(20)) == {"offset": 90}
-    assert [(p.start, p.end) for p in r.partitions({"offset": 3}, {"offset": 23})] == [(3, 23)]
-    assert r.partitions({"offset": 23}, {"offset": 23}) == []
-    r.commit({"offset": 23})
-    assert r.committed == 23 and r.reportLatestOffset() == {"offset": 90}
+    assert r.latestOffset(_at(80), ReadMaxRows(20)) == _at(90)
+    assert [(p.start, p.end) for p in r.partitions(_at(3), _at(23))] == [(3, 23)]
+    assert r.partitions(_at(23), _at(23)) == []
+    r.commit(_at(23))
+    assert r.committed == {P0: 23} and r.reportLatestOffset() == _at(90)
+    # A checkpoint of the one-partition format is partition 0 of the topic.
+    assert [(p.start, p.end) for p in r.partitions({"offset": 3}, _at(23))] == [(3, 23)]
     with pytest.raises(SparkSourceError, match="not a raftcore offset"):
         r.latestOffset({"partition-0": 4}, ReadAllAvailable())
     skip = _reader(monkeypatch, [(40, 100)], failOnDataLoss="false", partitionRecords="30")
     # After a restart, a batch planned before it: partitions() alone learns the log start.
-    assert [(p.start, p.end) for p in skip.partitions({"offset": 5}, {"offset": 80})] == [
-        (40, 70),
-        (70, 80),
-    ]
+    assert [(p.start, p.end) for p in skip.partitions(_at(5), _at(80))] == [(40, 70), (70, 80)]
+
+
+def test_max_offsets_per_trigger_is_shared_by_the_backlogs_and_adds_up_to_the_limit() -> None:
+    a, b, c = (TopicPartition("t", p) for p in range(3))
+    assert spread(100, {a: 10, b: 20, c: 0}) == {a: 10, b: 20, c: 0}  # all of it fits
+    assert spread(10, {a: 50, b: 30, c: 20}) == {a: 5, b: 3, c: 2}
+    shares = spread(10, {a: 7, b: 7, c: 7})
+    assert sum(shares.values()) == 10 and sorted(shares.values()) == [3, 3, 4]
+    assert spread(1, {a: 1, b: 100, c: 0}) == {a: 0, b: 1, c: 0}
+
+
+def test_offsets_are_sparks_kafka_json_per_partition() -> None:
+    offsets = {TopicPartition("t", 1): 7, TopicPartition("t", 0): 23, TopicPartition("u", 0): 0}
+    assert offsets_json(offsets) == {"t": {"0": 23, "1": 7}, "u": {"0": 0}}
+    assert parse_offsets(offsets_json(offsets), "start offset", "t") == offsets
+    with pytest.raises(SparkSourceError, match="not a raftcore offset"):
+        parse_offsets({"t": {"zero": 1}}, "start offset", "t")
+
+
+def test_a_stream_of_several_partitions_reads_each_from_its_own_offset(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A limit is shared over the partitions' backlogs; a partition that appears later is read
+    from its log start; one given in startingOffsets starts there."""
+    p0, p1, p2 = (TopicPartition("t", p) for p in range(3))
+    answers = iter(
+        [
+            {p0: CommittedRange(0, 100), p1: CommittedRange(5, 25)},
+            {p0: CommittedRange(0, 100), p1: CommittedRange(5, 25), p2: CommittedRange(2, 12)},
+        ]
+    )
+    monkeypatch.setattr("raftcore.spark.remote.committed_ranges", lambda opts: next(answers))
+    r = RaftcoreStreamReader(
+        ReadOptions.parse(
+            {"bootstrap": "h:1", "subscribe": "t", "startingOffsets": '{"t":{"0":40}}'}, True
+        )
+    )
+    start = r.initialOffset()
+    assert start == {"t": {"0": 40, "1": 5}}
+    end = r.latestOffset(start, ReadMaxRows(40))
+    # backlogs 60, 20, 10 (partition 2 is new: from its log start 2) share 40 offsets
+    assert end == {"t": {"0": 67, "1": 14, "2": 6}}
+    planned = [(p.partition, p.start, p.end) for p in r.partitions(start, end)]
+    assert planned == [(0, 40, 67), (1, 5, 14), (2, 2, 6)]
 
 
 @pytest.mark.parametrize(
@@ -89,7 +150,13 @@ def test_the_reader_speaks_spark_offsets_and_limits(monkeypatch) -> None:  # typ
     [
         ({"path": "/x"}, "reads a running cluster"),
         ({"bootstrap": "h:1", "endOffset": "5"}, "['endOffset'] are for spark.read only"),
-        ({"bootstrap": "h:1", "startingOffset": "soon"}, "earliest, latest or an offset"),
+        ({"bootstrap": "h:1", "startingOffset": "soon"}, "earliest, latest, an offset"),
+        ({"bootstrap": "h:1", "startingOffsets": '{"t":[1]}'}, '{"topic":{"0":23,"1":-2}}'),
+        ({"bootstrap": "h:1", "endingOffsets": "latest"}, "are for spark.read only"),
+        (
+            {"bootstrap": "h:1", "maxOffsetsPerTrigger": "5", "maxRecordsPerTrigger": "5"},
+            "give one of them",
+        ),
         ({"bootstrap": "h:1", "maxRecordsPerTrigger": "0"}, "must be at least 1"),
     ],
 )

@@ -2,11 +2,13 @@
 writes it again (a retried or speculative Spark task, :mod:`raftcore.spark.sink`).
 
 **The identity survives the writer.** The writer is given a ``name`` (unique to the data it
-writes: the write job and the partition). Its producer id is derived from the name
-(:func:`raftcore.kafka.producer_ids.derived_producer_id`), epoch 0, and batch *i* starts at the
-sequence number equal to the rows before it. Every attempt that writes the same rows in the
-same batches therefore sends byte-for-byte the same idempotent batches, and the leader's
-producer table says how far its log has them: DescribeProducers gives the last sequence.
+writes: the write job, the Spark partition and the topic's partition it writes to), and writes
+one partition of a topic (producer state is kept per partition, as Kafka keeps it). Its
+producer id is derived from the name (:func:`raftcore.kafka.producer_ids.derived_producer_id`),
+epoch 0, and batch *i* starts at the sequence number equal to the rows before it. Every
+attempt that writes the same rows in the same batches therefore sends byte-for-byte the same
+idempotent batches, and the leader's producer table says how far its log has them:
+DescribeProducers gives the last sequence.
 
 **Resuming.** Say the leader's log holds this producer's rows up to sequence ``last``. A batch
 wholly below ``last`` is skipped: it is in the leader's log. The batch ending at ``last`` is
@@ -86,9 +88,10 @@ class _Batch:
 async def last_sequence(
     cluster: ClusterClient, topic: str, producer_id: int, timeout_s: float
 ) -> int:
-    """The last sequence number the leader's log holds for ``producer_id`` (-1: none)."""
+    """The last sequence number the log of ``cluster``'s partition of ``topic`` holds for
+    ``producer_id`` (-1: none), as its leader says."""
     cls = request_spec(ApiKey.DESCRIBE_PRODUCERS).cls
-    body = cls(topics=[cls.TopicRequest(name=topic, partition_indexes=[0])])
+    body = cls(topics=[cls.TopicRequest(name=topic, partition_indexes=[cluster.partition])])
     deadline = time.monotonic() + timeout_s
     attempt = 0
     while True:
@@ -127,6 +130,7 @@ async def write_exactly_once(
     batches: Iterable[Sequence[Any]],
     *,
     topic: str = "raftcore",
+    partition: int = 0,
     window: int = 10,
     compression: str = "none",
     request_timeout_ms: int = 30_000,
@@ -134,11 +138,13 @@ async def write_exactly_once(
     max_resyncs: int = 20,
     security: ClientSecurity | None = None,
 ) -> WriteResult:
-    """Write ``batches`` (each a sequence of (key, value[, headers]) records) under ``name``,
-    each record once in the log however many attempts write them; returns once every batch is
-    committed. Raises ProduceError for a refusal (a record too large...), ExactlyOnceError
-    when the rows differ from an earlier attempt's."""
-    writer = _Writer(bootstrap, name, topic=topic, window=window, compression=compression)
+    """Write ``batches`` (each a sequence of (key, value[, headers]) records) under ``name`` to
+    ``topic`` ``partition``, each record once in its log however many attempts write them;
+    returns once every batch is committed. Raises ProduceError for a refusal (a record too
+    large...), ExactlyOnceError when the rows differ from an earlier attempt's."""
+    writer = _Writer(
+        bootstrap, name, topic=topic, partition=partition, window=window, compression=compression
+    )
     writer.request_timeout_ms = request_timeout_ms
     writer.delivery_timeout_ms = delivery_timeout_ms
     writer.max_resyncs = max_resyncs
@@ -153,12 +159,14 @@ class _Writer:
         name: str,
         *,
         topic: str,
+        partition: int = 0,
         window: int,
         compression: str,
     ) -> None:
         self.bootstrap = bootstrap
         self.name = name
         self.topic = topic
+        self.partition = partition
         self.window = max(1, window)
         self.compression = compression
         self.request_timeout_ms = 30_000
@@ -175,6 +183,7 @@ class _Writer:
         cluster = ClusterClient(
             self.bootstrap,
             topic=self.topic,
+            partition=self.partition,
             request_timeout_ms=self.request_timeout_ms,
             security=self.security,
         )
@@ -276,6 +285,7 @@ class _Writer:
             self.producer = Producer(
                 self.bootstrap,
                 topic=self.topic,
+                partition=self.partition,
                 compression=self.compression,
                 request_timeout_ms=self.request_timeout_ms,
                 delivery_timeout_ms=self.delivery_timeout_ms,

@@ -79,7 +79,7 @@ def export(
         startOffset=start_offset,
         endOffset=end_offset,
         partitionRecords=partition_records,
-    )
+    ).drop("topic", "partition")  # one log, partition 0: the columns the export always had
     ranged = df.withColumn(
         "offset_range", (F.col("offset") - F.col("offset") % range_records).cast("long")
     )

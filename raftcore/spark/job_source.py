@@ -4,6 +4,7 @@ need beyond the source: the committed range and the batch that holds an offset."
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,8 +73,11 @@ class JobSource:
         return self.path if self.path is not None else ",".join(self.bootstrap)
 
     def option_map(self, **extra: Any) -> dict[str, str]:
+        # The jobs read one log, a state machine's: partition 0 of the topic (a data
+        # directory's log is that partition).
         given = {"topic": self.topic}
         if self.bootstrap:
+            given = {"assign": json.dumps({self.topic: [0]})}
             given["bootstrap"] = ",".join(self.bootstrap)
         if self.path is not None:
             given["path"] = self.path

@@ -61,29 +61,56 @@ NO_BOUNDS = Bounds()
 
 
 class OffsetRange(InputPartition):
-    """One Spark partition: offsets ``[start, end)`` of the log, and the timestamp bounds that
-    ``read()`` applies to each row."""
+    """One Spark partition: offsets ``[start, end)`` of one partition of a topic, and the
+    timestamp bounds that ``read()`` applies to each row."""
 
-    def __init__(self, start: int, end: int, ts_lo: int = _MIN, ts_hi: int = _MAX) -> None:
-        super().__init__((start, end))
+    def __init__(
+        self,
+        start: int,
+        end: int,
+        ts_lo: int = _MIN,
+        ts_hi: int = _MAX,
+        *,
+        topic: str = "raftcore",
+        partition: int = 0,
+    ) -> None:
+        super().__init__((topic, partition, start, end))
         self.start = start
         self.end = end
         self.ts_lo = ts_lo
         self.ts_hi = ts_hi
+        self.topic = topic
+        self.partition = partition
 
     def __repr__(self) -> str:
-        return f"OffsetRange({self.start}, {self.end})"
+        return f"OffsetRange({self.topic}-{self.partition}, {self.start}, {self.end})"
 
 
-def plan_ranges(start: int, end: int, size: int, bounds: Bounds = NO_BOUNDS) -> list[OffsetRange]:
-    """``[start, end)`` narrowed by ``bounds``, cut into ranges of ``size`` offsets. An empty
-    read still gets one (empty) range, so that Spark has a partition to run."""
+def plan_ranges(
+    start: int,
+    end: int,
+    size: int,
+    bounds: Bounds = NO_BOUNDS,
+    *,
+    topic: str = "raftcore",
+    partition: int = 0,
+) -> list[OffsetRange]:
+    """``[start, end)`` of ``topic`` ``partition`` narrowed by ``bounds``, cut into ranges of
+    ``size`` offsets. An empty read still gets one (empty) range, so that every partition read
+    has a Spark task (and Spark has one to run)."""
     lo = max(start, bounds.offset_lo)
     hi = min(end, bounds.offset_hi)
     if hi <= lo or bounds.ts_hi <= bounds.ts_lo:
-        return [OffsetRange(lo, lo, bounds.ts_lo, bounds.ts_hi)]
+        return [OffsetRange(lo, lo, bounds.ts_lo, bounds.ts_hi, topic=topic, partition=partition)]
     return [
-        OffsetRange(first, min(first + size, hi), bounds.ts_lo, bounds.ts_hi)
+        OffsetRange(
+            first,
+            min(first + size, hi),
+            bounds.ts_lo,
+            bounds.ts_hi,
+            topic=topic,
+            partition=partition,
+        )
         for first in range(lo, hi, size)
     ]
 

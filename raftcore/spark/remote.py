@@ -1,32 +1,51 @@
 """The bootstrap mode: a running cluster, over the network, with raftcore's consumer.
 
-The driver asks the leader for the log start and the high watermark (ListOffsets -2 and -1).
-Each executor task opens its own connections and fetches its range with the consumer
-protocol. A raftcore node serves consumers from the leader only, and committed records only
-(up to the high watermark it reports); the consumer follows a leader change as KIP-951 says.
+The driver asks for the partitions of the topics read (Metadata) and each one's log start and
+high watermark (ListOffsets -2 and -1, one request per leader node,
+:mod:`raftcore.client.offsets`). Each executor task opens its own connections and fetches its
+range of its partition with the consumer protocol. A raftcore node serves consumers from the
+leader only, and committed records only (up to the high watermark it reports); the consumer
+follows a leader change as KIP-951 says.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
 
 from raftcore.client import Consumer
-from raftcore.client.cluster import NoLeaderError, UnreachableError
+from raftcore.client.cluster import (
+    ClusterClient,
+    NoLeaderError,
+    UnknownTopicError,
+    UnreachableError,
+)
 from raftcore.client.connection import ConnectionClosed
 from raftcore.client.consumer import EARLIEST, LATEST, ConsumeError
+from raftcore.client.offsets import CommittedRange, topic_partitions
+from raftcore.client.offsets import committed_ranges as committed_ranges_of
 from raftcore.error_codes import Errors
+from raftcore.errors import RaftcoreError
 from raftcore.spark.options import ReadOptions, SparkSourceError
+from raftcore.topic_partition import TopicPartition
 
-__all__ = ["committed_range", "fetch_range"]
+__all__ = ["committed_range", "committed_ranges", "fetch_range"]
 
 
-def _consumer(opts: ReadOptions, start: int | str = "earliest", max_wait_ms: int = 100) -> Consumer:
+def _consumer(
+    opts: ReadOptions,
+    start: int | str = "earliest",
+    max_wait_ms: int = 100,
+    topic: str | None = None,
+    partition: int = 0,
+) -> Consumer:
     return Consumer(
         opts.bootstrap_strings,
-        topic=opts.topic,
+        topic=opts.topic if topic is None else topic,
+        partition=partition,
         start=start,
         max_wait_ms=max_wait_ms,
         max_bytes=opts.fetch_max_bytes,
@@ -47,8 +66,46 @@ async def _committed_range(opts: ReadOptions) -> tuple[int, int]:
         await consumer.close()
 
 
+async def _committed_ranges(opts: ReadOptions) -> dict[TopicPartition, CommittedRange]:
+    cluster = ClusterClient(
+        list(opts.bootstrap),
+        topic=opts.topic,
+        client_id="raftcore-spark",
+        request_timeout_ms=opts.request_timeout_ms,
+        security=opts.security,
+    )
+    try:
+        wanted: dict[str, tuple[int, ...] | None] = opts.wanted()
+        if opts.subscribe_pattern is not None:
+            pattern = re.compile(opts.subscribe_pattern)
+            every = await topic_partitions(cluster, None)
+            wanted = {tp.topic: None for tp in every if pattern.fullmatch(tp.topic)}
+            if not wanted:
+                raise SparkSourceError(
+                    f"no topic of the cluster at {','.join(opts.bootstrap_strings)} matches "
+                    f"subscribePattern {opts.subscribe_pattern!r}"
+                )
+        return await committed_ranges_of(cluster, wanted, opts.request_timeout_ms / 1000)
+    finally:
+        await cluster.close()
+
+
+def committed_ranges(opts: ReadOptions) -> dict[TopicPartition, CommittedRange]:
+    """Every partition the options read (subscribe, subscribePattern or assign) and its
+    ``(log start, high watermark)`` as its leader reports them."""
+    try:
+        return asyncio.run(_committed_ranges(opts))
+    except UnknownTopicError as exc:
+        raise SparkSourceError(f"raftcore cluster: {exc}") from exc
+    except (NoLeaderError, ConnectionClosed, OSError, asyncio.TimeoutError, RaftcoreError) as exc:
+        raise SparkSourceError(
+            f"raftcore cluster at {','.join(opts.bootstrap_strings)}: no answer with the "
+            f"committed ranges within {opts.request_timeout_ms} ms ({exc})"
+        ) from exc
+
+
 def committed_range(opts: ReadOptions) -> tuple[int, int]:
-    """``(log start, high watermark)`` as the leader reports them.
+    """``(log start, high watermark)`` of partition 0 of the topic as the leader reports them.
 
     No ListOffsets by timestamp here: a raftcore leader answers it by walking its log batch
     by batch in Python on its event loop, which on a long log would stall the leader's
@@ -64,14 +121,18 @@ def committed_range(opts: ReadOptions) -> tuple[int, int]:
         ) from exc
 
 
-def fetch_range(opts: ReadOptions, start: int, end: int) -> Iterator[Any]:
-    """Buffers of whole record batches that cover the committed offsets ``[start, end)`` (the
+def fetch_range(
+    opts: ReadOptions, start: int, end: int, topic: str | None = None, partition: int = 0
+) -> Iterator[Any]:
+    """Buffers of whole record batches that cover the committed offsets ``[start, end)`` of
+    ``topic`` (default: the first the options name) ``partition`` (the
     first may begin before ``start``, the last may end after ``end``; control batches
     included). Runs its own event loop, so it works in any executor thread."""
     if end <= start:
         return
     loop = asyncio.new_event_loop()
-    consumer = _consumer(opts, start)
+    consumer = _consumer(opts, start, topic=topic, partition=partition)
+    where = f"{consumer.topic}-{partition}"
     timeout_s = opts.request_timeout_ms / 1000
     try:
         loop.run_until_complete(consumer.cluster.start(timeout_s))
@@ -82,9 +143,9 @@ def fetch_range(opts: ReadOptions, start: int, end: int) -> Iterator[Any]:
             except ConsumeError as exc:
                 if exc.error_code == Errors.OFFSET_OUT_OF_RANGE:
                     raise SparkSourceError(
-                        f"offsets {consumer.position}..{end - 1} are no longer in the log of "
-                        f"{','.join(opts.bootstrap_strings)} (its log start moved past them "
-                        "after the read was planned: a snapshot or DeleteRecords)"
+                        f"offsets {consumer.position}..{end - 1} of {where} are no longer in "
+                        f"the log of {','.join(opts.bootstrap_strings)} (its log start moved "
+                        "past them after the read was planned: a snapshot or DeleteRecords)"
                     ) from exc
                 raise
             if data:
@@ -92,7 +153,8 @@ def fetch_range(opts: ReadOptions, start: int, end: int) -> Iterator[Any]:
                 yield data
             elif time.monotonic() - progress_at > timeout_s:
                 raise SparkSourceError(
-                    f"no records from offset {position} (reading {start}..{end - 1}) for "
+                    f"no records from offset {position} of {where} (reading "
+                    f"{start}..{end - 1}) for "
                     f"{timeout_s:g} s; the cluster's high watermark is "
                     f"{consumer.high_watermark}"
                 )

@@ -4,14 +4,20 @@ raftcore log, each row committed exactly once, also when Spark retries or duplic
     df.select("key", "value").write.format("raftcore") \\
         .option("bootstrap", "host:9091").mode("append").save()
 
-Columns: ``value`` (binary or string, null allowed), and optionally ``key`` (binary or string)
-and ``headers`` (array of struct<key: string, value: binary or string>), as Kafka's sink
-takes them; other columns are ignored (a DataFrame read from raftcore can be written back).
+Columns: ``value`` (binary or string, null allowed), and optionally ``key`` (binary or string),
+``headers`` (array of struct<key: string, value: binary or string>) and ``partition`` (int), as
+Spark's Kafka sink takes them; other columns are ignored (a DataFrame read from raftcore can be
+written back; its ``topic`` column too: the ``topic`` option names the topic written).
 
-**Exactly once.** Each task writes its partition with :func:`raftcore.client.resumable.
-write_exactly_once`, under a name every attempt of that task computes alike: the write's id
-(chosen on the driver, or the ``writeId`` option), and the partition id; for a stream, the
-query id (kept in the checkpoint across restarts) and the micro-batch id. A retried,
+**Partitions.** A row goes to its ``partition`` column, or else by its key with Kafka's
+default partitioner (murmur2, as Java's and librdkafka's producers place keyed records); rows
+without either go to one partition per Spark task (:mod:`raftcore.spark.routing`).
+
+**Exactly once.** Each task writes the rows of each partition with
+:func:`raftcore.client.resumable.write_exactly_once`, under a name every attempt of that task
+computes alike: the write's id (chosen on the driver, or the ``writeId`` option), the Spark
+partition id and the topic's partition; for a stream, the query id (kept in the checkpoint
+across restarts) and the micro-batch id instead of the write's id. A retried,
 speculative or restarted task asks the leader how far its predecessor got and writes only the
 rest; the task reports success only once all its rows are committed. Spark recomputes a
 partition from the same input in the same order -- the sink relies on that (a partition whose
@@ -29,18 +35,36 @@ import logging
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
     WriterCommitMessage,
 )
-from pyspark.sql.types import ArrayType, BinaryType, StringType, StructType
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    ByteType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructType,
+)
 
 from raftcore.spark.options import SparkSourceError, WriteOptions
 
-__all__ = ["RaftcoreStreamWriter", "RaftcoreWriter", "SinkCommit", "check_sink_schema"]
+if TYPE_CHECKING:
+    from raftcore.client.resumable import WriteResult
+
+__all__ = [
+    "RaftcoreStreamWriter",
+    "RaftcoreWriter",
+    "SinkCommit",
+    "check_sink_schema",
+    "partition_count",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +89,12 @@ def check_sink_schema(schema: StructType, overwrite: bool) -> None:
                 f"column {name!r} must be binary or string, not {fields[name].simpleString()}: "
                 f"cast it (e.g. col('{name}').cast('string'))"
             )
+    if "partition" in fields and not isinstance(
+        fields["partition"], (IntegerType, LongType, ShortType, ByteType)
+    ):
+        raise SparkSourceError(
+            f"column 'partition' must be an integer, not {fields['partition'].simpleString()}"
+        )
     headers = fields.get("headers")
     if headers is not None and not (
         isinstance(headers, ArrayType)
@@ -82,13 +112,12 @@ def check_sink_schema(schema: StructType, overwrite: bool) -> None:
 @dataclass
 class SinkCommit(WriterCommitMessage):
     """What one task wrote: its rows, how many an earlier attempt had written already, and
-    the offsets of the batches it had acknowledged."""
+    per partition of the topic the offsets of the batches it had acknowledged."""
 
-    partition: int
+    partition: int  # the Spark partition (task)
     rows: int
     rows_found: int
-    first_offset: int
-    last_offset: int
+    offsets: dict[int, tuple[int, int]]  # topic partition: (first offset, last offset)
 
 
 class RaftcoreWriter(DataSourceArrowWriter):
@@ -147,61 +176,85 @@ def _log_commits(what: str, messages: list[WriterCommitMessage | None]) -> None:
 def _write_partition(opts: WriteOptions, name: str, iterator: Iterator[Any]) -> SinkCommit:
     from pyspark import TaskContext
 
-    from raftcore.client.resumable import write_exactly_once
-
-    result = asyncio.run(
-        write_exactly_once(
-            opts.bootstrap_strings,
-            name,
-            _batches(iterator, opts.batch_records, opts.batch_bytes),
-            topic=opts.topic,
-            window=opts.in_flight,
-            compression=opts.compression,
-            request_timeout_ms=opts.request_timeout_ms,
-            delivery_timeout_ms=opts.delivery_timeout_ms,
-            security=opts.security,
-        )
-    )
+    task = TaskContext.get().partitionId()
+    results = asyncio.run(_write_routed(opts, name, task, iterator))
     return SinkCommit(
-        partition=TaskContext.get().partitionId(),
-        rows=result.rows,
-        rows_found=result.rows_found,
-        first_offset=result.first_offset,
-        last_offset=result.last_offset,
+        partition=task,
+        rows=sum(r.rows for r in results.values()),
+        rows_found=sum(r.rows_found for r in results.values()),
+        offsets={p: (r.first_offset, r.last_offset) for p, r in results.items()},
     )
 
 
-def _batches(arrow_batches: Iterator[Any], max_rows: int, max_bytes: int) -> Iterator[list[Any]]:
-    """Records cut into batches of ``max_rows`` rows or about ``max_bytes`` bytes, whichever
-    comes first: the same cut for the same rows, however Spark sized its Arrow batches."""
-    batch: list[Any] = []
-    size = 0
-    for rb in arrow_batches:
-        for record in _records(rb):
-            batch.append(record)
-            size += len(record[1] or b"") + len(record[0] or b"") + 16
-            if len(batch) >= max_rows or size >= max_bytes:
-                yield batch
-                batch, size = [], 0
-    if batch:
-        yield batch
+async def partition_count(opts: WriteOptions) -> int:
+    """How many partitions the topic has (Metadata)."""
+    from raftcore.client.cluster import ClusterClient, UnknownTopicError
+    from raftcore.client.offsets import topic_partitions
 
-
-def _records(rb: Any) -> Iterator[tuple[Any, ...]]:
-    names = rb.schema.names
-    n = rb.num_rows
-    values = [_as_bytes(v) for v in rb.column(names.index("value")).to_pylist()]
-    keys = (
-        [_as_bytes(k) for k in rb.column(names.index("key")).to_pylist()]
-        if "key" in names
-        else [None] * n
+    cluster = ClusterClient(
+        list(opts.bootstrap),
+        topic=opts.topic,
+        request_timeout_ms=opts.request_timeout_ms,
+        security=opts.security,
     )
-    if "headers" not in names:
-        yield from zip(keys, values, strict=True)
-        return
-    for k, v, hs in zip(keys, values, rb.column(names.index("headers")).to_pylist(), strict=True):
-        yield k, v, [(h["key"], _as_bytes(h["value"])) for h in hs or ()]
+    try:
+        await cluster.start()  # a missing topic fails here, naming the topics there are
+        count = len(await topic_partitions(cluster, [opts.topic]))
+    except UnknownTopicError as exc:
+        raise SparkSourceError(f"the raftcore sink: {exc}") from None
+    finally:
+        await cluster.close()
+    if count < 1:
+        raise SparkSourceError(f"the raftcore sink: topic {opts.topic} has no partitions")
+    return count
 
 
-def _as_bytes(v: Any) -> bytes | None:
-    return v.encode() if isinstance(v, str) else v
+async def _write_routed(
+    opts: WriteOptions, name: str, task: int, iterator: Iterator[Any]
+) -> dict[int, WriteResult]:
+    """The rows of one task, each partition's share written exactly once by a writer of its
+    own, all at once; returns once every partition's rows are committed."""
+    from raftcore.client.resumable import write_exactly_once
+    from raftcore.spark.routing import Router
+
+    writers: dict[int, asyncio.Future[WriteResult]] = {}
+
+    def start(partition: int) -> None:
+        writers[partition] = asyncio.ensure_future(
+            write_exactly_once(
+                opts.bootstrap_strings,
+                f"{name}/partition-{partition}",
+                router.batches(partition),
+                topic=opts.topic,
+                partition=partition,
+                window=opts.in_flight,
+                compression=opts.compression,
+                request_timeout_ms=opts.request_timeout_ms,
+                delivery_timeout_ms=opts.delivery_timeout_ms,
+                security=opts.security,
+            )
+        )
+
+    router = Router(
+        iterator,
+        await partition_count(opts),
+        task=task,
+        max_rows=opts.batch_records,
+        max_bytes=opts.batch_bytes,
+        on_new=start,
+        topic=opts.topic,
+    )
+    router.read_until_routed()  # the first rows: their partitions' writers start
+    results: dict[int, WriteResult] = {}
+    try:
+        while len(results) < len(writers):  # writers start while others pull the input
+            running = [w for p, w in writers.items() if p not in results]
+            await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            for p, w in list(writers.items()):
+                if p not in results and w.done():
+                    results[p] = w.result()
+    finally:
+        for w in writers.values():
+            w.cancel()
+        await asyncio.gather(*writers.values(), return_exceptions=True)
+    return results

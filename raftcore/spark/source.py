@@ -5,11 +5,14 @@ PySpark 4's Python Data Source API.
     df = spark.read.format("raftcore").option("bootstrap", "host:9091").load()   # a cluster
     df = spark.read.format("raftcore").option("endOffset", hw).load("/data/node-1")  # files
 
-Planning (``partitions()``) runs on the driver: the committed range (the leader's log start and
-high watermark, or the files'), narrowed by pushed-down filters, cut into ranges of
-``partitionRecords`` offsets. ``read()`` runs on the executors: it opens its own connection
-(or the files), decodes with :func:`raftcore.records.iter_arrow` and yields Arrow batches,
-trimmed to its range. Readers hold options and numbers only, so they pickle.
+Planning (``partitions()``) runs on the driver: the committed range of every partition read
+(each leader's log start and high watermark, or the files'), between startingOffsets and
+endingOffsets, narrowed by pushed-down filters, cut into ranges of ``partitionRecords``
+offsets: every partition gets at least one Spark task, and they run in parallel. ``read()``
+runs on the executors: it opens its own connection (or the files), decodes with
+:func:`raftcore.records.iter_arrow` and yields Arrow batches, trimmed to its range, with the
+``topic`` and ``partition`` of its range. Readers hold options and numbers only, so they
+pickle.
 
 Filter pushdown (Spark 4.1+) needs ``spark.sql.python.filterPushdown.enabled=true``. Spark then
 plans in a worker that calls ``pushFilters``; with it off, Spark refuses any reader that
@@ -43,13 +46,22 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from raftcore.spark.options import ReadOptions, SparkSourceError, plainly
+from raftcore.spark.options import (
+    EARLIEST,
+    LATEST,
+    ReadOptions,
+    SparkSourceError,
+    plainly,
+    resolve_offset,
+)
 from raftcore.spark.planning import NO_BOUNDS, Bounds, OffsetRange, plan_ranges, push_filters, trim
 
 if TYPE_CHECKING:
     from pyspark.sql.datasource import Filter  # PySpark 4.1+
 
-__all__ = ["SCHEMA", "RaftcoreDataSource", "RaftcoreReader", "register"]
+    from raftcore.client.offsets import CommittedRange
+
+__all__ = ["SCHEMA", "RaftcoreDataSource", "RaftcoreReader", "read_span", "register"]
 
 # raftcore.columnar.arrow_schema() as Spark types (Arrow's types are Spark's defaults for these).
 SCHEMA = StructType(
@@ -73,6 +85,9 @@ SCHEMA = StructType(
             False,
         ),
         StructField("batch_base_offset", LongType(), False),
+        # as Spark's Kafka source names them
+        StructField("topic", StringType(), False),
+        StructField("partition", IntegerType(), False),
     ]
 )
 
@@ -109,14 +124,44 @@ def _columns(schema: StructType) -> tuple[tuple[str, bool], ...] | None:
     return tuple((f.name, f.nullable) for f in schema.fields)
 
 
+def _full_arrow_schema() -> Any:
+    """:func:`raftcore.columnar.arrow_schema` and the ``topic`` and ``partition`` columns."""
+    import pyarrow as pa
+
+    from raftcore.columnar import arrow_schema
+
+    return (
+        arrow_schema()
+        .append(pa.field("topic", pa.string(), nullable=False))
+        .append(pa.field("partition", pa.int32(), nullable=False))
+    )
+
+
+def _tagger(topic: str, partition: int) -> Callable[[Any], Any]:
+    """A log's Arrow batches to batches of the whole schema: ``topic`` and ``partition`` added,
+    built from buffers (no Python object per row)."""
+    import numpy as np
+    import pyarrow as pa
+
+    schema = _full_arrow_schema()
+    name = topic.encode()
+
+    def tag(batch: Any) -> Any:
+        n = batch.num_rows
+        ends = np.arange(n + 1, dtype=np.int32) * len(name)
+        topics = pa.StringArray.from_buffers(n, pa.py_buffer(ends), pa.py_buffer(name * n))
+        partitions = pa.array(np.full(n, partition, dtype=np.int32))
+        return pa.RecordBatch.from_arrays([*batch.columns, topics, partitions], schema=schema)
+
+    return tag
+
+
 def _projection(columns: tuple[tuple[str, bool], ...]) -> Callable[[Any], Any]:
     """Arrow batches of the whole schema to batches of ``columns``, each declared nullable
     as the user's schema says (Spark compares that too)."""
     import pyarrow as pa
 
-    from raftcore.columnar import arrow_schema
-
-    ours = arrow_schema()
+    ours = _full_arrow_schema()
     names = [name for name, _ in columns]
     target = pa.schema([ours.field(name).with_nullable(nullable) for name, nullable in columns])
     return lambda batch: pa.RecordBatch.from_arrays(batch.select(names).columns, schema=target)
@@ -185,24 +230,45 @@ class RaftcoreReader(DataSourceReader):
 
     def _partitions(self) -> list[InputPartition]:
         opts = self.opts
-        bounds = self.bounds.narrow(
-            offset_lo=opts.start_offset or 0,
-            **({} if opts.end_offset is None else {"offset_hi": opts.end_offset}),
-        )
-        ts_lo = bounds.ts_lo if bounds.has_timestamp and bounds.ts_lo >= 0 else None
+        bounds = self.bounds
         if opts.path is not None:
-            from raftcore.spark.files import LogFiles
+            return self._file_ranges(bounds)
+        from raftcore.spark.remote import committed_ranges
 
-            files = LogFiles.open(opts.path)
-            start, end = files.log_start(), files.committed_end(opts.end_offset)
-            if ts_lo is not None:
-                lo = max(start, bounds.offset_lo)
-                bounds = bounds.narrow(offset_lo=files.first_offset_at(ts_lo, lo, end))
-        else:
-            from raftcore.spark.remote import committed_range
+        ranges: list[InputPartition] = []
+        # timestamps: per row, on the executors
+        for tp, committed in sorted(
+            committed_ranges(opts).items(), key=lambda i: (i[0].topic, i[0].partition)
+        ):
+            start, end = read_span(opts, tp.topic, tp.partition, committed)
+            ranges.extend(
+                plan_ranges(
+                    start,
+                    end,
+                    opts.partition_records,
+                    bounds,
+                    topic=tp.topic,
+                    partition=tp.partition,
+                )
+            )
+        return ranges
 
-            start, end = committed_range(opts)  # timestamps: per row, on the executors
-        return list(plan_ranges(start, end, opts.partition_records, bounds))
+    def _file_ranges(self, bounds: Bounds) -> list[InputPartition]:
+        """A data directory: its log, read as partition 0 of the topic."""
+        from raftcore.spark.files import LogFiles
+
+        opts = self.opts
+        assert opts.path is not None
+        files = LogFiles.open(opts.path)
+        first = resolve_offset(opts.starting_offsets, opts.topic, 0, EARLIEST)
+        last = resolve_offset(opts.ending_offsets, opts.topic, 0, LATEST)
+        start = files.log_start()
+        end = files.committed_end(None if last == LATEST else last)
+        bounds = bounds.narrow(offset_lo=max(first, 0))
+        if bounds.has_timestamp and bounds.ts_lo >= 0:
+            lo = max(start, bounds.offset_lo)
+            bounds = bounds.narrow(offset_lo=files.first_offset_at(bounds.ts_lo, lo, end))
+        return list(plan_ranges(start, end, opts.partition_records, bounds, topic=opts.topic))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         from raftcore.columnar import iter_arrow
@@ -218,7 +284,10 @@ class RaftcoreReader(DataSourceReader):
         else:
             from raftcore.spark.remote import fetch_range
 
-            buffers = fetch_range(opts, partition.start, partition.end)
+            buffers = fetch_range(
+                opts, partition.start, partition.end, partition.topic, partition.partition
+            )
+        tag = _tagger(partition.topic, partition.partition)
         project = None if self.columns is None else _projection(self.columns)
         for data in buffers:
             trimmed = trim(
@@ -229,7 +298,22 @@ class RaftcoreReader(DataSourceReader):
                 ),
                 partition,
             )
-            yield from trimmed if project is None else map(project, trimmed)
+            tagged = map(tag, trimmed)
+            yield from tagged if project is None else map(project, tagged)
+
+
+def read_span(
+    opts: ReadOptions, topic: str, partition: int, committed: CommittedRange
+) -> tuple[int, int]:
+    """``[start, end)`` of ``topic`` ``partition`` that a batch read covers: between
+    startingOffsets and endingOffsets, within the committed range (an offset below the log
+    start reads from the log start, one past the high watermark to it)."""
+    first = resolve_offset(opts.starting_offsets, topic, partition, EARLIEST)
+    last = resolve_offset(opts.ending_offsets, topic, partition, LATEST)
+    start = committed.log_start if first in (EARLIEST, LATEST) else first
+    end = committed.high_watermark if last in (EARLIEST, LATEST) else last
+    start = min(max(start, committed.log_start), committed.high_watermark)
+    return start, max(start, min(end, committed.high_watermark))
 
 
 class RaftcorePushdownReader(RaftcoreReader):

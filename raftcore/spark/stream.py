@@ -1,14 +1,19 @@
-"""``spark.readStream.format("raftcore")``: the committed records of a running cluster as a
-stream of micro-batches, with PySpark's ``DataSourceStreamReader`` (the executors read; the
-driver only plans).
+"""``spark.readStream.format("raftcore")``: the committed records of every partition of a
+topic (or of the partitions assigned) as a stream of micro-batches, with PySpark's
+``DataSourceStreamReader`` (the executors read; the driver only plans).
 
-Offsets are log offsets, as JSON: ``{"offset": N}`` is the next offset a query will read. For
-each micro-batch the driver asks the leader for the log start and the high watermark and plans
-``[start, end)`` with ``end`` at most the high watermark (committed records only) and at most
-``maxRecordsPerTrigger`` offsets past ``start`` (admission control, PySpark 4.2+). The ranges
-are read on the executors exactly as the batch source reads them. Committed offsets never
-change (Raft: a committed entry is in every later leader's log), so a query restarted from its
-checkpoint, on whichever node leads now, reads each offset once.
+Offsets are Spark's Kafka offsets, JSON per partition: ``{"events": {"0": 23, "1": 7}}`` holds
+the next offset a query will read of each partition. For each micro-batch the driver asks the
+leaders for each partition's log start and high watermark and plans ``[start, end)`` of every
+partition with ``end`` at most its high watermark (committed records only);
+``maxOffsetsPerTrigger`` bounds the offsets of a micro-batch over all partitions together,
+shared out in proportion to each partition's backlog, as Spark's Kafka source does (admission
+control, PySpark 4.2+). A partition that appears while the query runs is read from its log
+start. The ranges are read on the executors exactly as the batch source reads them. Committed
+offsets never change (Raft: a committed entry is in every later leader's log), so a query
+restarted from its checkpoint, on whichever nodes lead now, reads each offset once. A
+checkpoint of the earlier one-partition format (``{"offset": N}``) is read as partition 0 of
+the topic.
 
 ``commit(end)`` is recorded and nothing more: the source does not hold back the log start. A
 leader's log start moves only with its snapshots (and DeleteRecords), never waiting for a
@@ -25,8 +30,10 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from raftcore.spark.options import ReadOptions, SparkSourceError
+from raftcore.client.offsets import CommittedRange
+from raftcore.spark.options import EARLIEST, LATEST, ReadOptions, SparkSourceError, resolve_offset
 from raftcore.spark.planning import OffsetRange, plan_ranges
+from raftcore.topic_partition import TopicPartition
 
 try:  # PySpark 4.2+: admission control and Trigger.AvailableNow for DataSourceStreamReader
     from pyspark.sql.streaming.datasource import (
@@ -39,7 +46,15 @@ except ImportError:  # pragma: no cover - PySpark 4.0/4.1
     ReadAllAvailable = ReadLimit = ReadMaxRows = None  # type: ignore[assignment,misc]
     SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
 
-__all__ = ["DataLossError", "MicroBatchPlan", "RaftcoreStreamReader", "next_end"]
+__all__ = [
+    "DataLossError",
+    "MicroBatchPlan",
+    "RaftcoreStreamReader",
+    "next_end",
+    "offsets_json",
+    "parse_offsets",
+    "spread",
+]
 
 log = logging.getLogger(__name__)
 
@@ -90,13 +105,60 @@ def next_end(
     return MicroBatchPlan(first, end)
 
 
-def _offset(value: Any, what: str) -> int:
-    if isinstance(value, dict) and isinstance(value.get("offset"), int):
-        return int(value["offset"])
+Offsets = dict[TopicPartition, int]
+
+
+def offsets_json(offsets: Offsets) -> dict:
+    """``{topic: {"partition": offset}}``, Spark's Kafka offset JSON (its keys are strings)."""
+    out: dict[str, dict[str, int]] = {}
+    for tp in sorted(offsets, key=lambda t: (t.topic, t.partition)):
+        out.setdefault(tp.topic, {})[str(tp.partition)] = offsets[tp]
+    return out
+
+
+def parse_offsets(value: Any, what: str, topic: str) -> Offsets:
+    """Offsets from Spark's Kafka offset JSON; the earlier ``{"offset": N}`` is ``topic``'s
+    partition 0."""
+    if isinstance(value, dict) and set(value) == {"offset"} and isinstance(value["offset"], int):
+        return {TopicPartition(topic, 0): int(value["offset"])}
+    offsets = _offsets_or_none(value)
+    if offsets is not None:
+        return offsets
     raise SparkSourceError(
-        f"{what} {value!r} is not a raftcore offset ({{'offset': N}}): was this checkpoint "
-        "written by another source?"
+        f"{what} {value!r} is not a raftcore offset ({{'topic': {{'0': N}}}}): was this "
+        "checkpoint written by another source?"
     )
+
+
+def _offsets_or_none(value: Any) -> Offsets | None:
+    if not isinstance(value, dict):
+        return None
+    offsets: Offsets = {}
+    for name, parts in value.items():
+        if not isinstance(parts, dict):
+            return None
+        for p, offset in parts.items():
+            if not (isinstance(p, str) and p.isdigit() and isinstance(offset, int)):
+                return None
+            offsets[TopicPartition(name, int(p))] = offset
+    return offsets
+
+
+def spread(limit: int, backlogs: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+    """How many of ``limit`` offsets each partition reads: all of every backlog when they fit,
+    else shares in proportion to the backlogs, rounded down, and the offsets left over one
+    each to the largest remainders. The shares add up to exactly ``limit``."""
+    total = sum(backlogs.values())
+    if total <= limit:
+        return dict(backlogs)
+    shares = {tp: limit * b // total for tp, b in backlogs.items()}
+    left = limit - sum(shares.values())
+    by_remainder = sorted(
+        backlogs, key=lambda tp: (-(limit * backlogs[tp] % total), tp.topic, tp.partition)
+    )
+    for tp in by_remainder[:left]:
+        shares[tp] += 1
+    return shares
 
 
 class RaftcoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
@@ -111,63 +173,93 @@ class RaftcoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = opts
         self.columns = columns  # of a schema the user gave: see source._columns
         self._where = ",".join(opts.bootstrap_strings)
-        self._target: int | None = None  # Trigger.AvailableNow: the high watermark at its start
-        self._log_start: int | None = None  # the newest seen: the log start only grows
-        self._latest: int | None = None
-        self.committed: int | None = None
+        self._target: Offsets | None = None  # Trigger.AvailableNow: high watermarks at its start
+        self._log_starts: Offsets = {}  # the newest seen: a log start only grows
+        self._latest: Offsets | None = None
+        self.committed: Offsets | None = None
 
-    def _committed_range(self) -> tuple[int, int]:
-        from raftcore.spark.remote import committed_range
+    def _parse(self, value: Any, what: str) -> Offsets:
+        return parse_offsets(value, what, self.opts.topic)
 
-        log_start, hw = committed_range(self.opts)
-        self._log_start = max(self._log_start or 0, log_start)
-        self._latest = hw
-        return log_start, hw
+    def _committed_ranges(self) -> dict[TopicPartition, CommittedRange]:
+        from raftcore.spark.remote import committed_ranges
+
+        ranges = committed_ranges(self.opts)
+        for tp, r in ranges.items():
+            self._log_starts[tp] = max(self._log_starts.get(tp, 0), r.log_start)
+        self._latest = {tp: r.high_watermark for tp, r in ranges.items()}
+        return ranges
 
     def initialOffset(self) -> dict:
-        start = self.opts.starting_offset
-        if isinstance(start, int):
-            return {"offset": start}
-        log_start, hw = self._committed_range()
-        return {"offset": log_start if start == "earliest" else hw}
+        spec = self.opts.starting_offsets
+        offsets: Offsets = {}
+        for tp, r in self._committed_ranges().items():
+            offset = resolve_offset(spec, tp.topic, tp.partition, EARLIEST)
+            offsets[tp] = {EARLIEST: r.log_start, LATEST: r.high_watermark}.get(offset, offset)
+        return offsets_json(offsets)
 
     def getDefaultReadLimit(self) -> Any:
-        n = self.opts.max_records_per_trigger
+        n = self.opts.max_offsets_per_trigger
         return ReadAllAvailable() if n is None else ReadMaxRows(n)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self._committed_range()[1]
-        log.info("Trigger.AvailableNow: reading up to offset %d of %s", self._target, self._where)
+        self._target = {tp: r.high_watermark for tp, r in self._committed_ranges().items()}
+        log.info("Trigger.AvailableNow: reading up to %s of %s", self._target, self._where)
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
-        first = None if start is None else _offset(start, "start offset")
-        log_start, hw = self._committed_range()
-        if first is None:  # PySpark 4.0/4.1 call latestOffset() without a start: no limits
-            return {"offset": hw if self._target is None else min(hw, self._target)}
-        max_records = limit.max_rows if ReadMaxRows and isinstance(limit, ReadMaxRows) else None
-        plan = next_end(
-            first,
-            log_start,
-            hw,
-            max_records=max_records,
-            target=self._target,
-            fail_on_data_loss=self.opts.fail_on_data_loss,
-            where=self._where,
-        )
-        return {"offset": plan.end}
+        firsts = None if start is None else self._parse(start, "start offset")
+        ranges = self._committed_ranges()
+        target = self._target or {}
+        if firsts is None:  # PySpark 4.0/4.1 call latestOffset() without a start: no limits
+            return offsets_json(
+                {
+                    tp: min(r.high_watermark, target.get(tp, r.high_watermark))
+                    for tp, r in ranges.items()
+                }
+            )
+        plans: dict[TopicPartition, MicroBatchPlan] = {}
+        for tp, r in ranges.items():
+            plans[tp] = next_end(
+                firsts.get(tp, r.log_start),  # a new partition: from its log start
+                r.log_start,
+                r.high_watermark,
+                target=target.get(tp),
+                fail_on_data_loss=self.opts.fail_on_data_loss,
+                where=f"{tp} at {self._where}",
+            )
+        ends = {tp: plan.end for tp, plan in plans.items()}
+        max_rows = limit.max_rows if ReadMaxRows and isinstance(limit, ReadMaxRows) else None
+        if max_rows is not None:
+            shares = spread(max_rows, {tp: p.end - p.first for tp, p in plans.items()})
+            ends = {tp: plans[tp].first + shares[tp] for tp in plans}
+        return offsets_json({**firsts, **ends})  # a partition no longer listed stays where it was
 
     def reportLatestOffset(self) -> dict | None:
-        return None if self._latest is None else {"offset": self._latest}
+        return None if self._latest is None else offsets_json(self._latest)
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        first, last = _offset(start, "start offset"), _offset(end, "end offset")
-        if not self.opts.fail_on_data_loss:  # skip what latestOffset skipped (or, after a
-            if self._log_start is None:  # restart, a batch it planned before the restart)
-                self._committed_range()
-            first = max(first, min(self._log_start or 0, last))
-        if last <= first:
-            return []
-        return list(plan_ranges(first, last, self.opts.partition_records))
+        firsts = self._parse(start, "start offset")
+        lasts = self._parse(end, "end offset")
+        wants_starts = any(tp not in firsts for tp in lasts) or not self.opts.fail_on_data_loss
+        if wants_starts and any(tp not in self._log_starts for tp in lasts):  # after a restart
+            self._committed_ranges()
+        ranges: list[InputPartition] = []
+        for tp in sorted(lasts, key=lambda t: (t.topic, t.partition)):
+            last = lasts[tp]
+            first = firsts.get(tp, self._log_starts.get(tp, 0))  # a new partition: its start
+            if not self.opts.fail_on_data_loss:  # skip what latestOffset skipped (or, after a
+                first = max(first, min(self._log_starts.get(tp, 0), last))  # restart, planned)
+            if last > first:
+                ranges.extend(
+                    plan_ranges(
+                        first,
+                        last,
+                        self.opts.partition_records,
+                        topic=tp.topic,
+                        partition=tp.partition,
+                    )
+                )
+        return ranges
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         from raftcore.spark.source import RaftcoreReader
@@ -177,8 +269,8 @@ class RaftcoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict) -> None:
         # Recorded only: the leader's log start follows its snapshots, not this query.
-        self.committed = _offset(end, "committed offset")
-        log.debug("query committed up to offset %d of %s", self.committed, self._where)
+        self.committed = self._parse(end, "committed offset")
+        log.debug("query committed up to %s of %s", end, self._where)
 
     def stop(self) -> None:
         pass
