@@ -2,25 +2,23 @@
 each partition is a Raft group of its own, with its own log start, high watermark and producer
 state, and a request naming partition 2 is answered from partition 2's group and moves nothing
 of the others. Three in-process nodes
-(tests/test_node.py's ``cluster``) with three partitions, asked by raftcore's client
+(tests/node_helpers.py's ``cluster``) with three partitions, asked by raftcore's client
 (:mod:`raftcore.client.offsets`) and by kafka-python's admin client."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 
 import pytest
 from kafka_helpers import kafka_python_producer
+from node_helpers import cluster
 from statemachine_helpers import FAST
-from test_node import configs
 from test_partitions import PARTITIONS, TOPIC, _bootstrap, leaders
 
 from raftcore.client.cluster import ClusterClient
 from raftcore.client.offsets import CommittedRange, committed_ranges
 from raftcore.client.resumable import write_exactly_once
-from raftcore.node.node import RaftNode
 from raftcore.topic_partition import TopicPartition
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -31,22 +29,9 @@ SNAPSHOTS_ON = dataclasses.replace(FAST, snapshots_on_request=True, max_replicat
 COUNTS = {0: 2, 1: 4, 2: 12}  # records produced to each partition
 
 
-@contextlib.asynccontextmanager
-async def cluster(tmp_path):  # type: ignore[no-untyped-def]
-    """test_node.py's cluster of three nodes, with PARTITIONS partitions and snapshots on
-    request."""
-    cfgs = [
-        dataclasses.replace(c, quorum=SNAPSHOTS_ON)
-        for c in configs(tmp_path, partitions=PARTITIONS)
-    ]
-    nodes = [RaftNode(c) for c in cfgs]
-    try:
-        for n in nodes:
-            await n.start()
-        yield nodes
-    finally:
-        for n in nodes:
-            await n.stop(timeout_s=0.5)
+# node_helpers.cluster's three nodes, without a listener, with PARTITIONS partitions and
+# snapshots on request
+SETUP = {"listener": None, "quorum": SNAPSHOTS_ON, "partitions": PARTITIONS}
 
 
 def _produce(bootstrap: list[str]) -> dict[int, list[int]]:
@@ -76,7 +61,7 @@ async def _ranges(bootstrap: list[str]) -> dict[int, CommittedRange]:
 
 def test_list_offsets_of_partition_2_are_its_own_groups_log_start_and_high_watermark(tmp_path):
     async def go() -> None:
-        async with cluster(tmp_path) as nodes:
+        async with cluster(tmp_path, **SETUP) as nodes:
             led = await leaders(nodes)
             acked = await asyncio.to_thread(_produce, _bootstrap(nodes))
             ranges = await _ranges(_bootstrap(nodes))
@@ -94,7 +79,7 @@ def test_delete_records_on_partition_2_moves_its_log_start_and_no_other(tmp_path
     from kafka.admin import KafkaAdminClient
 
     async def go() -> None:
-        async with cluster(tmp_path) as nodes:
+        async with cluster(tmp_path, **SETUP) as nodes:
             led = await leaders(nodes)
             bootstrap = _bootstrap(nodes)
             acked = await asyncio.to_thread(_produce, bootstrap)
@@ -135,7 +120,7 @@ def test_the_exactly_once_writer_resumes_in_partition_2_from_partition_2s_produc
         return [r.key for b in log.batches() if not b.is_control for r in b.records()]
 
     async def go() -> None:
-        async with cluster(tmp_path) as nodes:
+        async with cluster(tmp_path, **SETUP) as nodes:
             led = await leaders(nodes)
             bootstrap = _bootstrap(nodes)
             data = [[(b"eo-%03d" % (10 * i + j), b"v") for j in range(10)] for i in range(8)]
