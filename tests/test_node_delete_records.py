@@ -176,3 +176,34 @@ def test_a_consumer_below_the_log_start_is_told_where_the_log_starts(tmp_path):
             await stop_all(nodes)
 
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_delete_records_inside_a_batch_on_a_log_only_node_completes_at_the_batchs_end(tmp_path):
+    """A node that keeps no state of its own snapshots only at a batch's end: an offset inside
+    a batch is taken to that batch's end (the low watermark says so), instead of a snapshot
+    refused at every try and REQUEST_TIMED_OUT."""
+
+    async def main():
+        quorum = dataclasses.replace(FAST, snapshots_on_request=True, max_replication_lag_ms=60_000)
+        cfgs = [dataclasses.replace(c, quorum=quorum) for c in node_configs(tmp_path)]
+        nodes = [RaftNode(c) for c in cfgs]
+        for n in nodes:
+            await n.start()
+        try:
+            leader = await leader_of(nodes)
+            starts = []
+            for _ in range(5):
+                first, _last = await leader.append(
+                    [(b"k%d" % j, b"v") for j in range(10)], wait=True
+                )
+                starts.append(first)
+            inside = starts[2] + 5  # the middle of the third batch
+            error, low = answer(
+                await raw_request(leader, ApiKey.DELETE_RECORDS, 2, body(inside, 10_000))
+            )
+            assert (error, low) == (Errors.NONE, starts[3])
+            assert leader.log.log_start_offset == starts[3]
+        finally:
+            await stop_all(nodes)
+
+    asyncio.run(asyncio.wait_for(main(), 60))

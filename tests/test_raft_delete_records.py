@@ -62,3 +62,34 @@ def test_delete_records_on_a_follower_raises_not_leader():
     h = following()
     with pytest.raises(NotLeaderError):
         h.core.delete_records(1, h.now)
+
+
+def test_delete_records_inside_a_batch_snapshots_to_that_batchs_end_without_state():
+    """A log-only node (its snapshot holds no state of its own) ends the snapshot at the
+    batch boundary after the offset asked for: a snapshot off a batch boundary is refused
+    (KAFKA-14618), and asked at the offset itself it was refused at every try, so the
+    DeleteRecords never completed."""
+    h = committed_leader(batches=0, snapshot_min_records=1000)
+    for i in range(3):  # three batches of three records: offsets 0-2, 3-5, 6-8 (after any
+        h.core.append([(b"k", b"v%d-%d" % (i, n)) for n in range(3)], h.now)  # control)
+    h.flush()
+    end = h.log.end_offset
+    h.fetch(2, end, h.epoch)
+    h.fetch(3, end, h.epoch)
+    h.poll()
+    first = end - 9  # the first of the three batches
+    result = h.core.delete_records(first + 4, h.now)  # inside the middle batch
+    assert result.error == Errors.NONE and not result.done
+    assert h.core.poll(h.now).snapshot_due
+    wanted = h.core.snapshots.wanted_end()
+    assert wanted == first + 6  # the middle batch's end, not first + 4 nor the log end
+    sid = take_snapshot_at(h, wanted)
+    h.advance(1)
+    assert h.log.log_start_offset == sid.offset == first + 6
+
+
+def take_snapshot_at(h, end_offset):  # type: ignore[no-untyped-def]
+    writer = h.core.create_snapshot(end_offset, h.now)
+    writer.freeze()
+    h._take(h.core.snapshot_frozen(writer.snapshot_id, h.now))
+    return writer.snapshot_id

@@ -42,6 +42,7 @@ from raftcore.raft.control_records import kraft_version_record, voters_record
 from raftcore.raft.replicated_log import snapshot_log
 from raftcore.raft.states import LeaderState
 from raftcore.raft.values import OffsetAndEpoch
+from raftcore.records import iter_batches
 
 if TYPE_CHECKING:
     from raftcore.raft.core import RaftCore
@@ -156,10 +157,24 @@ class SnapshotManager:
     def wanted_end(self) -> int:
         """Where a snapshot with no state of its own (a node that only replicates the log)
         ends: at the log start asked for (DeleteRecords, retention, the leader's log start)
-        once the listener has read that far, else at everything the listener has read."""
+        once the listener has read that far, else at everything the listener has read. A
+        snapshot ends at a batch boundary (KAFKA-14618): an offset asked for inside a batch
+        is taken to that batch's end, so the log start may pass it by the rest of the batch
+        (DeleteRecords' low watermark says where it is)."""
         read_to = self.core.listener_next_offset
         requested = self.requested_log_start
-        return requested if self.latest_offset() < requested <= read_to else read_to
+        if not self.latest_offset() < requested <= read_to:
+            return read_to
+        return self._batch_end_from(requested)
+
+    def _batch_end_from(self, offset: int) -> int:
+        """The first batch boundary at or after ``offset`` (the end of the batch holding
+        ``offset - 1``); ``offset`` itself when that batch cannot be read."""
+        log = self.core.log
+        if offset - 1 < log.log_start_offset:
+            return offset
+        batch = next(iter_batches(log.read(offset - 1, 1)), None)
+        return offset if batch is None else max(offset, int(batch.last_offset) + 1)
 
     def due(self, now: int) -> bool:
         """Raise ``Output.snapshot_due``? Only with snapshots on and none being written."""
