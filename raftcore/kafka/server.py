@@ -14,6 +14,9 @@ from raftcore.kafka.coordinator import find_coordinator
 from raftcore.kafka.delete_records import delete_records
 from raftcore.kafka.describe_quorum import describe_quorum
 from raftcore.kafka.fetch import consumer_fetch
+from raftcore.kafka.group_listing import describe_groups, list_groups
+from raftcore.kafka.group_membership import heartbeat, join_group, leave_group, sync_group
+from raftcore.kafka.group_offsets import offset_commit, offset_fetch
 from raftcore.kafka.invalid_request import InvalidRequest
 from raftcore.kafka.list_offsets import list_offsets
 from raftcore.kafka.metadata import metadata
@@ -60,6 +63,8 @@ async def handle(
         response = describe_quorum(broker, body, version, directory_ids=directory_ids)
     elif key == ApiKey.API_VERSIONS:
         response = api_versions_body(version, broker.uses_sasl, raft=raft_apis)
+    elif key == ApiKey.JOIN_GROUP:  # the member's client id, for DescribeGroups
+        response = join_group(broker, body, version, header.client_id or "")
     else:
         response = handler(broker, body, version)
     if asyncio.iscoroutine(response):
@@ -83,4 +88,12 @@ HANDLERS: dict[int, Any] = {
     ApiKey.FIND_COORDINATOR: find_coordinator,
     ApiKey.DESCRIBE_CONFIGS: describe_configs,
     ApiKey.CREATE_TOPICS: create_topics,
+    ApiKey.OFFSET_COMMIT: offset_commit,
+    ApiKey.OFFSET_FETCH: offset_fetch,
+    ApiKey.JOIN_GROUP: join_group,
+    ApiKey.HEARTBEAT: heartbeat,
+    ApiKey.LEAVE_GROUP: leave_group,
+    ApiKey.SYNC_GROUP: sync_group,
+    ApiKey.DESCRIBE_GROUPS: describe_groups,
+    ApiKey.LIST_GROUPS: list_groups,
 }
