@@ -299,3 +299,42 @@ def test_the_offsets_partitions_are_not_the_nodes_topic_to_metadata_or_produce(t
             assert (node.config.data_dir / "__consumer_offsets-0" / "log").is_dir()
 
     run(go())
+
+
+def test_update_raft_voter_goes_out_only_for_partition_0_of_the_nodes_topic(tmp_path):
+    """UpdateRaftVoter names no partition: the peer hands it to partition 0 of its topic. Sent
+    for ``__consumer_offsets-0`` (index 0 too), its answer would carry the node topic's leader
+    and epoch into the offsets group's core, which would find its own id leading an epoch it
+    never led and turn observer (seen at startup before this rule)."""
+    import itertools
+    from types import SimpleNamespace
+
+    from raftcore.node.messaging import Messaging
+    from raftcore.node.peers import AddressBook
+    from raftcore.raft.messages import Outbound, UpdateVoterRequest
+
+    cfg = configs(tmp_path)[0]
+    sent: list[bytes] = []
+    messaging = Messaging(
+        cfg,
+        prefix="[node 1]",
+        address_book=AddressBook(cfg),
+        metrics=SimpleNamespace(peer_sent_bytes=0),  # type: ignore[arg-type]
+        kafka=None,  # type: ignore[arg-type]
+        sasl=None,
+        groups={},
+        admin_handle=lambda header, body: None,  # type: ignore[arg-type,return-value]
+        correlation_ids=itertools.count(1),
+    )
+    messaging.peers = SimpleNamespace(get=lambda peer: SimpleNamespace(send=sent.extend))  # type: ignore[assignment]
+    messaging.peer_apis.serves = lambda peer, key: True  # type: ignore[method-assign]
+
+    async def go() -> None:
+        messaging._loop = asyncio.get_running_loop()
+        update = UpdateVoterRequest(cfg.cluster_id, 1, 1, None, None)
+        messaging.send(TopicPartition(OFFSETS_TOPIC, 0), Outbound(2, 1, update, -1, True))
+        assert sent == []
+        messaging.send(TopicPartition(cfg.topic, 0), Outbound(2, 2, update, -1, True))
+        assert len(sent) == 1
+
+    asyncio.run(go())
