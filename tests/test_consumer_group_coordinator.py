@@ -338,3 +338,92 @@ def test_update_raft_voter_goes_out_only_for_partition_0_of_the_nodes_topic(tmp_
         assert len(sent) == 1
 
     asyncio.run(go())
+
+
+def test_a_restarted_cluster_replays_its_offsets_partitions_and_serves_the_commits(tmp_path):
+    """Every replica rebuilds its groups from the log of its offsets partitions at start."""
+
+    async def go() -> None:
+        cfgs = configs(tmp_path)
+        nodes = [RaftNode(cfg) for cfg in cfgs]
+        try:
+            for n in nodes:
+                await n.start()
+            leaders = await offsets_leaders(nodes)
+            coordinator = leaders[coordinator_partition("kept", 3)]
+            await raw_request(coordinator, ApiKey.OFFSET_COMMIT, 2, _commit_body("kept", {0: 4}))
+            await raw_request(coordinator, ApiKey.OFFSET_COMMIT, 2, _commit_body("kept", {0: 6}))
+        finally:
+            for n in nodes:
+                await n.stop(timeout_s=0.5)
+        nodes = [RaftNode(cfg) for cfg in cfgs]
+        try:
+            for n in nodes:
+                await n.start()
+            coordinator = (await offsets_leaders(nodes))[coordinator_partition("kept", 3)]
+            fetched = await raw_request(coordinator, ApiKey.OFFSET_FETCH, 3, _fetch_body("kept"))
+            assert _fetched(fetched) == {0: 6}
+        finally:
+            for n in nodes:
+                await n.stop(timeout_s=0.5)
+
+    run(go())
+
+
+def _join_body(group_id: str, session_timeout_ms: int) -> object:
+    cls = request_spec(ApiKey.JOIN_GROUP).cls
+    return cls(
+        group_id=group_id,
+        session_timeout_ms=session_timeout_ms,
+        member_id="",
+        protocol_type="consumer",
+        protocols=[cls.JoinGroupRequestProtocol(name="range", metadata=b"\x00\x00")],
+    )
+
+
+def test_a_member_that_stops_heartbeating_is_removed_after_its_session_timeout(tmp_path):
+    """No timer per group: the node's one ticker polls the coordinators by their deadlines.
+    The join completes when the initial rebalance delay has passed (a deadline), and the
+    member, silent after its sync, is gone once its session timeout (6 s, Kafka's minimum)
+    has: the group is Empty."""
+
+    async def go() -> None:
+        async with cluster(tmp_path, group_initial_rebalance_delay_ms=300) as nodes:
+            leaders = await offsets_leaders(nodes)
+            node = leaders[coordinator_partition("quiet", 3)]
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            joined = await raw_request(node, ApiKey.JOIN_GROUP, 0, _join_body("quiet", 6000))
+            assert joined.error_code == Errors.NONE  # type: ignore[attr-defined]
+            joined_at = loop.time()
+            assert joined_at - started >= 0.3  # the delay, ended by the ticker
+            member = joined.member_id  # type: ignore[attr-defined]
+            sync_cls = request_spec(ApiKey.SYNC_GROUP).cls
+            synced = await raw_request(
+                node,
+                ApiKey.SYNC_GROUP,
+                0,
+                sync_cls(
+                    group_id="quiet",
+                    generation_id=joined.generation_id,  # type: ignore[attr-defined]
+                    member_id=member,
+                    assignments=[
+                        sync_cls.SyncGroupRequestAssignment(member_id=member, assignment=b"a")
+                    ],
+                ),
+            )
+            assert (synced.error_code, synced.assignment) == (Errors.NONE, b"a")  # type: ignore[attr-defined]
+            describe = request_spec(ApiKey.DESCRIBE_GROUPS).cls(groups=["quiet"])
+            (group,) = (await raw_request(node, ApiKey.DESCRIBE_GROUPS, 0, describe)).groups  # type: ignore[attr-defined]
+            assert (group.group_state, len(group.members)) == ("Stable", 1)
+            while loop.time() - joined_at < 12:
+                answer = await raw_request(node, ApiKey.DESCRIBE_GROUPS, 0, describe)
+                (group,) = answer.groups  # type: ignore[attr-defined]
+                if group.group_state == "Empty":
+                    break
+                await asyncio.sleep(0.1)
+            assert group.group_state == "Empty" and group.members == []
+            # the session began when the join completed (its answer left then)
+            assert 5.9 <= loop.time() - joined_at < 8
+
+    run(go())
