@@ -260,3 +260,119 @@ def test_aiokafkas_group_consumer_subscribes_reads_and_commits(tmp_path):
                 await consumer.stop()
 
     run(go())
+
+
+def test_the_admin_client_lists_and_describes_a_group_and_its_committed_offsets(tmp_path):
+    """What lag tools ask (ListGroups of every node, DescribeGroups and OffsetFetch of the
+    coordinator), asked with confluent-kafka's AdminClient."""
+    from confluent_kafka import (
+        Consumer,
+        ConsumerGroupState,
+        ConsumerGroupTopicPartitions,
+        TopicPartition,
+    )
+    from confluent_kafka.admin import AdminClient
+
+    def clients(bootstrap: str) -> None:
+        # one thread polls and commits: a synchronous commit's answer comes through poll
+        member = Consumer({"bootstrap.servers": bootstrap, "group.id": "watched", **CONFLUENT})
+        member.subscribe([TOPIC])
+        try:
+
+            def assigned() -> bool:
+                member.poll(0.1)
+                return len(member.assignment()) == PARTITIONS
+
+            _until(assigned, 15, "the assignment")
+            member.commit(
+                offsets=[TopicPartition(TOPIC, p, 1 + p) for p in range(PARTITIONS)],
+                asynchronous=False,
+            )
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            listed = admin.list_consumer_groups().result(10)
+            assert "watched" in {g.group_id for g in listed.valid}, listed.errors
+            described = admin.describe_consumer_groups(["watched"])["watched"].result(10)
+            assert described.state == ConsumerGroupState.STABLE
+            (one,) = described.members
+            assert {tp.partition for tp in one.assignment.topic_partitions} == set(
+                range(PARTITIONS)
+            )
+            asked = ConsumerGroupTopicPartitions("watched")
+            offsets = admin.list_consumer_group_offsets([asked])["watched"].result(10)
+            assert {tp.partition: tp.offset for tp in offsets.topic_partitions} == {
+                p: 1 + p for p in range(PARTITIONS)
+            }
+        finally:
+            member.close()
+
+    async def go() -> None:
+        async with cluster(
+            tmp_path, partitions=PARTITIONS, group_initial_rebalance_delay_ms=0
+        ) as nodes:
+            bootstrap = await _started(nodes)
+            await asyncio.get_running_loop().run_in_executor(None, clients, bootstrap)
+
+    run(go())
+
+
+def test_aiokafkas_static_member_rejoins_under_its_instance_id_and_reads_on(tmp_path):
+    """KIP-345 through JoinGroup v5: a consumer with ``group_instance_id`` joins, commits and
+    stops; a new consumer under the same instance id is the same member to the group and
+    reads on from the commit."""
+    from aiokafka import AIOKafkaConsumer
+
+    def consumer(bootstrap: str) -> AIOKafkaConsumer:
+        return AIOKafkaConsumer(
+            TOPIC,
+            bootstrap_servers=bootstrap,
+            group_id="static",
+            group_instance_id="reader-1",
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            session_timeout_ms=6000,
+            heartbeat_interval_ms=200,
+        )
+
+    async def read(c: AIOKafkaConsumer, count: int) -> list[Any]:
+        got: list[Any] = []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 15
+        while len(got) < count and loop.time() < deadline:
+            batches = await c.getmany(timeout_ms=200, max_records=count - len(got))
+            got.extend(r for records in batches.values() for r in records)
+        assert len(got) == count, f"read {len(got)} of {count}"
+        return got
+
+    async def go() -> None:
+        async with cluster(
+            tmp_path, partitions=PARTITIONS, group_initial_rebalance_delay_ms=0
+        ) as nodes:
+            bootstrap = await _started(nodes, per_partition=5)
+            first = consumer(bootstrap)
+            await first.start()
+            try:
+                done = await read(first, 2 * PARTITIONS)
+                await first.commit()
+                committed = {tp.partition: await first.position(tp) for tp in first.assignment()}
+            finally:
+                await first.stop()
+            second = consumer(bootstrap)
+            await second.start()
+            try:
+                rest = await read(second, 5 * PARTITIONS - len(done))
+                shard = next(
+                    s
+                    for n in nodes
+                    if (s := n.coordinators.shard_of("static")).coordinator is not None
+                )
+                group = shard.coordinator.group("static")
+                assert group is not None and set(group.static_members) == {"reader-1"}
+                # from the commit on: nothing read twice, nothing skipped
+                assert all(r.offset >= committed[r.partition] for r in rest)
+                assert not {(r.partition, r.offset) for r in done} & {
+                    (r.partition, r.offset) for r in rest
+                }
+            finally:
+                await second.stop()
+
+    run(go())
