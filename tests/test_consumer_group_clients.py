@@ -264,11 +264,13 @@ def test_aiokafkas_group_consumer_subscribes_reads_and_commits(tmp_path):
 
 def test_the_admin_client_lists_and_describes_a_group_and_its_committed_offsets(tmp_path):
     """What lag tools ask (ListGroups of every node, DescribeGroups and OffsetFetch of the
-    coordinator), asked with confluent-kafka's AdminClient."""
+    coordinator), asked with confluent-kafka's AdminClient; DeleteGroups refuses a group with
+    members and deletes it once its last member left."""
     from confluent_kafka import (
         Consumer,
         ConsumerGroupState,
         ConsumerGroupTopicPartitions,
+        KafkaException,
         TopicPartition,
     )
     from confluent_kafka.admin import AdminClient
@@ -302,8 +304,13 @@ def test_the_admin_client_lists_and_describes_a_group_and_its_committed_offsets(
             assert {tp.partition: tp.offset for tp in offsets.topic_partitions} == {
                 p: 1 + p for p in range(PARTITIONS)
             }
+            with pytest.raises(KafkaException, match="NON_EMPTY_GROUP"):
+                admin.delete_consumer_groups(["watched"])["watched"].result(10)
         finally:
-            member.close()
+            member.close()  # LeaveGroup: the group is Empty now
+        admin.delete_consumer_groups(["watched"])["watched"].result(10)
+        listed = admin.list_consumer_groups().result(10)
+        assert "watched" not in {g.group_id for g in listed.valid}
 
     async def go() -> None:
         async with cluster(

@@ -427,3 +427,31 @@ def test_a_member_that_stops_heartbeating_is_removed_after_its_session_timeout(t
             assert 5.9 <= loop.time() - joined_at < 8
 
     run(go())
+
+
+def test_delete_groups_removes_an_empty_group_and_its_offsets_on_its_coordinator_only(tmp_path):
+    async def go() -> None:
+        async with cluster(tmp_path) as nodes:
+            leaders = await offsets_leaders(nodes)
+            coordinator = leaders[coordinator_partition("gone", 3)]
+            other = next(n for n in nodes if n is not coordinator)
+            await raw_request(coordinator, ApiKey.OFFSET_COMMIT, 2, _commit_body("gone", {0: 3}))
+            cls = request_spec(ApiKey.DELETE_GROUPS).cls
+
+            async def delete(node: RaftNode, *groups: str) -> list[tuple[str, int]]:
+                answer = await raw_request(
+                    node, ApiKey.DELETE_GROUPS, 1, cls(groups_names=list(groups))
+                )
+                return [(r.group_id, r.error_code) for r in answer.results]  # type: ignore[attr-defined]
+
+            assert await delete(other, "gone") == [("gone", Errors.NOT_COORDINATOR)]
+            assert await delete(coordinator, "gone") == [("gone", Errors.NONE)]
+            fetched = await raw_request(coordinator, ApiKey.OFFSET_FETCH, 3, _fetch_body("gone"))
+            assert _fetched(fetched) == {}
+            assert await delete(coordinator, "gone") == [("gone", Errors.GROUP_ID_NOT_FOUND)]
+            # the tombstones are committed: every replica's state forgets the offset
+            partition = coordinator_partition("gone", 3)
+            key = offset_commit_record("gone", TopicPartition("raftcore", 0), None).key
+            assert key not in coordinator.coordinators.shards[partition].state
+
+    run(go())

@@ -14,7 +14,7 @@ from raftcore.kafka.coordinator import find_coordinator
 from raftcore.kafka.delete_records import delete_records
 from raftcore.kafka.describe_quorum import describe_quorum
 from raftcore.kafka.fetch import consumer_fetch
-from raftcore.kafka.group_listing import describe_groups, list_groups
+from raftcore.kafka.group_listing import delete_groups, describe_groups, list_groups
 from raftcore.kafka.group_membership import heartbeat, join_group, leave_group, sync_group
 from raftcore.kafka.group_offsets import offset_commit, offset_fetch
 from raftcore.kafka.invalid_request import InvalidRequest
@@ -96,4 +96,5 @@ HANDLERS: dict[int, Any] = {
     ApiKey.SYNC_GROUP: sync_group,
     ApiKey.DESCRIBE_GROUPS: describe_groups,
     ApiKey.LIST_GROUPS: list_groups,
+    ApiKey.DELETE_GROUPS: delete_groups,
 }

@@ -64,6 +64,7 @@ class ApiKey(enum.IntEnum):
     INIT_PRODUCER_ID = 22
     DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
+    DELETE_GROUPS = 42
     VOTE = 52
     BEGIN_QUORUM_EPOCH = 53
     END_QUORUM_EPOCH = 54
@@ -100,6 +101,7 @@ _NAMES = {
     ApiKey.INIT_PRODUCER_ID: "InitProducerId",
     ApiKey.DESCRIBE_CONFIGS: "DescribeConfigs",
     ApiKey.SASL_AUTHENTICATE: "SaslAuthenticate",
+    ApiKey.DELETE_GROUPS: "DeleteGroups",
     ApiKey.VOTE: "Vote",
     ApiKey.BEGIN_QUORUM_EPOCH: "BeginQuorumEpoch",
     ApiKey.END_QUORUM_EPOCH: "EndQuorumEpoch",
@@ -137,6 +139,7 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.INIT_PRODUCER_ID: (0, 4),
     ApiKey.DESCRIBE_CONFIGS: (0, 4),
     ApiKey.SASL_AUTHENTICATE: (0, 2),  # advertised only by SASL listeners
+    ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.VOTE: (0, 2),
     ApiKey.BEGIN_QUORUM_EPOCH: (0, 1),
     ApiKey.END_QUORUM_EPOCH: (0, 1),
