@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 import random
 import shutil
+from types import SimpleNamespace
 
 import pytest
 from test_node import cluster, configs, raw_request, run
@@ -123,6 +124,44 @@ def test_requests_waiting_on_a_coordinator_that_loses_leadership_hear_not_coordi
         return await asyncio.wait_for(waiting, 1)
 
     assert asyncio.run(go()) == Errors.NOT_COORDINATOR
+
+
+def test_offset_fetch_shows_a_commit_only_once_it_is_committed_in_raft():
+    """The coordinator accepts a commit at once; OffsetFetch answers from the records the
+    replica applied, so a commit still replicating (and lost if its leader fails now) is
+    never shown."""
+    from raftcore.groups.messages import OffsetCommitRequest, PartitionCommit
+
+    class Appends:
+        def __init__(self) -> None:
+            self.batches: list[list[tuple[bytes, bytes | None]]] = []
+
+        async def append(self, batch: list[tuple[bytes, bytes | None]], wait: bool) -> None:
+            self.batches.append(batch)
+            await asyncio.get_running_loop().create_future()  # never committed
+
+    appends = Appends()
+    shard = _shard()
+    shard.group = SimpleNamespace(appends=lambda: appends, is_leader=lambda: True)  # type: ignore[assignment]
+    shard.handle_leader_change(LeaderAndEpoch(1, 1))
+    tp = TopicPartition("orders", 0)
+    commit = OffsetCommitRequest("g", (PartitionCommit(tp, 42),))
+
+    async def go() -> None:
+        waiting = asyncio.ensure_future(
+            shard.call(lambda c, ref, now: c.commit_offsets(ref, commit, now))
+        )
+        for _ in range(10):  # the call, then the append it starts
+            await asyncio.sleep(0)
+        assert appends.batches and not waiting.done()  # answered only once committed
+        assert shard.coordinator is not None
+        assert shard.coordinator.fetch_offsets("g", (tp,)).partitions[0].offset == 42
+        assert shard.committed_offsets("g", (tp,)).partitions[0].offset == -1
+        shard.handle_commit([_Batch(appends.batches[0])])  # type: ignore[list-item]
+        assert shard.committed_offsets("g", None).partitions[0].offset == 42
+        waiting.cancel()
+
+    asyncio.run(go())
 
 
 # ---- the data directory ---------------------------------------------------------------------

@@ -6,8 +6,9 @@ in the group's ``__consumer_offsets`` partition (:mod:`raftcore.node.coordinator
 - v0 has no generation or member: a "simple" commit (generation -1), as v1+ clients send
   it outside group management. v2-4's retention time is ignored (offsets are kept until the
   group is deleted).
-- OffsetFetch v0-1 carry errors per partition only; v2+ also at the top, and a null topic
-  list asks for every partition the group has committed.
+- OffsetFetch answers what is committed in Raft (the coordinator's own state runs ahead of
+  the log while a commit replicates). v0-1 carry errors per partition only; v2+ also at the
+  top, and a null topic list asks for every partition the group has committed.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def offset_fetch(broker: Broker, body: Any, version: int) -> Any:
         fetched = [(tp, (-1, -1, "", error)) for tp in wanted or ()]
         top = error or Errors.COORDINATOR_NOT_AVAILABLE
     else:
-        answer = shard.coordinator.fetch_offsets(body.group_id, wanted)
+        answer = shard.committed_offsets(body.group_id, wanted)  # committed in Raft only
         fetched = [
             (f.partition, (f.offset, f.leader_epoch, f.metadata, f.error))
             for f in answer.partitions

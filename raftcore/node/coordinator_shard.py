@@ -9,6 +9,10 @@ coordinator of the consumer groups that hash to it while this node leads it.
   everything committed before the epoch began (KAFKA-15345): the coordinator is then built
   from the map (:meth:`GroupCoordinator.replay`) and serves. When another replica leads, the
   coordinator is dropped and every request waiting on it hears NOT_COORDINATOR.
+- OffsetFetch reads the committed offsets from that map, not the coordinator's state, which
+  runs ahead of the log while a commit replicates: an offset is never shown before it is
+  committed in Raft, so no failover takes a shown offset back. A commit's own answer comes
+  after its records were applied here, so a client reads its own commits.
 - A request runs the pure coordinator at once; what it must persist is appended to the
   partition, and its answers (and the answers of the requests its step completes) go out only
   once the records are committed in Raft (:mod:`raftcore.groups.step`). An append that fails
@@ -28,9 +32,11 @@ from raftcore.error_codes import Errors
 from raftcore.errors import CorruptRecordError, RaftcoreError
 from raftcore.groups.config import GroupConfig
 from raftcore.groups.coordinator import GroupCoordinator
-from raftcore.groups.records import Record
+from raftcore.groups.messages import FetchedOffset, OffsetFetchResponse
+from raftcore.groups.records import OffsetCommitRecord, Record, decode
 from raftcore.groups.step import Output
 from raftcore.raft import LeaderAndEpoch, NotLeaderError
+from raftcore.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
     from raftcore.node.group import RaftGroup
@@ -67,6 +73,8 @@ class CoordinatorShard:
         self._changed = changed
         self.group: RaftGroup | None = None  # set once the node made the Raft group
         self.state: dict[bytes, bytes] = {}  # committed record key -> latest value
+        # group id -> the offset commits committed for it, by partition (from ``state``)
+        self._committed: dict[str, dict[TopicPartition, OffsetCommitRecord]] = {}
         self.coordinator: GroupCoordinator | None = None  # while this replica leads
         self.leader = LeaderAndEpoch(None, 0)
         self.load_error: str | None = None  # a committed record the coordinator cannot read
@@ -86,11 +94,50 @@ class CoordinatorShard:
                     state.pop(key, None)
                 else:
                     state[key] = record.value
+                self._index(key, record.value)
+
+    def _index(self, key: bytes, value: bytes | None) -> None:
+        try:
+            decoded = decode(Record(key, value))
+        except CorruptRecordError:
+            return  # not served: the replay at the next load says so
+        if not isinstance(decoded, OffsetCommitRecord):
+            return
+        offsets = self._committed.setdefault(decoded.group_id, {})
+        if decoded.value is None:
+            offsets.pop(decoded.partition, None)
+            if not offsets:
+                del self._committed[decoded.group_id]
+        else:
+            offsets[decoded.partition] = decoded
+
+    def committed_offsets(
+        self, group_id: str, partitions: tuple[TopicPartition, ...] | None
+    ) -> OffsetFetchResponse:
+        """OffsetFetch from what is committed in Raft (``partitions`` None: all the group
+        has); -1 for a partition with no committed offset."""
+        offsets = self._committed.get(group_id, {})
+        if partitions is None:
+            partitions = tuple(sorted(offsets, key=lambda tp: (tp.topic, tp.partition)))
+        answers = []
+        for tp in partitions:
+            found = offsets.get(tp)
+            if found is None or found.value is None:
+                answers.append(FetchedOffset(tp, -1))
+            else:
+                v = found.value
+                answers.append(FetchedOffset(tp, v.offset, v.leader_epoch, v.metadata))
+        return OffsetFetchResponse(group_id, Errors.NONE, tuple(answers))
 
     def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
         self.leader = leader
         self._unload()
-        if leader.leader_id == self.node_id:
+        # The listener hears of this replica's leadership once it has read everything
+        # committed before the epoch (KAFKA-15345) -- but also, at a restart, the leader its
+        # quorum-state names: itself, in an epoch it led before it stopped and leads no more
+        # (it resigned). Only a replica that leads now coordinates.
+        group = self.group
+        if leader.leader_id == self.node_id and (group is None or group.is_leader()):
             self._load()
 
     def _load(self) -> None:

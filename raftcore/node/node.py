@@ -252,7 +252,9 @@ class RaftNode:
         for name, output in first_outputs.items():
             self.groups[name].begin(output)
         self.coordinators.start()
-        self._rebalance = LeaderRebalance.for_node(cfg, self.groups, self.prefix, now_ms)
+        # the topic's partitions only: __consumer_offsets' leaders are not spread yet
+        topic_groups = {n: g for n, g in self.groups.items() if n.topic == cfg.topic}
+        self._rebalance = LeaderRebalance.for_node(cfg, topic_groups, self.prefix, now_ms)
         self._housekeeping = asyncio.ensure_future(self._housekeeping_loop())
         open_warning = open_node_listener_warning(cfg)
         if open_warning is not None:
