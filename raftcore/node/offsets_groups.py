@@ -183,8 +183,15 @@ class GroupCoordinators:
             now = wall_clock_ms()
             for shard in self.shards:
                 deadline = shard.next_deadline()
-                if deadline is not None and deadline <= now:
+                if deadline is None or deadline > now:
+                    continue
+                try:
                     shard.poll()
+                except Exception:  # a bug in the coordinator: said, and the others go on
+                    logger.exception(
+                        "%s the coordinator's poll failed; not coordinating", shard.prefix
+                    )
+                    shard.close()  # its groups hear COORDINATOR_LOAD_IN_PROGRESS from here on
 
     async def close(self) -> None:
         if self._ticker is not None:
