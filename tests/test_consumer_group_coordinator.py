@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 import random
 import shutil
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -162,6 +163,23 @@ def test_offset_fetch_shows_a_commit_only_once_it_is_committed_in_raft():
         waiting.cancel()
 
     asyncio.run(go())
+
+
+def test_find_coordinator_says_coordinator_not_available_while_the_partition_has_no_leader():
+    from raftcore.endpoints import Endpoint
+    from raftcore.node.offsets_groups import GroupCoordinators
+
+    cfg = configs(Path("/nonexistent"), offsets_topic_num_partitions=1)[0]
+    shard = _shard()
+    known = {2: Endpoint("10.0.0.2", 9092)}
+    coordinators = GroupCoordinators(cfg, [shard], known.get)
+    assert coordinators.locate("g")[0] == Errors.COORDINATOR_NOT_AVAILABLE  # no group yet
+    shard.group = SimpleNamespace(core=object(), leader_hint=LeaderAndEpoch(None, 3))  # type: ignore[assignment]
+    assert coordinators.locate("g")[0] == Errors.COORDINATOR_NOT_AVAILABLE  # an election
+    shard.group = SimpleNamespace(core=object(), leader_hint=LeaderAndEpoch(3, 3))  # type: ignore[assignment]
+    assert coordinators.locate("g")[0] == Errors.COORDINATOR_NOT_AVAILABLE  # address unknown
+    shard.group = SimpleNamespace(core=object(), leader_hint=LeaderAndEpoch(2, 4))  # type: ignore[assignment]
+    assert coordinators.locate("g") == (Errors.NONE, 2, Endpoint("10.0.0.2", 9092))
 
 
 # ---- the data directory ---------------------------------------------------------------------
