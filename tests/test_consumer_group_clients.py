@@ -296,6 +296,7 @@ def test_the_admin_client_lists_and_describes_a_group_and_its_committed_offsets(
             described = admin.describe_consumer_groups(["watched"])["watched"].result(10)
             assert described.state == ConsumerGroupState.STABLE
             (one,) = described.members
+            assert one.host == "/127.0.0.1" and one.client_id == "rdkafka", one
             assert {tp.partition for tp in one.assignment.topic_partitions} == set(
                 range(PARTITIONS)
             )

@@ -39,7 +39,9 @@ async def call_coordinator(broker: Broker, group_id: str, call: Any) -> Any:
     return await coordinators.shard_of(group_id).call(call)
 
 
-async def join_group(broker: Broker, body: Any, version: int, client_id: str = "") -> Any:
+async def join_group(
+    broker: Broker, body: Any, version: int, client_id: str = "", client_host: str = ""
+) -> Any:
     cls = response_spec(ApiKey.JOIN_GROUP).cls
     rebalance_timeout = body.rebalance_timeout_ms if version >= 1 else -1
     req = JoinGroupRequest(
@@ -53,6 +55,7 @@ async def join_group(broker: Broker, body: Any, version: int, client_id: str = "
         ),
         group_instance_id=body.group_instance_id if version >= 5 else None,
         client_id=client_id,
+        client_host=client_host,
         require_known_member_id=version >= 4,
     )
     answer = await call_coordinator(

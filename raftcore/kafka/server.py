@@ -47,12 +47,19 @@ def unsupported_version(
 
 
 async def handle(
-    broker: Broker, header: Any, body: Any, *, raft_apis: bool = True, directory_ids: bool = True
+    broker: Broker,
+    header: Any,
+    body: Any,
+    *,
+    raft_apis: bool = True,
+    directory_ids: bool = True,
+    client_host: str = "",
 ) -> list[bytes | memoryview] | None:
     """The encoded answer to a client request (None: Produce with acks=0 is not answered);
     InvalidRequest for an API not served here. As the listener says (raftcore.node.listeners):
     ``raft_apis``, whether ApiVersions lists the Raft RPCs; ``directory_ids``, whether
-    DescribeQuorum names the replicas' directory ids to this caller."""
+    DescribeQuorum names the replicas' directory ids to this caller. ``client_host``: the
+    client's address, which a group member's description shows."""
     key = header.request_api_key
     version = header.request_api_version
     handler = HANDLERS.get(key)
@@ -63,8 +70,10 @@ async def handle(
         response = describe_quorum(broker, body, version, directory_ids=directory_ids)
     elif key == ApiKey.API_VERSIONS:
         response = api_versions_body(version, broker.uses_sasl, raft=raft_apis)
-    elif key == ApiKey.JOIN_GROUP:  # the member's client id, for DescribeGroups
-        response = join_group(broker, body, version, header.client_id or "")
+    elif key == ApiKey.JOIN_GROUP:  # the member's client id and host, for DescribeGroups
+        # Kafka shows a member's host as Java prints an InetAddress: "/127.0.0.1"
+        host = f"/{client_host}" if client_host else ""
+        response = join_group(broker, body, version, header.client_id or "", host)
     else:
         response = handler(broker, body, version)
     if asyncio.iscoroutine(response):

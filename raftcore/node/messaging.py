@@ -525,6 +525,7 @@ class Messaging:
                 body,
                 raft_apis=conn.listener_role is not Role.CLIENT,
                 directory_ids=sees_directory_ids(conn, self.config.admin_principals),
+                client_host=conn.peer[0] if isinstance(conn.peer, tuple) else "",
             )
         except InvalidRequest as exc:
             raise CloseConnection(str(exc)) from None
