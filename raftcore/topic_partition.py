@@ -6,7 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["TopicPartition"]
+__all__ = ["OFFSETS_TOPIC", "TopicPartition"]
+
+# Kafka's internal topic of the consumer groups' committed offsets and group metadata; its
+# partitions are Raft groups of their own (raftcore.node.offsets_groups), never a user's topic.
+OFFSETS_TOPIC = "__consumer_offsets"
 
 
 @dataclass(frozen=True, slots=True)

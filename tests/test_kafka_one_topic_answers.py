@@ -1,6 +1,7 @@
-"""What a Kafka user with habits asks of a cluster that serves one topic and no coordinator:
-each is answered at once, with words (FindCoordinator, DescribeConfigs, CreateTopics, an
-unknown topic), in process; tests/test_kafka_client_edges.py asks with librdkafka."""
+"""What a Kafka user with habits asks of a cluster that serves one topic: each is answered at
+once, with words (DescribeConfigs, CreateTopics, an unknown topic), in process;
+tests/test_kafka_client_edges.py asks with librdkafka. FindCoordinator and the group APIs:
+tests/test_consumer_group_coordinator.py."""
 
 from __future__ import annotations
 
@@ -16,27 +17,6 @@ from raftcore.kafka.api_versions import api_versions_body
 from raftcore.protocol.api import ApiKey, request_spec
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def test_find_coordinator_is_answered_at_once_with_an_error_saying_there_is_no_coordinator(
-    tmp_path,
-):
-    async def main() -> None:
-        async with cluster(tmp_path) as nodes:
-            node = nodes[0]
-            cls = request_spec(ApiKey.FIND_COORDINATOR).cls
-            old = await raw_request(node, ApiKey.FIND_COORDINATOR, 2, cls(key="g", key_type=0))
-            assert old.error_code == Errors.INVALID_REQUEST  # type: ignore[attr-defined]
-            assert "no group coordinator" in old.error_message  # type: ignore[attr-defined]
-            new = await raw_request(
-                node, ApiKey.FIND_COORDINATOR, 4, cls(key_type=0, coordinator_keys=["a", "b"])
-            )
-            assert [(c.key, c.error_code) for c in new.coordinators] == [  # type: ignore[attr-defined]
-                ("a", Errors.INVALID_REQUEST),
-                ("b", Errors.INVALID_REQUEST),
-            ]
-
-    run(main())
 
 
 def test_describe_configs_reports_the_topic_and_the_node_by_kafkas_names(tmp_path):

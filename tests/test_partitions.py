@@ -143,8 +143,10 @@ def test_every_partition_is_a_raft_group_of_its_own_in_its_own_directory(tmp_pat
             await asyncio.sleep(0.3)  # the leaders' fetch traffic, too
             assert sorted(led) == list(range(PARTITIONS))
             for node in nodes:
-                assert list(node.groups) == _names()
-                for name, group in node.groups.items():
+                # and __consumer_offsets' partitions (tests/test_consumer_group_coordinator.py)
+                assert [n for n in node.groups if n.topic == TOPIC] == _names()
+                for name in _names():
+                    group = node.groups[name]
                     assert group.directory == group_directory(
                         node.config.data_dir, TOPIC, name.partition
                     )

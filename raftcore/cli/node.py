@@ -88,6 +88,8 @@ def _cmd_node(args: argparse.Namespace) -> int:
             node_advertised=node_advertised,
             topic=args.topic,
             partitions=args.partitions,
+            offsets_topic_num_partitions=args.offsets_topic_num_partitions,
+            group_initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms,
             auto_leader_rebalance=args.auto_leader_rebalance == "true",
             leader_imbalance_check_interval_s=args.leader_imbalance_check_interval_seconds,
             leader_imbalance_per_broker_percentage=args.leader_imbalance_per_broker_percentage,
@@ -296,6 +298,21 @@ def add_node_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
         default=1,
         help="the topic's partitions, each its own Raft group over the voters (Kafka's "
         "num.partitions); the count the data directory was formatted with (default 1)",
+    )
+    p.add_argument(
+        "--offsets-topic-num-partitions",
+        type=types.positive_int,
+        default=3,
+        help="partitions of __consumer_offsets, where consumer groups commit offsets, each its "
+        "own Raft group over the voters (Kafka's offsets.topic.num.partitions; default 3); "
+        "fixed at the node's first start",
+    )
+    p.add_argument(
+        "--group-initial-rebalance-delay-ms",
+        type=types.non_negative_int,
+        default=3000,
+        help="an empty consumer group's first rebalance waits this long for more members "
+        "(Kafka's group.initial.rebalance.delay.ms; default 3000)",
     )
     p.add_argument(
         "--auto-leader-rebalance",

@@ -220,6 +220,9 @@ class Broker:
     #: the configuration DescribeConfigs reports, by Kafka's names (raftcore.kafka.topic_admin)
     topic_configs: dict[str, str] = field(default_factory=dict)
     broker_configs: dict[str, str] = field(default_factory=dict)
+    #: the consumer groups' coordinators (raftcore.node.offsets_groups.GroupCoordinators);
+    #: None where the node has none (then group requests hear COORDINATOR_NOT_AVAILABLE)
+    coordinators: Any = None
 
     def produce_group(self, partition: Partition) -> ProduceGroup:
         """``partition``'s :class:`~raftcore.kafka.produce_group.ProduceGroup`."""

@@ -14,6 +14,9 @@ from raftcore.kafka.coordinator import find_coordinator
 from raftcore.kafka.delete_records import delete_records
 from raftcore.kafka.describe_quorum import describe_quorum
 from raftcore.kafka.fetch import consumer_fetch
+from raftcore.kafka.group_listing import delete_groups, describe_groups, list_groups
+from raftcore.kafka.group_membership import heartbeat, join_group, leave_group, sync_group
+from raftcore.kafka.group_offsets import offset_commit, offset_fetch
 from raftcore.kafka.invalid_request import InvalidRequest
 from raftcore.kafka.list_offsets import list_offsets
 from raftcore.kafka.metadata import metadata
@@ -44,12 +47,19 @@ def unsupported_version(
 
 
 async def handle(
-    broker: Broker, header: Any, body: Any, *, raft_apis: bool = True, directory_ids: bool = True
+    broker: Broker,
+    header: Any,
+    body: Any,
+    *,
+    raft_apis: bool = True,
+    directory_ids: bool = True,
+    client_host: str = "",
 ) -> list[bytes | memoryview] | None:
     """The encoded answer to a client request (None: Produce with acks=0 is not answered);
     InvalidRequest for an API not served here. As the listener says (raftcore.node.listeners):
     ``raft_apis``, whether ApiVersions lists the Raft RPCs; ``directory_ids``, whether
-    DescribeQuorum names the replicas' directory ids to this caller."""
+    DescribeQuorum names the replicas' directory ids to this caller. ``client_host``: the
+    client's address, which a group member's description shows."""
     key = header.request_api_key
     version = header.request_api_version
     handler = HANDLERS.get(key)
@@ -60,6 +70,10 @@ async def handle(
         response = describe_quorum(broker, body, version, directory_ids=directory_ids)
     elif key == ApiKey.API_VERSIONS:
         response = api_versions_body(version, broker.uses_sasl, raft=raft_apis)
+    elif key == ApiKey.JOIN_GROUP:  # the member's client id and host, for DescribeGroups
+        # Kafka shows a member's host as Java prints an InetAddress: "/127.0.0.1"
+        host = f"/{client_host}" if client_host else ""
+        response = join_group(broker, body, version, header.client_id or "", host)
     else:
         response = handler(broker, body, version)
     if asyncio.iscoroutine(response):
@@ -83,4 +97,13 @@ HANDLERS: dict[int, Any] = {
     ApiKey.FIND_COORDINATOR: find_coordinator,
     ApiKey.DESCRIBE_CONFIGS: describe_configs,
     ApiKey.CREATE_TOPICS: create_topics,
+    ApiKey.OFFSET_COMMIT: offset_commit,
+    ApiKey.OFFSET_FETCH: offset_fetch,
+    ApiKey.JOIN_GROUP: join_group,
+    ApiKey.HEARTBEAT: heartbeat,
+    ApiKey.LEAVE_GROUP: leave_group,
+    ApiKey.SYNC_GROUP: sync_group,
+    ApiKey.DESCRIBE_GROUPS: describe_groups,
+    ApiKey.LIST_GROUPS: list_groups,
+    ApiKey.DELETE_GROUPS: delete_groups,
 }

@@ -66,6 +66,14 @@ class NodeConfig:
     - ``partitions``: how many partitions it has (Kafka's ``num.partitions``, default 1), each
       its own Raft group over the same voters, fixed when the data directory is formatted
       (``raftcore format --partitions``); the embedding API works on partition 0;
+    - ``offsets_topic_num_partitions``: the partitions of ``__consumer_offsets``, where the
+      consumer groups' committed offsets live, each its own Raft group over the same voters
+      (Kafka's ``offsets.topic.num.partitions``; 3 here, not Kafka's 50: every group costs
+      its own timers and fetches, and 3 spreads the coordinators over a 3-node cluster).
+      Fixed at the first start: a group's coordinator is partition hash(group id) mod N
+      (:mod:`raftcore.node.offsets_groups`);
+    - ``group_initial_rebalance_delay_ms``: an empty group's first rebalance waits this long
+      for more members (Kafka's ``group.initial.rebalance.delay.ms``, 3000);
     - ``auto_leader_rebalance``: with more than one partition, hand each partition the node
       leads to its preferred leader when that voter is live, caught up and imbalanced (Kafka's
       ``auto.leader.rebalance.enable``, on), checked every
@@ -131,6 +139,8 @@ class NodeConfig:
     node_advertised: Endpoint | None = None
     topic: str = "raftcore"
     partitions: int = 1
+    offsets_topic_num_partitions: int = 3
+    group_initial_rebalance_delay_ms: int = 3000
     auto_leader_rebalance: bool = True
     leader_imbalance_check_interval_s: float = 300.0
     leader_imbalance_per_broker_percentage: int = 10
@@ -169,6 +179,16 @@ class NodeConfig:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
         if self.partitions < 1:
             raise ValueError(f"partitions must be >= 1, got {self.partitions}")
+        if self.offsets_topic_num_partitions < 1:
+            raise ValueError(
+                "offsets.topic.num.partitions must be >= 1, got "
+                f"{self.offsets_topic_num_partitions}"
+            )
+        if self.group_initial_rebalance_delay_ms < 0:
+            raise ValueError(
+                "group.initial.rebalance.delay.ms must be >= 0, got "
+                f"{self.group_initial_rebalance_delay_ms}"
+            )
         if self.leader_imbalance_check_interval_s <= 0:
             raise ValueError(
                 "leader imbalance check interval must be positive, got "
@@ -256,6 +276,14 @@ class NodeConfig:
         (derived from the cluster id and the topic name). Computed once: every Raft Fetch and
         Kafka Fetch/Metadata carries it, and a uuid5 per message cost a follower 9% of its CPU."""
         return uuid.uuid5(uuid.NAMESPACE_URL, f"raftcore:{self.cluster_id}:{self.topic}").bytes
+
+    @cached_property
+    def offsets_topic_id(self) -> bytes:
+        """The topic id of ``__consumer_offsets`` (its Raft fetches name it), derived as
+        :attr:`topic_id` is."""
+        return uuid.uuid5(
+            uuid.NAMESPACE_URL, f"raftcore:{self.cluster_id}:__consumer_offsets"
+        ).bytes
 
     @property
     def listener_name(self) -> str:

@@ -9,6 +9,8 @@ Layout::
     <data-dir>/state/            the LMDB state machine (``--state-machine lmdb``)
     <data-dir>/<topic>-<p>/      partition p >= 1 of the topic (``--partitions``): its own
                                  quorum-state and log/, laid out as partition 0's above
+    <data-dir>/__consumer_offsets-<p>/  partition p of ``__consumer_offsets`` (consumer
+                                 groups), made at the first start: raftcore.node.offsets_groups
 
 Partition 0 of the topic lives in the data directory itself. ``raftcore format`` makes every
 partition's directory (with an empty quorum-state) and records their count

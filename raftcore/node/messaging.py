@@ -52,6 +52,7 @@ from raftcore.raft import Outbound
 from raftcore.raft.messages import UpdateVoterRequest
 from raftcore.security import authorization, sasl
 from raftcore.security.config import ANONYMOUS, Principal
+from raftcore.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
     from raftcore.kafka.partition import Broker
@@ -61,7 +62,6 @@ if TYPE_CHECKING:
     from raftcore.node.peers import AddressBook
     from raftcore.raft import RaftCore
     from raftcore.security.sasl import SaslAuthenticator
-    from raftcore.topic_partition import TopicPartition
 
 __all__ = ["RAFT_APIS", "Messaging"]
 
@@ -224,7 +224,9 @@ class Messaging:
         connection that asked (an fsync it had to wait for is behind it)."""
         if message.is_request:
             if isinstance(message.message, UpdateVoterRequest) and (
-                group.partition != 0  # names no partition: the peer gives it to partition 0
+                # names no partition: the peer gives it to partition 0 of the node's topic
+                # (never to __consumer_offsets-0, whose index is 0 too)
+                group != TopicPartition(self.config.topic, 0)
                 or not self.peer_apis.serves(message.destination, ApiKey.UPDATE_RAFT_VOTER)
             ):
                 # Another partition's would be answered by partition 0's core, whose leader
@@ -523,6 +525,7 @@ class Messaging:
                 body,
                 raft_apis=conn.listener_role is not Role.CLIENT,
                 directory_ids=sees_directory_ids(conn, self.config.admin_principals),
+                client_host=conn.peer[0] if isinstance(conn.peer, tuple) else "",
             )
         except InvalidRequest as exc:
             raise CloseConnection(str(exc)) from None

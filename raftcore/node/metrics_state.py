@@ -293,7 +293,11 @@ def labelled_groups(node: RaftNode) -> tuple[list[RaftGroup], int]:
     """The groups whose series a scrape shows, by partition, and how many are left out:
     the lowest ``metrics_max_partitions`` partitions, so that a scrape shows the same ones
     every time (a series that comes and goes is worse than one never shown)."""
-    groups = sorted(node.groups.values(), key=lambda g: g.name.partition)
+    # the topic's partitions (__consumer_offsets' have no series yet)
+    topic = node.config.topic
+    groups = sorted(
+        (g for g in node.groups.values() if g.name.topic == topic), key=lambda g: g.name.partition
+    )
     cap = node.config.metrics_max_partitions
     return groups[:cap], max(0, len(groups) - cap)
 

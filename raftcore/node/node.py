@@ -62,7 +62,7 @@ from raftcore.kafka.producer_ids import ProducerIdSource
 from raftcore.kafka.producer_state import ProducerStateManager
 from raftcore.kafka.producer_tracker import ProducerStateTracker
 from raftcore.log import SegmentedLog
-from raftcore.node import admin, committed_reads, fatal, forwarding, reads
+from raftcore.node import admin, committed_reads, fatal, forwarding, offsets_groups, reads
 from raftcore.node.admin import AutoJoiner
 from raftcore.node.applier import Applier
 from raftcore.node.clock import now_ms
@@ -166,6 +166,9 @@ class RaftNode:
                 correlation_ids=self.correlation_ids,
             )
         self.kafka = kafka_broker(self)  # what the Kafka API sees of the node (raftcore.kafka)
+        # consumer groups: the __consumer_offsets partitions join self.groups after the broker
+        # was made, so they are not the node's topic (raftcore.node.offsets_groups)
+        self.coordinators = offsets_groups.attach(self, rng)
         self.metrics_server: MetricsServer | None = None
         self.metrics_address: tuple[str, int] | None = None  # where they are served
         # bound by the runner before anything is written (metrics_http.bind_metrics), or None
@@ -203,6 +206,7 @@ class RaftNode:
             peer_tls = tls.peer_context(cfg.security)
         self._loop = asyncio.get_running_loop()
         identity = check_meta_properties(cfg)  # formatted, and for this node: or refused
+        offsets_groups.prepare_directories(cfg)  # the __consumer_offsets partitions' own
         group = self.group
         started, self.directory_id = group.open(
             self._loop,
@@ -248,7 +252,10 @@ class RaftNode:
         self._started = True
         for name, output in first_outputs.items():
             self.groups[name].begin(output)
-        self._rebalance = LeaderRebalance.for_node(cfg, self.groups, self.prefix, now_ms)
+        self.coordinators.start()
+        # the topic's partitions only: __consumer_offsets' leaders are not spread yet
+        topic_groups = {n: g for n, g in self.groups.items() if n.topic == cfg.topic}
+        self._rebalance = LeaderRebalance.for_node(cfg, topic_groups, self.prefix, now_ms)
         self._housekeeping = asyncio.ensure_future(self._housekeeping_loop())
         open_warning = open_node_listener_warning(cfg)
         if open_warning is not None:
@@ -309,6 +316,7 @@ class RaftNode:
             await self.metrics_server.close()
         for group in self.groups.values():
             group.stop_timers()
+        await self.coordinators.close()
         if self._housekeeping is not None:
             self._housekeeping.cancel()
         if self._auto_join is not None:

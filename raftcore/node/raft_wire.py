@@ -57,7 +57,7 @@ from raftcore.raft.messages import (
 )
 from raftcore.raft.values import LeaderAndEpoch, OffsetAndEpoch
 from raftcore.raft.voters import VoterEndpoint
-from raftcore.topic_partition import TopicPartition
+from raftcore.topic_partition import OFFSETS_TOPIC, TopicPartition
 
 if TYPE_CHECKING:
     from raftcore.node.config import NodeConfig
@@ -126,6 +126,20 @@ class WrongPartition(RaftcoreError):
 # ---- requests out ----------------------------------------------------------------------------
 
 
+def _topic_id(cfg: Any, topic: str) -> bytes:
+    """The id of a topic whose partitions are Raft groups: the node's topic, or
+    ``__consumer_offsets`` (:mod:`raftcore.node.offsets_groups`)."""
+    return cfg.offsets_topic_id if topic == OFFSETS_TOPIC else cfg.topic_id  # type: ignore[no-any-return]
+
+
+def _topic_named_by(cfg: Any, topic_id: bytes) -> str | None:
+    if topic_id == cfg.topic_id:
+        return cfg.topic  # type: ignore[no-any-return]
+    if topic_id == cfg.offsets_topic_id:
+        return OFFSETS_TOPIC
+    return None
+
+
 def _named(node: WireNode, name: TopicPartition | None) -> TopicPartition:
     """The topic-partition a message is for: ``name``, or partition 0 of the topic."""
     return TopicPartition(node.config.topic, 0) if name is None else name
@@ -163,7 +177,7 @@ def encode_request(
             isolation_level=0,
             session_id=0,
             session_epoch=-1,
-            topics=[cls.FetchTopic(topic_id=cfg.topic_id, partitions=[partition])],
+            topics=[cls.FetchTopic(topic_id=_topic_id(cfg, name.topic), partitions=[partition])],
             forgotten_topics_data=[],
             rack_id="",
         )
@@ -323,12 +337,13 @@ def _single_partition(
         raise WrongPartition(key, "a raft request must name exactly one topic-partition")
     topic = topics[0]
     if by_id:
-        if bytes(topic.topic_id) != cfg.topic_id:
+        named = _topic_named_by(cfg, bytes(topic.topic_id))
+        if named is None:
             raise WrongPartition(key, "unknown topic id")
         partition = topic.partitions[0]
-        return TopicPartition(cfg.topic, partition.partition), partition
+        return TopicPartition(named, partition.partition), partition
     name = topic.name if key == ApiKey.FETCH_SNAPSHOT else topic.topic_name
-    if name != cfg.topic:
+    if name not in (cfg.topic, OFFSETS_TOPIC):
         raise WrongPartition(key, f"unknown topic {name!r}")
     partition = topic.partitions[0]
     index = partition.partition if key == ApiKey.FETCH_SNAPSHOT else partition.partition_index
@@ -476,7 +491,11 @@ def encode_response(
             throttle_time_ms=0,
             error_code=Errors.NONE,
             session_id=0,
-            responses=[cls.FetchableTopicResponse(topic_id=cfg.topic_id, partitions=[partition])],
+            responses=[
+                cls.FetchableTopicResponse(
+                    topic_id=_topic_id(cfg, name.topic), partitions=[partition]
+                )
+            ],
         )
         if version >= 16:
             body.node_endpoints = node_endpoints(node, cls.NodeEndpoint, leader)
@@ -589,7 +608,8 @@ def decode_response(
         if len(body.responses) != 1 or len(body.responses[0].partitions) != 1:
             raise RaftcoreError("a fetch response must carry exactly one partition")
         p = body.responses[0].partitions[0]
-        _check_answers_for(name, node.config.topic, p.partition_index, api_key)
+        topic = _topic_named_by(node.config, bytes(body.responses[0].topic_id))
+        _check_answers_for(name, topic or "", p.partition_index, api_key)
         cl = p.current_leader
         diverging = None
         if p.diverging_epoch is not None and p.diverging_epoch.epoch >= 0:

@@ -48,7 +48,15 @@ class ApiKey(enum.IntEnum):
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
     FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
     SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
@@ -56,6 +64,7 @@ class ApiKey(enum.IntEnum):
     INIT_PRODUCER_ID = 22
     DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
+    DELETE_GROUPS = 42
     VOTE = 52
     BEGIN_QUORUM_EPOCH = 53
     END_QUORUM_EPOCH = 54
@@ -76,7 +85,15 @@ _NAMES = {
     ApiKey.FETCH: "Fetch",
     ApiKey.LIST_OFFSETS: "ListOffsets",
     ApiKey.METADATA: "Metadata",
+    ApiKey.OFFSET_COMMIT: "OffsetCommit",
+    ApiKey.OFFSET_FETCH: "OffsetFetch",
     ApiKey.FIND_COORDINATOR: "FindCoordinator",
+    ApiKey.JOIN_GROUP: "JoinGroup",
+    ApiKey.HEARTBEAT: "Heartbeat",
+    ApiKey.LEAVE_GROUP: "LeaveGroup",
+    ApiKey.SYNC_GROUP: "SyncGroup",
+    ApiKey.DESCRIBE_GROUPS: "DescribeGroups",
+    ApiKey.LIST_GROUPS: "ListGroups",
     ApiKey.SASL_HANDSHAKE: "SaslHandshake",
     ApiKey.API_VERSIONS: "ApiVersions",
     ApiKey.CREATE_TOPICS: "CreateTopics",
@@ -84,6 +101,7 @@ _NAMES = {
     ApiKey.INIT_PRODUCER_ID: "InitProducerId",
     ApiKey.DESCRIBE_CONFIGS: "DescribeConfigs",
     ApiKey.SASL_AUTHENTICATE: "SaslAuthenticate",
+    ApiKey.DELETE_GROUPS: "DeleteGroups",
     ApiKey.VOTE: "Vote",
     ApiKey.BEGIN_QUORUM_EPOCH: "BeginQuorumEpoch",
     ApiKey.END_QUORUM_EPOCH: "EndQuorumEpoch",
@@ -103,7 +121,17 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.FETCH: (4, 17),
     ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.METADATA: (0, 12),
+    ApiKey.OFFSET_COMMIT: (0, 8),
+    ApiKey.OFFSET_FETCH: (0, 7),
     ApiKey.FIND_COORDINATOR: (0, 4),
+    # the classic group protocol from v0: librdkafka before 2.11 turns its group consumer off
+    # unless JoinGroup v0 is advertised (KAFKA-19444)
+    ApiKey.JOIN_GROUP: (0, 5),
+    ApiKey.HEARTBEAT: (0, 3),
+    ApiKey.LEAVE_GROUP: (0, 3),
+    ApiKey.SYNC_GROUP: (0, 3),
+    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.LIST_GROUPS: (0, 4),
     ApiKey.SASL_HANDSHAKE: (0, 1),  # advertised only by SASL listeners
     ApiKey.API_VERSIONS: (0, 4),
     ApiKey.CREATE_TOPICS: (0, 7),
@@ -111,6 +139,7 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.INIT_PRODUCER_ID: (0, 4),
     ApiKey.DESCRIBE_CONFIGS: (0, 4),
     ApiKey.SASL_AUTHENTICATE: (0, 2),  # advertised only by SASL listeners
+    ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.VOTE: (0, 2),
     ApiKey.BEGIN_QUORUM_EPOCH: (0, 1),
     ApiKey.END_QUORUM_EPOCH: (0, 1),
