@@ -220,6 +220,11 @@ class Broker:
     #: the configuration DescribeConfigs reports, by Kafka's names (raftcore.kafka.topic_admin)
     topic_configs: dict[str, str] = field(default_factory=dict)
     broker_configs: dict[str, str] = field(default_factory=dict)
+    #: the cluster metadata (topics created at run time) and the controller, when the node
+    #: has them (:class:`raftcore.kafka.cluster.Cluster`)
+    cluster: Any = None
+    #: where the leaders of partitions not replicated here are asked for (the node's)
+    leader_lookup: Any = None
 
     def produce_group(self, partition: Partition) -> ProduceGroup:
         """``partition``'s :class:`~raftcore.kafka.produce_group.ProduceGroup`."""

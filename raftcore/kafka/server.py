@@ -16,10 +16,11 @@ from raftcore.kafka.describe_quorum import describe_quorum
 from raftcore.kafka.fetch import consumer_fetch
 from raftcore.kafka.invalid_request import InvalidRequest
 from raftcore.kafka.list_offsets import list_offsets
-from raftcore.kafka.metadata import metadata
+from raftcore.kafka.metadata import NODE_CLIENT_ID, metadata
 from raftcore.kafka.produce import produce
 from raftcore.kafka.producer_ids import describe_producers, init_producer_id
 from raftcore.kafka.topic_admin import create_topics, describe_configs
+from raftcore.kafka.topic_create import create_partitions, delete_topics
 from raftcore.protocol.api import ApiKey, encode_response
 
 if TYPE_CHECKING:
@@ -60,6 +61,8 @@ async def handle(
         response = describe_quorum(broker, body, version, directory_ids=directory_ids)
     elif key == ApiKey.API_VERSIONS:
         response = api_versions_body(version, broker.uses_sasl, raft=raft_apis)
+    elif key == ApiKey.METADATA:
+        response = metadata(broker, body, version, local_only=header.client_id == NODE_CLIENT_ID)
     else:
         response = handler(broker, body, version)
     if asyncio.iscoroutine(response):
@@ -83,4 +86,6 @@ HANDLERS: dict[int, Any] = {
     ApiKey.FIND_COORDINATOR: find_coordinator,
     ApiKey.DESCRIBE_CONFIGS: describe_configs,
     ApiKey.CREATE_TOPICS: create_topics,
+    ApiKey.DELETE_TOPICS: delete_topics,
+    ApiKey.CREATE_PARTITIONS: create_partitions,
 }

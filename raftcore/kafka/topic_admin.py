@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from raftcore.error_codes import Errors
+from raftcore.kafka import topic_create
 from raftcore.protocol.api import ApiKey, response_spec
 
 if TYPE_CHECKING:
@@ -95,6 +96,8 @@ def describe_configs(broker: Broker, body: Any, version: int) -> Any:
 
 
 def create_topics(broker: Broker, body: Any, version: int) -> Any:
+    if broker.cluster is not None:  # topics are created through the metadata
+        return topic_create.create_topics(broker, body, version)
     cls = response_spec(ApiKey.CREATE_TOPICS).cls
     served = served_topics(broker)
     answers = []

@@ -24,6 +24,7 @@ import asyncio
 import functools
 import random
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from raftcore.errors import LostQuorumStateError, NodeFailedError, RaftcoreError
@@ -78,17 +79,20 @@ class RaftGroup:
         state_machine: StateMachine | None = None,
         rng: random.Random | None = None,
         correlation_ids: Iterator[int] | None = None,
+        directory: Path | None = None,
     ) -> None:
         """``fail(cause, exc, traceback=None)``: the node cannot go on (it stops, and halts
         its groups: :meth:`halt`). ``clock``: the time in ms given to every step of the core.
         ``listener`` / ``state_machine``: as :class:`~raftcore.node.node.RaftNode` takes them.
         ``correlation_ids``: the node's one source of the ids of its cores' requests (the
-        groups' requests share the connections to the peers)."""
+        groups' requests share the connections to the peers). ``directory``: where the group
+        lives when it is not a partition of ``NodeConfig.topic`` (the metadata group, a topic
+        created at run time: :mod:`raftcore.node.topic_dirs`)."""
         self.config = config
         self.name = name
         # Where the group keeps its quorum-state, and its log under LOG_DIR: the one place
         # that chooses it (data_dir.group_directory, the layout `raftcore format` writes).
-        self.directory = group_directory(config.data_dir, name.topic, name.partition)
+        self.directory = directory or group_directory(config.data_dir, name.topic, name.partition)
         self._correlation_ids = correlation_ids
         self.prefix = prefix
         self.metrics = metrics

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from raftcore.node.group import RaftGroup
     from raftcore.node.metrics import NodeMetrics
     from raftcore.node.peers import AddressBook
+    from raftcore.node.topic_ids import TopicIds
     from raftcore.raft import RaftCore
     from raftcore.security.sasl import SaslAuthenticator
     from raftcore.topic_partition import TopicPartition
@@ -89,6 +90,7 @@ class Messaging:
         groups: Mapping[TopicPartition, RaftGroup],
         admin_handle: Callable[[Any, Any], Awaitable[Any]],
         correlation_ids: Iterator[int],
+        topic_ids: TopicIds | None = None,
     ) -> None:
         """``correlation_ids``: the node's one source of them, which its groups' cores use
         too: an answer on a connection to a peer is matched by (peer, correlation id)."""
@@ -99,6 +101,8 @@ class Messaging:
         self.kafka = kafka  # the node as the Kafka API sees it
         self.sasl = sasl  # SASL logins on the listener, or None
         self.groups = groups  # the node's Raft groups, where raft messages go
+        # the ids of their topics (raftcore.node.raft_wire; None: NodeConfig.topic's only)
+        self.topic_ids = topic_ids
         self._admin_handle = admin_handle  # the voter RPCs of an operator (raftcore.node.admin)
         self._correlation_ids = correlation_ids
         self.peers: Peers | None = None  # the connections to the other nodes, from listen()
@@ -224,10 +228,12 @@ class Messaging:
         connection that asked (an fsync it had to wait for is behind it)."""
         if message.is_request:
             if isinstance(message.message, UpdateVoterRequest) and (
-                group.partition != 0  # names no partition: the peer gives it to partition 0
+                # names no partition: the peer gives it to NodeConfig.topic's partition 0
+                group.partition != 0
+                or group.topic != self.config.topic
                 or not self.peer_apis.serves(message.destination, ApiKey.UPDATE_RAFT_VOTER)
             ):
-                # Another partition's would be answered by partition 0's core, whose leader
+                # Another group's would be answered by partition 0's core, whose leader
                 # and epoch its own core would take for its own (and turn observer).
                 # A leader of the release before dynamic voters would close the connection
                 # (and the fetches on it): not sent, and lost for the core, which tells the

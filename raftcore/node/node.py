@@ -54,6 +54,7 @@ import itertools
 import logging
 import random
 import socket
+from collections import ChainMap
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
@@ -62,16 +63,19 @@ from raftcore.kafka.producer_ids import ProducerIdSource
 from raftcore.kafka.producer_state import ProducerStateManager
 from raftcore.kafka.producer_tracker import ProducerStateTracker
 from raftcore.log import SegmentedLog
+from raftcore.metadata import MetadataImage
 from raftcore.node import admin, committed_reads, fatal, forwarding, reads
 from raftcore.node.admin import AutoJoiner, ChangeWaiters
 from raftcore.node.applier import Applier
 from raftcore.node.clock import now_ms
+from raftcore.node.cluster_metadata import ClusterMetadata, MetadataListener
 from raftcore.node.committed_checkpoint import CommittedCheckpoint
 from raftcore.node.config import NodeConfig
 from raftcore.node.connection_limits import ConnectionLimits, RequestBudget
 from raftcore.node.connection_timeouts import ConnectionTimeouts
-from raftcore.node.data_dir import check_meta_properties
+from raftcore.node.data_dir import METADATA_DIR, check_meta_properties
 from raftcore.node.group import RaftGroup
+from raftcore.node.leader_lookup import PeerLeaderLookup
 from raftcore.node.listeners import open_node_listener_warning
 from raftcore.node.messaging import Messaging
 from raftcore.node.metrics import NodeMetrics
@@ -83,6 +87,8 @@ from raftcore.node.rebuild import StateRebuild
 from raftcore.node.retention import Retention
 from raftcore.node.scrubber import Scrubber
 from raftcore.node.snapshotter import Snapshotter
+from raftcore.node.topic_groups import TopicGroups, replica_config
+from raftcore.node.topic_ids import METADATA_TOPIC, METADATA_TOPIC_ID, TopicIds
 from raftcore.raft import Appended, LeaderAndEpoch, RaftCore
 from raftcore.raft.damage import Damage
 from raftcore.raft.voters import directory_id_text
@@ -164,7 +170,37 @@ class RaftNode:
                 rng=None if rng is None else random.Random(rng.getrandbits(64)),
                 correlation_ids=self.correlation_ids,
             )
+        # The groups beside NodeConfig.topic's (raftcore.node.cluster_metadata): the metadata
+        # group, and the replicas of the topics created through it (raftcore.node.topic_groups).
+        # The Raft RPCs find every group in ``routes``; ``groups`` stays NodeConfig.topic's.
+        self.topic_ids = TopicIds()  # what the Raft RPCs name topics by (raftcore.node.topic_ids)
+        self.topic_ids.add(config.topic, config.topic_id)
+        self.topic_ids.add(METADATA_TOPIC, METADATA_TOPIC_ID)
+        self.extra_groups: dict[TopicPartition, RaftGroup] = {}
+        self.routes: ChainMap[TopicPartition, RaftGroup] = ChainMap(self.groups, self.extra_groups)
         self.kafka = kafka_broker(self)  # what the Kafka API sees of the node (raftcore.kafka)
+        self.topic_groups = TopicGroups(self)
+        metadata_name = TopicPartition(METADATA_TOPIC, 0)
+        metadata_group = RaftGroup(
+            replica_config(config, tuple(config.quorum.voters)),
+            metadata_name,
+            prefix=f"[node {config.node_id} {metadata_name}]",
+            metrics=self.metrics,
+            address_book=self.address_book,
+            clock=now_ms,
+            fail=self._fail,
+            listener=MetadataListener(
+                MetadataImage(), f"[node {config.node_id}]", self.topic_groups.want_reconcile
+            ),
+            rng=None if rng is None else random.Random(rng.getrandbits(64)),
+            correlation_ids=self.correlation_ids,
+            directory=config.data_dir / METADATA_DIR,
+        )
+        metadata_group.partition.topic_id = METADATA_TOPIC_ID
+        self.extra_groups[metadata_name] = metadata_group
+        self.metadata = ClusterMetadata(metadata_group, metadata_group.listener, self._node_ids)
+        self.kafka.cluster = self.metadata
+        self.kafka.leader_lookup = PeerLeaderLookup(self)
         self.metrics_server: MetricsServer | None = None
         self.metrics_address: tuple[str, int] | None = None  # where they are served
         # bound by the runner before anything is written (metrics_http.bind_metrics), or None
@@ -179,7 +215,8 @@ class RaftNode:
             metrics=self.metrics,
             kafka=self.kafka,
             sasl=self.sasl,
-            groups=self.groups,
+            groups=self.routes,
+            topic_ids=self.topic_ids,
             admin_handle=lambda header, body: admin.handle(self, header, body),
             correlation_ids=self.correlation_ids,
         )
@@ -210,19 +247,21 @@ class RaftNode:
             send=self.messaging.send,
         )
         first_outputs = {group.name: started}
-        try:  # the other partitions' groups, with the directory id partition 0 runs with
-            for other in self.groups.values():
+        try:  # the other groups, with the directory id partition 0 runs with
+            self.topic_groups.found_on_disk()  # created topics' replicas (topic_dirs)
+            for other in list(self.routes.values()):
                 if other is not group:
                     first_outputs[other.name] = other.open(
                         self._loop,
                         directory_id=self.directory_id,
-                        joining=identity.joins,
+                        # a created topic's replica is a voter of its record's replicas
+                        joining=identity.joins and other.name.topic in (cfg.topic, METADATA_TOPIC),
                         send=self.messaging.send,
                     )[0]
         except BaseException:
             for name in first_outputs:
-                self.groups[name].stop_timers()
-                await self.groups[name].close()
+                self.routes[name].stop_timers()
+                await self.routes[name].close()
             raise
         core = group.core
         assert core is not None  # opened
@@ -246,7 +285,7 @@ class RaftNode:
         self._ended = self._loop.create_future()
         self._started = True
         for name, output in first_outputs.items():
-            self.groups[name].begin(output)
+            self.routes[name].begin(output)
         self._rebalance = LeaderRebalance.for_node(cfg, self.groups, self.prefix, now_ms)
         self._housekeeping = asyncio.ensure_future(self._housekeeping_loop())
         open_warning = open_node_listener_warning(cfg)
@@ -280,7 +319,7 @@ class RaftNode:
         peers = self.peers
         readies = [
             ready
-            for group in self.groups.values()
+            for group in list(self.routes.values())
             if (ready := group.begin_shutdown(lambda: () if peers is None else peers.down()))
             is not None
         ]
@@ -306,7 +345,8 @@ class RaftNode:
     async def _close(self) -> None:
         if self.metrics_server is not None:
             await self.metrics_server.close()
-        for group in self.groups.values():
+        await self.topic_groups.close()
+        for group in list(self.routes.values()):
             group.stop_timers()
         if self._housekeeping is not None:
             self._housekeeping.cancel()
@@ -317,7 +357,7 @@ class RaftNode:
         await self.messaging.close()
         if self.peers is not None:
             await self.peers.close()
-        for group in self.groups.values():
+        for group in list(self.routes.values()):
             await group.close()
         self._started = False
         if self._ended is not None and not self._ended.done():
@@ -346,7 +386,7 @@ class RaftNode:
         if self._ended is not None and not self._ended.done():
             self._ended.set_exception(error)
             self._ended.exception()  # retrieved: nobody need be waiting
-        for group in self.groups.values():
+        for group in list(self.routes.values()):
             group.halt(error)  # no step runs any more; a stop waits for no resignation
         if self._closing is None:
             self._closing = asyncio.ensure_future(self._close())
@@ -363,7 +403,13 @@ class RaftNode:
                     self._auto_join.check()
                 if self._rebalance is not None and not self._stopping:
                     self._rebalance.tick()
+                self.topic_groups.want_reconcile()  # once the image has caught up
             await asyncio.sleep(SWEEP_EVERY_S)
+
+    def _node_ids(self) -> list[int]:
+        """The nodes replicas are placed on: partition 0's voters."""
+        core = self.group.core
+        return sorted(core.voter_set) if core is not None else sorted(self.config.quorum.voters)
 
     # ---- the connections (raftcore.node.messaging) ---------------------------------------------
 
