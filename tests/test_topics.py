@@ -531,3 +531,54 @@ def test_only_partition_0_of_the_nodes_own_topic_sends_update_raft_voter(tmp_pat
     run(main())
     assert lost == [TopicPartition("__cluster_metadata", 0), TopicPartition("orders", 0)]
     assert len(sent) == 1
+
+
+# ---- the command line -------------------------------------------------------------------------
+
+
+def test_raftcore_topic_creates_lists_describes_and_deletes_a_topic(tmp_path, capsys):
+    """``raftcore topic`` (in process: the CLI's own event loop in a thread), asking any node:
+    create and delete go to the controller that Metadata names."""
+    from raftcore.cli import main
+
+    async def cli(*argv: str) -> tuple[int, str]:
+        code = await asyncio.to_thread(main, ["topic", *argv])
+        return code, capsys.readouterr().out
+
+    async def go() -> None:
+        async with cluster(tmp_path) as nodes:
+            await controller_of(nodes)
+            boot = f"--bootstrap={nodes[0].config.listen}"
+            code, out = await cli(
+                "create", boot, "--topic=clicks", "--partitions=3", "--replication-factor=2",
+                "--config", "retention.ms=60000",
+            )  # fmt: skip
+            assert (code, out) == (
+                0,
+                "topic clicks created: 3 partition(s), replication factor 2\n",
+            )
+            code, out = await cli("create", boot, "--topic=clicks", "--partitions=1")
+            assert code == 1 and out.startswith("TOPIC_ALREADY_EXISTS: topic clicks already")
+            code, out = await cli("create", boot, "--topic=wide", "--replication-factor=4")
+            assert code == 1 and out.startswith("INVALID_REPLICATION_FACTOR: ")
+            await opened(nodes, "clicks", 3)
+            assert await cli("list", boot) == (0, "clicks\nraftcore\n")
+            code, out = await cli("describe", boot, "--topic=clicks")
+            lines = out.splitlines()
+            assert code == 0 and lines[0].startswith("Topic: clicks\tTopicId: ")
+            assert lines[0].endswith("\tPartitionCount: 3\tReplicationFactor: 2")
+            placement = replicas_of(nodes, "clicks")
+            for p, line in enumerate(lines[1:]):
+                replicas = ",".join(map(str, placement[p]))
+                assert f"\tPartition: {p}\tLeader: " in line
+                assert line.endswith(f"\tReplicas: {replicas}\tIsr: {replicas}")
+            assert nodes[0].metadata.image.topic("clicks").configs["retention.ms"] == "60000"
+            assert await cli("delete", boot, "--topic=clicks") == (0, "topic clicks deleted\n")
+            # the node asked learns of the deletion with its next fetch of the metadata log
+            await wait_until(
+                lambda: nodes[0].metadata.image.topic("clicks") is None, "the deletion applied"
+            )
+            code, out = await cli("describe", boot, "--topic=clicks")
+            assert (code, out) == (1, "Topic: clicks\tUNKNOWN_TOPIC_OR_PARTITION\n")
+
+    run(go())

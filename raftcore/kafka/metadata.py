@@ -39,9 +39,10 @@ def metadata(broker: Broker, body: Any, version: int, *, local_only: bool = Fals
     names: list[str | None]
     if wanted is not None:
         names = list(wanted)
+    elif image is None:
+        names = list(broker.topics())
     else:
-        created = [] if image is None else image.topic_names()
-        names = [*dict.fromkeys([*broker.topics(), *created])]
+        names = [*dict.fromkeys([*_own_topics(broker), *image.topic_names()])]
     remote: dict[TopicPartition, tuple[int, ...]] = {}
     if image is not None and not local_only and broker.leader_lookup is not None:
         for name in names:
@@ -81,7 +82,7 @@ def _answer(
         if created is not None:
             topics.append(_created_topic(broker, cls, created, leaders))
             continue
-        partitions = [] if name is None else broker.topic_partitions(name)
+        partitions = [] if name not in _own_topics(broker) else broker.topic_partitions(name)
         if not partitions:
             error = Errors.UNKNOWN_TOPIC_ID if name is None else Errors.UNKNOWN_TOPIC_OR_PARTITION
             topics.append(cls.MetadataResponseTopic(error_code=error, name=name, partitions=[]))
@@ -113,6 +114,14 @@ def _answer(
         controller_id=controller,
         topics=topics,
     )
+
+
+def _own_topics(broker: Broker) -> list[str]:
+    """The topics served by the node's own groups: all of its partitions' without the cluster
+    metadata, else the node's own topic alone (the others are the image's)."""
+    if broker.cluster is None or broker.own_topic is None:
+        return broker.topics()
+    return [broker.own_topic]
 
 
 def _partition(

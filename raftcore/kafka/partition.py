@@ -225,6 +225,10 @@ class Broker:
     cluster: Any = None
     #: where the leaders of partitions not replicated here are asked for (the node's)
     leader_lookup: Any = None
+    #: the node's own topic (``NodeConfig.topic``): with ``cluster``, every other topic is
+    #: known by the metadata image alone (a replica still open here of a topic the image no
+    #: longer has is closing)
+    own_topic: str | None = None
 
     def produce_group(self, partition: Partition) -> ProduceGroup:
         """``partition``'s :class:`~raftcore.kafka.produce_group.ProduceGroup`."""

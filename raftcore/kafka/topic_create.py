@@ -54,6 +54,8 @@ def _timeout_s(timeout_ms: int) -> float:
 
 def _fixed_topics(broker: Broker) -> set[str]:
     """The topics whose partitions are fixed at format: the node's own and the metadata's."""
+    if broker.own_topic is not None:
+        return {broker.own_topic, METADATA_TOPIC}
     cluster = broker.cluster
     created = set() if cluster is None else set(cluster.image.topic_names())
     return {t for t in broker.topics() if t not in created} | {METADATA_TOPIC}
