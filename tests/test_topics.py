@@ -582,3 +582,28 @@ def test_raftcore_topic_creates_lists_describes_and_deletes_a_topic(tmp_path, ca
             assert (code, out) == (1, "Topic: clicks\tUNKNOWN_TOPIC_OR_PARTITION\n")
 
     run(go())
+
+
+def test_deleting_a_topic_answers_its_parked_fetches_so_no_other_group_loses_its_leader(tmp_path):
+    """A connection answers in the order it was asked: a follower's fetch parked at a leader
+    whose group then closes (its topic deleted) is answered UNKNOWN_TOPIC_ID at once, else it
+    would hold back the answers to every later request on that connection, the metadata
+    group's fetches too, until they time out and the followers elect another controller."""
+
+    async def main() -> None:
+        async with cluster(tmp_path) as nodes:
+            await leader_of(nodes)
+            assert (await create_at(nodes, "brief", 6, 3)).error_code == Errors.NONE
+            await opened(nodes, "brief", 6)
+            controller = await controller_of(nodes)
+            epochs = [(n.metadata.group.core.epoch, n.group.core.epoch) for n in nodes]
+            assert (await delete_at(nodes, "brief")).error_code == Errors.NONE
+            await wait_until(
+                lambda: not any(tp.topic == "brief" for n in nodes for tp in n.extra_groups),
+                "every replica of brief closed",
+            )
+            await asyncio.sleep(2.5)  # over two fetch timeouts of the test's quorum
+            assert [(n.metadata.group.core.epoch, n.group.core.epoch) for n in nodes] == epochs
+            assert controller.metadata.is_controller()
+
+    run(main())

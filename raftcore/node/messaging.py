@@ -120,6 +120,7 @@ class Messaging:
         # raft requests the core has not answered yet: (Later, api key, version, correlation
         # id, when it came), by the token the core answers with
         self._inbound: dict[int, tuple[Later, int, int, int, float]] = {}
+        self._inbound_group: dict[int, TopicPartition] = {}  # the group each token went to
         self._token = 0
         self._foreign_peers: set[int] = set()  # answered INCONSISTENT_CLUSTER_ID (said once)
         # the node's own requests to peers: (peer, correlation id) -> (api key, version, future)
@@ -220,6 +221,7 @@ class Messaging:
         if self._own_peers is not None:
             await self._own_peers.close()
         self._inbound.clear()  # their connections close with the node
+        self._inbound_group.clear()
 
     # ---- raft messages on the wire ---------------------------------------------------------------
 
@@ -261,6 +263,7 @@ class Messaging:
                 self.metrics.peer_sent_bytes += len(frame) + 4
             return
         pending = self._inbound.pop(message.correlation_id, None)
+        self._inbound_group.pop(message.correlation_id, None)
         if pending is None:
             return  # the node is stopping
         later, api_key, version, correlation_id, started = pending
@@ -269,6 +272,27 @@ class Messaging:
         parts = encode_response(api_key, version, correlation_id, body)
         self.metrics.inbound_sent_bytes += sum(len(part) for part in parts) + 4
         later.answer(parts)
+
+    def group_closed(self, name: TopicPartition) -> None:
+        """The group ``name`` closed while the node runs (its topic deleted): the requests its
+        core had not answered yet (a parked fetch) are answered UNKNOWN_TOPIC_OR_PARTITION
+        now. A connection answers in the order it was asked: one never answered would hold
+        back every later answer on it, the other groups' too."""
+        for token in [t for t, n in self._inbound_group.items() if n == name]:
+            del self._inbound_group[token]
+            pending = self._inbound.pop(token, None)
+            if pending is None:
+                continue
+            later, api_key, version, correlation_id, _ = pending
+            code = (
+                Errors.UNKNOWN_TOPIC_ID
+                if api_key == ApiKey.FETCH
+                else Errors.UNKNOWN_TOPIC_OR_PARTITION
+            )
+            body = raft_wire.error_response(self, api_key, version, code)
+            later.answer(encode_response(api_key, version, correlation_id, body))
+        for key in [k for k, v in self._peer_requests.items() if v[2] == name]:
+            del self._peer_requests[key]
 
     def _not_sent(self, name: TopicPartition, peer_id: int, correlation_id: int) -> None:
         group = self.groups.get(name)
@@ -593,5 +617,6 @@ class Messaging:
         token = self._token
         started = time.perf_counter()
         self._inbound[token] = (later, api_key, version, header.correlation_id, started)
+        self._inbound_group[token] = name
         group.run(lambda now: group_core.handle(source, token, message, now))
         return later

@@ -134,6 +134,7 @@ class TopicGroups:
         group = node.extra_groups[name]
         replica = self.replicas[name]
         self._forget(name, group)
+        node.messaging.group_closed(name)  # its parked fetches answered: nothing waits on it
         group.stop_timers()
         await group.close()
         await asyncio.get_running_loop().run_in_executor(
