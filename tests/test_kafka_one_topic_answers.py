@@ -59,7 +59,8 @@ def test_describe_configs_reports_the_topic_and_the_node_by_kafkas_names(tmp_pat
             assert configs["max.message.bytes"] == str(node.config.log.max_message_bytes)
             assert {c.name for c in broker.configs} == {"message.max.bytes"}
             assert unknown.error_code == Errors.UNKNOWN_TOPIC_OR_PARTITION
-            assert "serves one topic, raftcore" in unknown.error_message
+            assert "topic 'orders' does not exist" in unknown.error_message
+            assert "own topic is raftcore" in unknown.error_message
 
     run(main())
 

@@ -607,3 +607,25 @@ def test_deleting_a_topic_answers_its_parked_fetches_so_no_other_group_loses_its
             assert controller.metadata.is_controller()
 
     run(main())
+
+
+def test_describe_configs_of_a_created_topic_reports_what_its_replicas_run_with(tmp_path):
+    """Its own configs are stored, not applied yet: the node's settings, as for its own topic,
+    on every node (those without a replica too)."""
+
+    async def main() -> None:
+        async with cluster(tmp_path) as nodes:
+            await controller_of(nodes)
+            assert (await create_at(nodes, "conf", 1, 1)).error_code == Errors.NONE
+            await opened(nodes, "conf", 1)
+            cls = request_spec(ApiKey.DESCRIBE_CONFIGS).cls
+            for n in nodes:
+                body = cls(
+                    resources=[cls.DescribeConfigsResource(resource_type=2, resource_name="conf")]
+                )
+                (result,) = (await raw_request(n, ApiKey.DESCRIBE_CONFIGS, 4, body)).results  # type: ignore[attr-defined]
+                assert result.error_code == Errors.NONE, n.node_id
+                configs = {c.name: c.value for c in result.configs}
+                assert configs["segment.bytes"] == str(n.config.log.segment_bytes)
+
+    run(main())
