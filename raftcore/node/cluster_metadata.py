@@ -33,11 +33,17 @@ from raftcore.errors import CorruptRecordError
 from raftcore.kafka.cluster import NotControllerError
 from raftcore.metadata import MetadataError, MetadataImage, MetadataRecord
 from raftcore.metadata.records import decode_record, encode_record
+from raftcore.node.clock import now_ms
+from raftcore.node.data_dir import METADATA_DIR
+from raftcore.node.group import RaftGroup
+from raftcore.node.topic_groups import replica_config
+from raftcore.node.topic_ids import METADATA_TOPIC, METADATA_TOPIC_ID
 from raftcore.node.waiters import Waiters
 from raftcore.raft import CommittedBatch, LeaderAndEpoch
+from raftcore.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
-    from raftcore.node.group import RaftGroup
+    from raftcore.node.node import RaftNode
 
 __all__ = ["ClusterMetadata", "MetadataListener"]
 
@@ -85,6 +91,30 @@ class ClusterMetadata:
         self.node_ids = node_ids
         self.rng = random.Random()
         self._writes = asyncio.Lock()
+
+    @classmethod
+    def for_node(cls, node: RaftNode, rng: random.Random | None) -> ClusterMetadata:
+        """The metadata group of ``node`` (``<data-dir>/__cluster_metadata-0/``, over the static
+        voters), in ``node.extra_groups``; its listener reconciles the node's topic groups."""
+        config = node.config
+        name = TopicPartition(METADATA_TOPIC, 0)
+        listener = MetadataListener(MetadataImage(), node.prefix, node.topic_groups.want_reconcile)
+        group = RaftGroup(
+            replica_config(config, tuple(config.quorum.voters)),
+            name,
+            prefix=f"[node {config.node_id} {name}]",
+            metrics=node.metrics,
+            address_book=node.address_book,
+            clock=now_ms,
+            fail=node._fail,
+            listener=listener,
+            rng=None if rng is None else random.Random(rng.getrandbits(64)),
+            correlation_ids=node.correlation_ids,
+            directory=config.data_dir / METADATA_DIR,
+        )
+        group.partition.topic_id = METADATA_TOPIC_ID
+        node.extra_groups[name] = group
+        return cls(group, listener, node.node_ids)
 
     @property
     def image(self) -> MetadataImage:

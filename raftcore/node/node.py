@@ -10,7 +10,10 @@ event loop.
 Messages the core marks ``after_flush`` wait for the fsync that covers them; appends that
 arrive during an fsync are covered by the next one (group commit). The node hosts one group
 for each partition of the topic ``NodeConfig.topic`` (``NodeConfig.partitions``), all over
-the same voters, each electing its own leader; its embedding API works on partition 0.
+the same voters, each electing its own leader; its embedding API works on partition 0. Beside
+them (``extra_groups``) it hosts the metadata group, whose leader is the controller
+(:mod:`raftcore.node.cluster_metadata`), and a group for each replica of a topic created
+through it, over that partition's replicas (:mod:`raftcore.node.topic_groups`).
 
 Embedding API::
 
@@ -63,17 +66,16 @@ from raftcore.kafka.producer_ids import ProducerIdSource
 from raftcore.kafka.producer_state import ProducerStateManager
 from raftcore.kafka.producer_tracker import ProducerStateTracker
 from raftcore.log import SegmentedLog
-from raftcore.metadata import MetadataImage
 from raftcore.node import admin, committed_reads, fatal, forwarding, reads
 from raftcore.node.admin import AutoJoiner, ChangeWaiters
 from raftcore.node.applier import Applier
 from raftcore.node.clock import now_ms
-from raftcore.node.cluster_metadata import ClusterMetadata, MetadataListener
+from raftcore.node.cluster_metadata import ClusterMetadata
 from raftcore.node.committed_checkpoint import CommittedCheckpoint
 from raftcore.node.config import NodeConfig
 from raftcore.node.connection_limits import ConnectionLimits, RequestBudget
 from raftcore.node.connection_timeouts import ConnectionTimeouts
-from raftcore.node.data_dir import METADATA_DIR, check_meta_properties
+from raftcore.node.data_dir import check_meta_properties
 from raftcore.node.group import RaftGroup
 from raftcore.node.leader_lookup import PeerLeaderLookup
 from raftcore.node.listeners import open_node_listener_warning
@@ -87,7 +89,7 @@ from raftcore.node.rebuild import StateRebuild
 from raftcore.node.retention import Retention
 from raftcore.node.scrubber import Scrubber
 from raftcore.node.snapshotter import Snapshotter
-from raftcore.node.topic_groups import TopicGroups, replica_config
+from raftcore.node.topic_groups import TopicGroups
 from raftcore.node.topic_ids import METADATA_TOPIC, METADATA_TOPIC_ID, TopicIds
 from raftcore.raft import Appended, LeaderAndEpoch, RaftCore
 from raftcore.raft.damage import Damage
@@ -180,25 +182,7 @@ class RaftNode:
         self.routes: ChainMap[TopicPartition, RaftGroup] = ChainMap(self.groups, self.extra_groups)
         self.kafka = kafka_broker(self)  # what the Kafka API sees of the node (raftcore.kafka)
         self.topic_groups = TopicGroups(self)
-        metadata_name = TopicPartition(METADATA_TOPIC, 0)
-        metadata_group = RaftGroup(
-            replica_config(config, tuple(config.quorum.voters)),
-            metadata_name,
-            prefix=f"[node {config.node_id} {metadata_name}]",
-            metrics=self.metrics,
-            address_book=self.address_book,
-            clock=now_ms,
-            fail=self._fail,
-            listener=MetadataListener(
-                MetadataImage(), f"[node {config.node_id}]", self.topic_groups.want_reconcile
-            ),
-            rng=None if rng is None else random.Random(rng.getrandbits(64)),
-            correlation_ids=self.correlation_ids,
-            directory=config.data_dir / METADATA_DIR,
-        )
-        metadata_group.partition.topic_id = METADATA_TOPIC_ID
-        self.extra_groups[metadata_name] = metadata_group
-        self.metadata = ClusterMetadata(metadata_group, metadata_group.listener, self._node_ids)
+        self.metadata = ClusterMetadata.for_node(self, rng)  # in extra_groups
         self.kafka.cluster = self.metadata
         self.kafka.leader_lookup = PeerLeaderLookup(self)
         self.metrics_server: MetricsServer | None = None
@@ -406,7 +390,7 @@ class RaftNode:
                 self.topic_groups.want_reconcile()  # once the image has caught up
             await asyncio.sleep(SWEEP_EVERY_S)
 
-    def _node_ids(self) -> list[int]:
+    def node_ids(self) -> list[int]:
         """The nodes replicas are placed on: partition 0's voters."""
         core = self.group.core
         return sorted(core.voter_set) if core is not None else sorted(self.config.quorum.voters)
