@@ -629,3 +629,86 @@ def test_describe_configs_of_a_created_topic_reports_what_its_replicas_run_with(
                 assert configs["segment.bytes"] == str(n.config.log.segment_bytes)
 
     run(main())
+
+
+def test_a_partition_led_elsewhere_is_not_leader_and_one_the_cluster_lacks_is_unknown(tmp_path):
+    """Produce, ListOffsets and Fetch find a partition by (topic, partition): on a node
+    without a replica of it, NOT_LEADER_OR_FOLLOWER when the cluster has it (the client asks
+    Metadata again, which names its leader), UNKNOWN_TOPIC_OR_PARTITION when it does not."""
+    from kafka_helpers import batch
+
+    async def main() -> None:
+        async with cluster(tmp_path) as nodes:
+            await controller_of(nodes)
+            assert (await create_at(nodes, "single", 3, 1)).error_code == Errors.NONE
+            placement = await opened(nodes, "single", 3)
+            await wait_until(lambda: all(n.metadata.caught_up() for n in nodes), "caught up")
+            node = nodes[0]
+            elsewhere = next(p for p, r in placement.items() if node.node_id not in r)
+            offsets = request_spec(ApiKey.LIST_OFFSETS).cls
+            produce = request_spec(ApiKey.PRODUCE).cls
+            fetch = request_spec(ApiKey.FETCH).cls
+            topic_id = node.metadata.image.topic("single").topic_id.raw
+            for index, error in (
+                (elsewhere, Errors.NOT_LEADER_OR_FOLLOWER),
+                (7, Errors.UNKNOWN_TOPIC_OR_PARTITION),
+            ):
+                body = offsets(
+                    replica_id=-1,
+                    isolation_level=0,
+                    topics=[
+                        offsets.ListOffsetsTopic(
+                            name="single",
+                            partitions=[
+                                offsets.ListOffsetsPartition(partition_index=index, timestamp=-1)
+                            ],
+                        )
+                    ],
+                )
+                answer = await raw_request(node, ApiKey.LIST_OFFSETS, 7, body)
+                assert answer.topics[0].partitions[0].error_code == error  # type: ignore[attr-defined]
+                body = produce(
+                    acks=-1,
+                    timeout_ms=2000,
+                    topic_data=[
+                        produce.TopicProduceData(
+                            name="single",
+                            partition_data=[
+                                produce.PartitionProduceData(index=index, records=batch(1))
+                            ],
+                        )
+                    ],
+                )
+                answer = await raw_request(node, ApiKey.PRODUCE, 9, body)
+                got = answer.responses[0].partition_responses[0].error_code  # type: ignore[attr-defined]
+                assert got == error, index
+                body = fetch(
+                    replica_id=-1,
+                    max_wait_ms=0,
+                    min_bytes=1,
+                    max_bytes=1 << 20,
+                    isolation_level=0,
+                    session_id=0,
+                    session_epoch=-1,
+                    topics=[
+                        fetch.FetchTopic(
+                            topic_id=topic_id,
+                            partitions=[
+                                fetch.FetchPartition(
+                                    partition=index,
+                                    current_leader_epoch=-1,
+                                    fetch_offset=0,
+                                    log_start_offset=-1,
+                                    partition_max_bytes=1 << 20,
+                                )
+                            ],
+                        )
+                    ],
+                    forgotten_topics_data=[],
+                    rack_id="",
+                )
+                answer = await raw_request(node, ApiKey.FETCH, 13, body)
+                got = answer.responses[0].partitions[0].error_code  # type: ignore[attr-defined]
+                assert got == error, index
+
+    run(main())

@@ -261,6 +261,28 @@ class Broker:
                 return p
         return None
 
+    def absent(self, topic: str | None, index: int, topic_id: bytes | None = None) -> int:
+        """The error for partition ``index`` of a topic (by name, or by id) this node has no
+        replica of: NOT_LEADER_OR_FOLLOWER when the cluster metadata has it (it is led
+        elsewhere: the client asks Metadata again), else UNKNOWN_TOPIC_OR_PARTITION
+        (UNKNOWN_TOPIC_ID for an unknown id)."""
+        from raftcore.error_codes import Errors
+
+        image = None if self.cluster is None else self.cluster.image
+        found = None
+        if image is not None:
+            if topic is not None:
+                found = image.topic(topic)
+            elif topic_id is not None and len(topic_id) == 16:
+                from raftcore.metadata.topic_id import TopicId
+
+                found = image.topic_by_id(TopicId(topic_id))
+        if found is not None and 0 <= index < len(found.partitions):
+            return Errors.NOT_LEADER_OR_FOLLOWER
+        if topic is None and found is None:
+            return Errors.UNKNOWN_TOPIC_ID
+        return Errors.UNKNOWN_TOPIC_OR_PARTITION
+
     def topic_named_by(self, topic_id: bytes) -> str | None:
         """The name of the topic whose id is ``topic_id``; None if not served here."""
         return next((p.topic for p in self.partitions if p.topic_id == topic_id), None)
