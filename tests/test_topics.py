@@ -712,3 +712,39 @@ def test_a_partition_led_elsewhere_is_not_leader_and_one_the_cluster_lacks_is_un
                 assert got == error, index
 
     run(main())
+
+
+def test_a_peer_without_a_group_is_asked_for_it_once_a_second_not_at_every_retry(tmp_path, caplog):
+    """A node of the release before the metadata group answers every request for it
+    UNKNOWN_TOPIC_OR_PARTITION and logs it; retried at the 20 ms backoff, the upgrade filled
+    its log with thousands of lines a minute. A group's requests to a peer that said it has no
+    such group wait a second (ABSENT_PAUSE_S) before the next one."""
+    import logging
+
+    from raftcore.node.messaging import ABSENT_PAUSE_S
+
+    async def main() -> None:
+        async with cluster(tmp_path) as nodes:
+            await leader_of(nodes)
+            # nodes 2 and 3 as the previous release: no metadata group to route to; node 1's
+            # then stands for election over and over, asking them
+            olds = nodes[1:]
+            for old in olds:
+                old.extra_groups.pop(TopicPartition("__cluster_metadata", 0))
+            await asyncio.sleep(1.5)  # node 1's metadata group lost its leader or quorum
+            caplog.clear()
+            with caplog.at_level(logging.INFO, logger="raftcore.node.node"):
+                await asyncio.sleep(4)
+            refused = [
+                r
+                for r in caplog.records
+                if any(
+                    r.getMessage().startswith(f"{old.prefix} refusing a raft request")
+                    for old in olds
+                )
+            ]
+            # two peers, about one request each per pause (and those of elections begun
+            # meanwhile, held until the pause ends); at every retry it was over 35 here
+            assert 1 <= len(refused) <= 2 * (4 / ABSENT_PAUSE_S) + 8, len(refused)
+
+    run(main())

@@ -69,6 +69,7 @@ __all__ = ["RAFT_APIS", "Messaging"]
 logger = logging.getLogger("raftcore.node.node")
 
 RAFT_APIS = RAFT_ONLY_APIS  # and a Fetch naming a replica
+ABSENT_PAUSE_S = 1.0  # how long a group's requests wait for a peer that has no such group
 
 
 class Messaging:
@@ -121,6 +122,10 @@ class Messaging:
         # id, when it came), by the token the core answers with
         self._inbound: dict[int, tuple[Later, int, int, int, float]] = {}
         self._inbound_group: dict[int, TopicPartition] = {}  # the group each token went to
+        # (peer, group) -> until when (loop time) the group's requests to that peer wait: the
+        # peer answered that it has no such group (UNKNOWN_TOPIC_*): a node of the release
+        # before the metadata group, a replica not opened yet or already deleted there
+        self._absent_at: dict[tuple[int, TopicPartition], float] = {}
         self._token = 0
         self._foreign_peers: set[int] = set()  # answered INCONSISTENT_CLUSTER_ID (said once)
         # the node's own requests to peers: (peer, correlation id) -> (api key, version, future)
@@ -245,6 +250,8 @@ class Messaging:
                     self._not_sent, group, message.destination, message.correlation_id
                 )
                 return
+            if self._wait_for_absent(group, message):
+                return
             assert self.peers is not None
             peer = self.peers.get(message.destination)  # opened now if need be
             if peer is None:  # no address known (logged once by the address book)
@@ -273,6 +280,25 @@ class Messaging:
         self.metrics.inbound_sent_bytes += sum(len(part) for part in parts) + 4
         later.answer(parts)
 
+    def _wait_for_absent(self, group: TopicPartition, message: Outbound) -> bool:
+        """A request of ``group`` to a peer that said it has no such group, within
+        ABSENT_PAUSE_S of saying so, is held until then and handed back to the core as lost
+        (it asks again after its backoff): one probe per pause, not one per retry backoff
+        (the release before the metadata group logs every refusal)."""
+        key = (message.destination, group)
+        until = self._absent_at.get(key)
+        if until is None:
+            return False
+        assert self._loop is not None
+        left = until - self._loop.time()
+        if left <= 0:
+            del self._absent_at[key]
+            return False
+        self._loop.call_later(
+            left, self._not_sent, group, message.destination, message.correlation_id
+        )
+        return True
+
     def group_closed(self, name: TopicPartition) -> None:
         """The group ``name`` closed while the node runs (its topic deleted): the requests its
         core had not answered yet (a parked fetch) are answered UNKNOWN_TOPIC_OR_PARTITION
@@ -293,6 +319,8 @@ class Messaging:
             later.answer(encode_response(api_key, version, correlation_id, body))
         for key in [k for k, v in self._peer_requests.items() if v[2] == name]:
             del self._peer_requests[key]
+        for absent in [k for k in self._absent_at if k[1] == name]:
+            del self._absent_at[absent]
 
     def _not_sent(self, name: TopicPartition, peer_id: int, correlation_id: int) -> None:
         group = self.groups.get(name)
@@ -348,6 +376,9 @@ class Messaging:
                     )
             else:
                 self._foreign_peers.discard(peer_id)
+            if message.error_code in (Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.UNKNOWN_TOPIC_ID):
+                assert self._loop is not None
+                self._absent_at[(peer_id, name)] = self._loop.time() + ABSENT_PAUSE_S
             group.run(lambda now: core.handle(peer_id, correlation_id, message, now))
 
         return on_response
