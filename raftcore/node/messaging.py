@@ -36,6 +36,7 @@ from raftcore.node.listeners import RaftRefusals, Role, sees_directory_ids
 from raftcore.node.peer_apis import PeerApis
 from raftcore.node.peers import Peers
 from raftcore.node.tls_listener import serve_tls
+from raftcore.node.topic_ids import METADATA_TOPIC
 from raftcore.node.transport import CloseConnection, Later, ServerConnection
 from raftcore.protocol.api import (
     RAFT_ONLY_APIS,
@@ -69,6 +70,7 @@ __all__ = ["RAFT_APIS", "Messaging"]
 logger = logging.getLogger("raftcore.node.node")
 
 RAFT_APIS = RAFT_ONLY_APIS  # and a Fetch naming a replica
+_OWN_TOPIC_LANE, _METADATA_LANE, _TOPICS_LANE = "own", "metadata", "topics"
 ABSENT_PAUSE_S = 1.0  # how long a group's requests wait for a peer that has no such group
 
 
@@ -108,6 +110,8 @@ class Messaging:
         self._correlation_ids = correlation_ids
         self.peers: Peers | None = None  # the connections to the other nodes, from listen()
         self._own_peers: Peers | None = None  # and those for the node's own requests
+        # and those of the metadata group, and of the topics created through it (listen())
+        self._side_peers: dict[str, Peers] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tls_context: Any = None  # the listener's ssl.SSLContext, or None (PLAINTEXT)
         self.servers: list[Any] = []  # asyncio.Server or TlsServer: one, or client and node
@@ -174,6 +178,18 @@ class Messaging:
             tls_context=peers.tls_context,
             login=peers.login,
         )
+        # The metadata group's Raft requests, and those of the created topics' groups, go on
+        # connections of their own too: an idle group's fetch waits at its leader (the
+        # purgatory, up to fetch_max_wait_ms) and holds back the answers to every request
+        # behind it on the connection, NodeConfig.topic's fetches too.
+        for lane in (_METADATA_LANE, _TOPICS_LANE):
+            self._side_peers[lane] = Peers(
+                peers.book,
+                peers.prefix,
+                functools.partial(self._side_callbacks, lane),
+                tls_context=peers.tls_context,
+                login=peers.login,
+            )
         self._loop = asyncio.get_running_loop()
         self._tls_context = tls_context
         cfg = self.config
@@ -225,6 +241,8 @@ class Messaging:
         await self.peer_apis.close()
         if self._own_peers is not None:
             await self._own_peers.close()
+        for side in self._side_peers.values():
+            await side.close()
         self._inbound.clear()  # their connections close with the node
         self._inbound_group.clear()
 
@@ -253,7 +271,9 @@ class Messaging:
             if self._wait_for_absent(group, message):
                 return
             assert self.peers is not None
-            peer = self.peers.get(message.destination)  # opened now if need be
+            lanes = self._side_peers
+            connections = lanes.get(self._lane(group), self.peers)
+            peer = connections.get(message.destination)  # opened now if need be
             if peer is None:  # no address known (logged once by the address book)
                 return
             api_key, version, frame = raft_wire.encode_request(self, message, group)
@@ -390,12 +410,40 @@ class Messaging:
             snapshot download resumes from the bytes it holds)."""
             self.metrics.peer_opened += 1
             self.peer_apis.connected(peer_id)  # what it serves (after the failures below)
-            lost = [cid for (peer, cid) in self._peer_requests if peer == peer_id]
+            lost = [
+                cid
+                for (peer, cid), sent in self._peer_requests.items()
+                if peer == peer_id and self._lane(sent[2]) == _OWN_TOPIC_LANE
+            ]
             for cid in lost:
                 name = self._peer_requests.pop((peer_id, cid))[2]
                 self._not_sent(name, peer_id, cid)
 
         return on_connected
+
+    def _lane(self, group: TopicPartition) -> str:
+        """Which connections to a peer a group's requests go on (see :meth:`listen`)."""
+        if group.topic == self.config.topic:
+            return _OWN_TOPIC_LANE
+        return _METADATA_LANE if group.topic == METADATA_TOPIC else _TOPICS_LANE
+
+    def _side_callbacks(self, lane: str, peer_id: int) -> tuple[Any, Any, Any]:
+        """What a connection of ``lane`` to ``peer_id`` tells the node: answers as the main
+        connection's; a refusal is heard on the main connection (every group hears it there);
+        a new connection fails the requests of its lane's groups sent on the old one."""
+
+        def on_connected() -> None:
+            self.metrics.peer_opened += 1
+            lost = [
+                cid
+                for (peer, cid), sent in self._peer_requests.items()
+                if peer == peer_id and self._lane(sent[2]) == lane
+            ]
+            for cid in lost:
+                name = self._peer_requests.pop((peer_id, cid))[2]
+                self._not_sent(name, peer_id, cid)
+
+        return (self._response_handler(peer_id), lambda: None, on_connected)
 
     def _own_callbacks(self, peer_id: int) -> tuple[Any, Any, Any]:
         """What a connection for the node's own requests to ``peer_id`` tells it: answers
