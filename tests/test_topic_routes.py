@@ -329,3 +329,35 @@ def test_an_idle_metadata_groups_parked_fetch_holds_back_no_answer_of_the_nodes_
             assert took < 20 * wait_s / 4, took
 
     run(main())
+
+
+def test_update_raft_voter_waits_for_a_new_peers_api_versions_answer():
+    """UpdateRaftVoter may go to a peer whose ApiVersions lists it, or of which nothing is
+    known; but not while the first answer of a new connection is awaited: the previous
+    release closes the connection of an API it does not know (the upgrade test's
+    'unknown API key 82')."""
+    from raftcore.node.peer_apis import PeerApis
+    from raftcore.protocol.api import ApiKey
+
+    async def main() -> None:
+        answers: dict[int, asyncio.Future[frozenset[int]]] = {}
+
+        async def ask(peer_id: int) -> frozenset[int]:
+            answers[peer_id] = asyncio.get_running_loop().create_future()
+            return await answers[peer_id]
+
+        apis = PeerApis(ask, "[node 1]")
+        update = ApiKey.UPDATE_RAFT_VOTER
+        assert apis.may_send(2, update)  # nothing known, nothing asked
+        apis.connected(2)
+        apis.connected(3)
+        await asyncio.sleep(0)
+        assert not apis.may_send(2, update) and not apis.may_send(3, update)
+        answers[2].set_result(frozenset({ApiKey.FETCH}))  # the previous release
+        answers[3].set_exception(ConnectionError("lost"))  # no answer: as if nothing known
+        await asyncio.sleep(0)
+        assert not apis.may_send(2, update)
+        assert apis.may_send(3, update)
+        await apis.close()
+
+    run(main())

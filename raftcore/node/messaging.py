@@ -256,7 +256,7 @@ class Messaging:
                 # names no partition: the peer gives it to NodeConfig.topic's partition 0
                 group.partition != 0
                 or group.topic != self.config.topic
-                or not self.peer_apis.serves(message.destination, ApiKey.UPDATE_RAFT_VOTER)
+                or not self.peer_apis.may_send(message.destination, ApiKey.UPDATE_RAFT_VOTER)
             ):
                 # Another group's would be answered by partition 0's core, whose leader
                 # and epoch its own core would take for its own (and turn observer).
