@@ -46,7 +46,7 @@ async def produce(broker: Broker, body: Any, version: int) -> Any:
                 index=p.index, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1
             )
             partition = broker.partition(topic.name, p.index)
-            error = error_for_all
+            error: int | None = error_for_all
             if partition is None and error is None:  # led elsewhere, or not in the cluster
                 error = broker.absent(topic.name, p.index)
             outcome = _produce_partition(
