@@ -189,6 +189,7 @@ class Messaging:
                 functools.partial(self._side_callbacks, lane),
                 tls_context=peers.tls_context,
                 login=peers.login,
+                quiet=True,
             )
         self._loop = asyncio.get_running_loop()
         self._tls_context = tls_context
