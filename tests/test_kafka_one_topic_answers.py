@@ -39,28 +39,36 @@ def test_describe_configs_reports_the_topic_and_the_node_by_kafkas_names(tmp_pat
             assert configs["max.message.bytes"] == str(node.config.log.max_message_bytes)
             assert {c.name for c in broker.configs} == {"message.max.bytes"}
             assert unknown.error_code == Errors.UNKNOWN_TOPIC_OR_PARTITION
-            assert "serves one topic, raftcore" in unknown.error_message
+            assert "topic 'orders' does not exist" in unknown.error_message
+            assert "own topic is raftcore" in unknown.error_message
 
     run(main())
 
 
-def test_create_topics_is_refused_per_topic_naming_the_one_topic_served(tmp_path):
+def test_create_topics_creates_other_topics_and_refuses_the_topic_served_as_existing(tmp_path):
+    """The topic served (--topic) exists and is fixed at format: TOPIC_ALREADY_EXISTS at every
+    version; another topic is created by the controller (tests/test_topics.py)."""
+
     async def main() -> None:
         async with cluster(tmp_path) as nodes:
+            await leader_of(nodes)
             cls = request_spec(ApiKey.CREATE_TOPICS).cls
-            topics = [
-                cls.CreatableTopic(name=n, num_partitions=1, replication_factor=1)
-                for n in ("orders", "raftcore")
-            ]
+            while not any(n.metadata.is_controller() and n.metadata.caught_up() for n in nodes):
+                await asyncio.sleep(0.02)
+            controller = next(n for n in nodes if n.metadata.is_controller())
             for version in (0, 4, 7):
+                topics = [
+                    cls.CreatableTopic(name=n, num_partitions=1, replication_factor=1)
+                    for n in (f"orders-{version}", "raftcore")
+                ]
                 answer = await raw_request(
-                    nodes[0], ApiKey.CREATE_TOPICS, version, cls(topics=topics, timeout_ms=100)
+                    controller, ApiKey.CREATE_TOPICS, version, cls(topics=topics, timeout_ms=5000)
                 )
                 orders, served = answer.topics  # type: ignore[attr-defined]
-                assert orders.error_code == Errors.POLICY_VIOLATION
+                assert orders.error_code == Errors.NONE
                 assert served.error_code == Errors.TOPIC_ALREADY_EXISTS
                 if version >= 1:
-                    assert orders.error_message.startswith("raftcore serves one topic, raftcore")
+                    assert "fixed when the data directory is formatted" in served.error_message
 
     run(main())
 

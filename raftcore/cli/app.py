@@ -28,6 +28,7 @@ from raftcore.cli.quorum import add_quorum_commands
 from raftcore.cli.snapshot import add_snapshot_commands, verdict_line
 from raftcore.cli.spark import add_spark_commands
 from raftcore.cli.storage_demo import run_storage_demo
+from raftcore.cli.topic import add_topic_commands
 from raftcore.cli.users import add_users_commands
 from raftcore.errors import RaftcoreError
 from raftcore.logtools import (
@@ -605,6 +606,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_certs_command(sub)
     _add_cluster_commands(sub)
     add_quorum_commands(sub)
+    add_topic_commands(sub)
     _finish(parser)
     return parser
 

@@ -13,7 +13,8 @@ DelayedDeleteRecords waits for the replicas' low watermarks:
 - NOT_LEADER_OR_FOLLOWER on any replica but the leader, or when the leadership ends first;
 - OFFSET_OUT_OF_RANGE past the high watermark (or below -1), OFFSET_NOT_AVAILABLE before the
   leader knows its high watermark, POLICY_VIOLATION when the node takes no snapshots (its log
-  prefix cannot go), UNKNOWN_TOPIC_OR_PARTITION for another topic or partition.
+  prefix cannot go); for a partition with no replica on this node, NOT_LEADER_OR_FOLLOWER when
+  the cluster has it (a created topic led elsewhere), else UNKNOWN_TOPIC_OR_PARTITION.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ async def delete_records(broker: Broker, body: Any, version: int) -> Any:
             )
             partition = broker.partition(topic.name, p.partition_index)
             if partition is None:
-                result.error_code = Errors.UNKNOWN_TOPIC_OR_PARTITION
+                result.error_code = broker.absent(topic.name, p.partition_index)
             else:
                 result.error_code, result.low_watermark = await _delete(
                     partition, p.offset, timeout_s

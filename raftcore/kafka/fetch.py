@@ -80,9 +80,11 @@ def fetch_once(broker: Broker, body: Any, version: int, cls: Any) -> tuple[Any, 
                 log_start_offset=-1,
                 records=b"",
             )
-            if partition is None:
+            if partition is None:  # led elsewhere, or not in the cluster
                 resp.error_code = (
-                    Errors.UNKNOWN_TOPIC_OR_PARTITION if version <= 12 else Errors.UNKNOWN_TOPIC_ID
+                    broker.absent(topic.topic, p.partition)
+                    if version <= 12
+                    else broker.absent(None, p.partition, bytes(topic.topic_id))
                 )
             else:
                 # At most the answer's budget (the client's MaxBytes, capped by the node's

@@ -31,7 +31,7 @@ def list_offsets(broker: Broker, body: Any, version: int) -> Any:
             partition = broker.partition(topic.name, p.partition_index)
             hw = None if partition is None else partition.high_watermark()
             if partition is None:
-                resp.error_code = Errors.UNKNOWN_TOPIC_OR_PARTITION
+                resp.error_code = broker.absent(topic.name, p.partition_index)
             elif not partition.is_leader() or hw is None:
                 resp.error_code = Errors.NOT_LEADER_OR_FOLLOWER
             elif p.timestamp == EARLIEST_TIMESTAMP:

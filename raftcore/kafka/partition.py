@@ -223,6 +223,15 @@ class Broker:
     #: the consumer groups' coordinators (raftcore.node.offsets_groups.GroupCoordinators);
     #: None where the node has none (then group requests hear COORDINATOR_NOT_AVAILABLE)
     coordinators: Any = None
+    #: the cluster metadata (topics created at run time) and the controller, when the node
+    #: has them (:class:`raftcore.kafka.cluster.Cluster`)
+    cluster: Any = None
+    #: where the leaders of partitions not replicated here are asked for (the node's)
+    leader_lookup: Any = None
+    #: the node's own topic (``NodeConfig.topic``): with ``cluster``, every other topic is
+    #: known by the metadata image alone (a replica still open here of a topic the image no
+    #: longer has is closing)
+    own_topic: str | None = None
 
     def produce_group(self, partition: Partition) -> ProduceGroup:
         """``partition``'s :class:`~raftcore.kafka.produce_group.ProduceGroup`."""
@@ -254,6 +263,28 @@ class Broker:
             if p.topic_id == topic_id and p.index == index:
                 return p
         return None
+
+    def absent(self, topic: str | None, index: int, topic_id: bytes | None = None) -> int:
+        """The error for partition ``index`` of a topic (by name, or by id) this node has no
+        replica of: NOT_LEADER_OR_FOLLOWER when the cluster metadata has it (it is led
+        elsewhere: the client asks Metadata again), else UNKNOWN_TOPIC_OR_PARTITION
+        (UNKNOWN_TOPIC_ID for an unknown id)."""
+        from raftcore.error_codes import Errors
+
+        image = None if self.cluster is None else self.cluster.image
+        found = None
+        if image is not None:
+            if topic is not None:
+                found = image.topic(topic)
+            elif topic_id is not None and len(topic_id) == 16:
+                from raftcore.metadata.topic_id import TopicId
+
+                found = image.topic_by_id(TopicId(topic_id))
+        if found is not None and 0 <= index < len(found.partitions):
+            return Errors.NOT_LEADER_OR_FOLLOWER
+        if topic is None and found is None:
+            return Errors.UNKNOWN_TOPIC_ID
+        return Errors.UNKNOWN_TOPIC_OR_PARTITION
 
     def topic_named_by(self, topic_id: bytes) -> str | None:
         """The name of the topic whose id is ``topic_id``; None if not served here."""

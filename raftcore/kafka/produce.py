@@ -46,8 +46,11 @@ async def produce(broker: Broker, body: Any, version: int) -> Any:
                 index=p.index, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1
             )
             partition = broker.partition(topic.name, p.index)
+            error: int | None = error_for_all
+            if partition is None and error is None:  # led elsewhere, or not in the cluster
+                error = broker.absent(topic.name, p.index)
             outcome = _produce_partition(
-                broker, partition, p, version, error_for_all, track=acks == -1, resp=resp
+                broker, partition, p, version, error, track=acks == -1, resp=resp
             )
             if isinstance(outcome, asyncio.Future):
                 assert partition is not None
@@ -73,12 +76,13 @@ async def produce(broker: Broker, body: Any, version: int) -> Any:
             (w[1] for w in waits if w[0].error_code == Errors.NOT_LEADER_OR_FOLLOWER), None
         )
     response = cls(responses=results, throttle_time_ms=0)
-    if any(
+    # KIP-951: where the new leader is, from a replica here that knows it (a partition with no
+    # replica here, led elsewhere, leaves it to Metadata)
+    if not_leader is not None and any(
         p.error_code == Errors.NOT_LEADER_OR_FOLLOWER
         for t in results
         for p in t.partition_responses
     ):
-        assert not_leader is not None
         response.node_endpoints = node_endpoints(not_leader, cls.NodeEndpoint)
     return response
 
@@ -101,8 +105,10 @@ def _answer(
         resp.log_start_offset = partition.log_start_offset()
         if appended.token is not None:
             waits.append((resp, partition, appended))
-    elif error in (Errors.NOT_LEADER_OR_FOLLOWER, Errors.FENCED_LEADER_EPOCH):
-        assert partition is not None
+    elif partition is not None and error in (
+        Errors.NOT_LEADER_OR_FOLLOWER,
+        Errors.FENCED_LEADER_EPOCH,
+    ):
         cls = response_spec(ApiKey.PRODUCE).cls
         resp.current_leader = current_leader(partition, cls.LeaderIdAndEpoch)
         return partition

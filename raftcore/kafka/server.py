@@ -19,10 +19,11 @@ from raftcore.kafka.group_membership import heartbeat, join_group, leave_group, 
 from raftcore.kafka.group_offsets import offset_commit, offset_fetch
 from raftcore.kafka.invalid_request import InvalidRequest
 from raftcore.kafka.list_offsets import list_offsets
-from raftcore.kafka.metadata import metadata
+from raftcore.kafka.metadata import NODE_CLIENT_ID, metadata
 from raftcore.kafka.produce import produce
 from raftcore.kafka.producer_ids import describe_producers, init_producer_id
 from raftcore.kafka.topic_admin import create_topics, describe_configs
+from raftcore.kafka.topic_create import create_partitions, delete_topics
 from raftcore.protocol.api import ApiKey, encode_response
 
 if TYPE_CHECKING:
@@ -74,6 +75,8 @@ async def handle(
         # Kafka shows a member's host as Java prints an InetAddress: "/127.0.0.1"
         host = f"/{client_host}" if client_host else ""
         response = join_group(broker, body, version, header.client_id or "", host)
+    elif key == ApiKey.METADATA:
+        response = metadata(broker, body, version, local_only=header.client_id == NODE_CLIENT_ID)
     else:
         response = handler(broker, body, version)
     if asyncio.iscoroutine(response):
@@ -106,4 +109,6 @@ HANDLERS: dict[int, Any] = {
     ApiKey.DESCRIBE_GROUPS: describe_groups,
     ApiKey.LIST_GROUPS: list_groups,
     ApiKey.DELETE_GROUPS: delete_groups,
+    ApiKey.DELETE_TOPICS: delete_topics,
+    ApiKey.CREATE_PARTITIONS: create_partitions,
 }

@@ -1,18 +1,20 @@
-"""DescribeConfigs (key 32) and CreateTopics (key 19), as far as a cluster that serves one
-topic can answer them.
+"""DescribeConfigs (key 32) and CreateTopics (key 19).
 
-DescribeConfigs reports the served topic's configuration and this node's, by Kafka's names
+DescribeConfigs reports a topic's configuration and this node's, by Kafka's names
 (``retention.ms``, ``retention.bytes``, ``segment.bytes``, ``segment.ms``,
 ``max.message.bytes``; for the broker ``log.retention.ms``, ``message.max.bytes`` ...), all
-read-only and set at start (STATIC_BROKER_CONFIG: the node's options). CreateTopics is
-answered per topic: POLICY_VIOLATION naming the one topic served (TOPIC_ALREADY_EXISTS for that
-one), so that an AdminClient prints words rather than an unsupported version."""
+read-only and set at start (STATIC_BROKER_CONFIG: the node's options), which every topic's
+replicas run with, the node's own and those created through the metadata (their own configs are
+stored, not applied yet). CreateTopics is the controller's (:mod:`raftcore.kafka.topic_create`);
+a broker without the cluster metadata (an embedding that gives none) answers it per topic with
+POLICY_VIOLATION naming the one topic served (TOPIC_ALREADY_EXISTS for that one)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from raftcore.error_codes import Errors
+from raftcore.kafka import topic_create
 from raftcore.protocol.api import ApiKey, response_spec
 
 if TYPE_CHECKING:
@@ -47,13 +49,16 @@ def describe_configs(broker: Broker, body: Any, version: int) -> Any:
         error, message, configs = Errors.NONE, None, {}
         name = resource.resource_name
         if resource.resource_type == TOPIC:
-            if name in broker.topics():
+            # a created topic's replicas run with the node's settings too (its own topic
+            # configs are kept in the metadata, not applied yet: docs/topics.md)
+            created = broker.cluster is not None and broker.cluster.image.topic(name) is not None
+            if name in broker.topics() or created:
                 configs = broker.topic_configs
             else:
                 error = Errors.UNKNOWN_TOPIC_OR_PARTITION
                 message = (
-                    f"topic {name!r} does not exist: this cluster serves one topic, "
-                    f"{served_topics(broker)}"
+                    f"topic {name!r} does not exist (this node's own topic is "
+                    f"{served_topics(broker)}; others are made with CreateTopics)"
                 )
         elif resource.resource_type == BROKER:
             if name in ("", str(broker.node_id)):
@@ -95,6 +100,8 @@ def describe_configs(broker: Broker, body: Any, version: int) -> Any:
 
 
 def create_topics(broker: Broker, body: Any, version: int) -> Any:
+    if broker.cluster is not None:  # topics are created through the metadata
+        return topic_create.create_topics(broker, body, version)
     cls = response_spec(ApiKey.CREATE_TOPICS).cls
     served = served_topics(broker)
     answers = []

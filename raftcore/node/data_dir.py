@@ -11,12 +11,18 @@ Layout::
                                  quorum-state and log/, laid out as partition 0's above
     <data-dir>/__consumer_offsets-<p>/  partition p of ``__consumer_offsets`` (consumer
                                  groups), made at the first start: raftcore.node.offsets_groups
+    <data-dir>/__cluster_metadata-0/  the metadata group (topics created at run time), over the
+                                 same voters; its replicas' directories are
+                                 :mod:`raftcore.node.topic_dirs`'
 
 Partition 0 of the topic lives in the data directory itself. ``raftcore format`` makes every
 partition's directory (with an empty quorum-state) and records their count
 (``partitions=N``); a node refuses to start when a formatted partition's directory is missing
 or it is started with another count: a group that found nothing would start as an empty voter,
-and two such voters are a majority that can lose acknowledged records.
+and two such voters are a majority that can lose acknowledged records. The same holds for the
+metadata group: ``raftcore format`` makes its directory and says so in ``meta.properties``
+(``cluster.metadata=1``); a directory formatted by a release before it gets the metadata group
+at its first start (the upgrade in place), and one that says it has it but lost it is refused.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from raftcore.raft.voters import directory_id_text, parse_directory_id
 
 __all__ = [
     "LOG_DIR",
+    "METADATA_DIR",
     "META_PROPERTIES",
     "STATE_DIR",
     "DataDirIdentity",
@@ -53,6 +60,8 @@ __all__ = [
 ]
 
 META_PROPERTIES = "meta.properties"
+METADATA_DIR = "__cluster_metadata-0"  # the metadata group's (Kafka's name)
+_METADATA_KEY = "cluster.metadata"  # in meta.properties: the metadata group was made
 _LEGAL_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")  # Kafka's legal topic names
 LOG_DIR = "log"
 STATE_DIR = "state"
@@ -127,6 +136,7 @@ def format_data_dir(
     if partitions < 1:
         raise RaftcoreError(f"partitions must be >= 1, got {partitions}")
     groups = [group_directory(path, topic, p) for p in range(partitions)]  # names checked
+    groups.append(path / METADATA_DIR)
     path.mkdir(parents=True, exist_ok=True)
     # the quorum-states first: a directory with meta.properties always has them
     for group in groups:
@@ -140,6 +150,7 @@ def format_data_dir(
             f"version=1\ncluster.id={cluster_id}\nnode.id={node_id}\n"
             f"directory.id={directory_id_text(directory_id)}\n"
             f"initial.voters={','.join(str(v) for v in voters)}\n{counted}"
+            f"{_METADATA_KEY}=1\n"
         ).encode(),
     )
     return directory_id
@@ -212,13 +223,11 @@ def check_meta_properties(cfg: NodeConfig) -> DataDirIdentity:
             f"{path} was formatted with initial voters {sorted(initial)}, but the node is "
             f"started with voters {sorted(cfg.voters)}; refusing to start"
         )
+    _check_metadata_group(cfg, path, props)
     written = props.get("directory.id")
     if written is None:  # an older release's directory: give it its id, in place
         directory_id = new_directory_id()
-        ending = "" if text.endswith("\n") or not text else "\n"
-        write_atomically(
-            path, f"{text}{ending}directory.id={directory_id_text(directory_id)}\n".encode()
-        )
+        _add_property(path, "directory.id", directory_id_text(directory_id))
         return DataDirIdentity(directory_id, initial)
     try:
         return DataDirIdentity(parse_directory_id(written), initial)
@@ -250,6 +259,32 @@ def _check_partitions(cfg: NodeConfig, path: Path, props: dict[str, str]) -> Non
                 "refusing to start, since an empty voter of it could lose acknowledged "
                 "records: restore the directory (docs/cluster.md)"
             )
+
+
+def _check_metadata_group(cfg: NodeConfig, path: Path, props: dict[str, str]) -> None:
+    """The metadata group's directory is there; a directory of a release before it gets one
+    (an empty quorum-state, a voter of the static voters as the other partitions are), and
+    ``meta.properties`` says so from then on, so that losing it later is refused."""
+    group = cfg.data_dir / METADATA_DIR
+    if props.get(_METADATA_KEY) == "1":
+        if not (group / QUORUM_STATE).is_file():
+            raise RaftcoreError(
+                f"{group / QUORUM_STATE} of the metadata group is missing; refusing to start, "
+                "since an empty voter of it could lose created topics: restore the directory "
+                "(docs/cluster.md)"
+            )
+        return
+    group.mkdir(exist_ok=True)
+    if not (group / QUORUM_STATE).is_file():
+        FileQuorumStateStore(group, cluster_id=cfg.cluster_id).write(ElectionState(epoch=0))
+    _add_property(path, _METADATA_KEY, "1")
+
+
+def _add_property(path: Path, key: str, value: str) -> None:
+    """Append ``key=value`` to ``meta.properties``, rewritten whole and atomically."""
+    text = path.read_text(encoding="utf-8")
+    ending = "" if text.endswith("\n") or not text else "\n"
+    write_atomically(path, f"{text}{ending}{key}={value}\n".encode())
 
 
 def _initial_voters(path: Path, props: dict[str, str]) -> frozenset[int] | None:

@@ -85,8 +85,9 @@ class RaftGroup:
         ``listener`` / ``state_machine``: as :class:`~raftcore.node.node.RaftNode` takes them.
         ``correlation_ids``: the node's one source of the ids of its cores' requests (the
         groups' requests share the connections to the peers). ``directory``: where the group
-        keeps its quorum-state and log, when not its topic-partition's place in the data
-        directory (``__consumer_offsets``' partitions: :mod:`raftcore.node.offsets_groups`)."""
+        lives when it is not a partition of ``NodeConfig.topic`` (the metadata group, a topic
+        created at run time: :mod:`raftcore.node.topic_dirs`; ``__consumer_offsets``'
+        partitions: :mod:`raftcore.node.offsets_groups`)."""
         self.config = config
         self.name = name
         # Where the group keeps its quorum-state, and its log under LOG_DIR: the one place

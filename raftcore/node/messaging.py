@@ -36,6 +36,7 @@ from raftcore.node.peer_apis import PeerApis
 from raftcore.node.peers import Peers
 from raftcore.node.preflight import warn_if_open_files_short
 from raftcore.node.tls_listener import serve_tls
+from raftcore.node.topic_ids import METADATA_TOPIC
 from raftcore.node.transport import CloseConnection, Later, ServerConnection
 from raftcore.protocol.api import (
     RAFT_ONLY_APIS,
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
     from raftcore.node.group import RaftGroup
     from raftcore.node.metrics import NodeMetrics
     from raftcore.node.peers import AddressBook
+    from raftcore.node.topic_ids import TopicIds
     from raftcore.raft import RaftCore
     from raftcore.security.sasl import SaslAuthenticator
 
@@ -68,6 +70,8 @@ __all__ = ["RAFT_APIS", "Messaging"]
 logger = logging.getLogger("raftcore.node.node")
 
 RAFT_APIS = RAFT_ONLY_APIS  # and a Fetch naming a replica
+_OWN_TOPIC_LANE, _METADATA_LANE, _TOPICS_LANE = "own", "metadata", "topics"
+ABSENT_PAUSE_S = 1.0  # how long a group's requests wait for a peer that has no such group
 
 
 class Messaging:
@@ -89,6 +93,7 @@ class Messaging:
         groups: Mapping[TopicPartition, RaftGroup],
         admin_handle: Callable[[Any, Any], Awaitable[Any]],
         correlation_ids: Iterator[int],
+        topic_ids: TopicIds | None = None,
     ) -> None:
         """``correlation_ids``: the node's one source of them, which its groups' cores use
         too: an answer on a connection to a peer is matched by (peer, correlation id)."""
@@ -99,10 +104,14 @@ class Messaging:
         self.kafka = kafka  # the node as the Kafka API sees it
         self.sasl = sasl  # SASL logins on the listener, or None
         self.groups = groups  # the node's Raft groups, where raft messages go
+        # the ids of their topics (raftcore.node.raft_wire; None: NodeConfig.topic's only)
+        self.topic_ids = topic_ids
         self._admin_handle = admin_handle  # the voter RPCs of an operator (raftcore.node.admin)
         self._correlation_ids = correlation_ids
         self.peers: Peers | None = None  # the connections to the other nodes, from listen()
         self._own_peers: Peers | None = None  # and those for the node's own requests
+        # and those of the metadata group, and of the topics created through it (listen())
+        self._side_peers: dict[str, Peers] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tls_context: Any = None  # the listener's ssl.SSLContext, or None (PLAINTEXT)
         self.servers: list[Any] = []  # asyncio.Server or TlsServer: one, or client and node
@@ -116,6 +125,11 @@ class Messaging:
         # raft requests the core has not answered yet: (Later, api key, version, correlation
         # id, when it came), by the token the core answers with
         self._inbound: dict[int, tuple[Later, int, int, int, float]] = {}
+        self._inbound_group: dict[int, TopicPartition] = {}  # the group each token went to
+        # (peer, group) -> until when (loop time) the group's requests to that peer wait: the
+        # peer answered that it has no such group (UNKNOWN_TOPIC_*): a node of the release
+        # before the metadata group, a replica not opened yet or already deleted there
+        self._absent_at: dict[tuple[int, TopicPartition], float] = {}
         self._token = 0
         self._foreign_peers: set[int] = set()  # answered INCONSISTENT_CLUSTER_ID (said once)
         # the node's own requests to peers: (peer, correlation id) -> (api key, version, future)
@@ -164,6 +178,19 @@ class Messaging:
             tls_context=peers.tls_context,
             login=peers.login,
         )
+        # The metadata group's Raft requests, and those of the created topics' groups, go on
+        # connections of their own too: an idle group's fetch waits at its leader (the
+        # purgatory, up to fetch_max_wait_ms) and holds back the answers to every request
+        # behind it on the connection, NodeConfig.topic's fetches too.
+        for lane in (_METADATA_LANE, _TOPICS_LANE):
+            self._side_peers[lane] = Peers(
+                peers.book,
+                peers.prefix,
+                functools.partial(self._side_callbacks, lane),
+                tls_context=peers.tls_context,
+                login=peers.login,
+                quiet=True,
+            )
         self._loop = asyncio.get_running_loop()
         self._tls_context = tls_context
         cfg = self.config
@@ -215,7 +242,10 @@ class Messaging:
         await self.peer_apis.close()
         if self._own_peers is not None:
             await self._own_peers.close()
+        for side in self._side_peers.values():
+            await side.close()
         self._inbound.clear()  # their connections close with the node
+        self._inbound_group.clear()
 
     # ---- raft messages on the wire ---------------------------------------------------------------
 
@@ -224,12 +254,12 @@ class Messaging:
         connection that asked (an fsync it had to wait for is behind it)."""
         if message.is_request:
             if isinstance(message.message, UpdateVoterRequest) and (
-                # names no partition: the peer gives it to partition 0 of the node's topic
-                # (never to __consumer_offsets-0, whose index is 0 too)
-                group != TopicPartition(self.config.topic, 0)
-                or not self.peer_apis.serves(message.destination, ApiKey.UPDATE_RAFT_VOTER)
+                # names no partition: the peer gives it to NodeConfig.topic's partition 0
+                group.partition != 0
+                or group.topic != self.config.topic
+                or not self.peer_apis.may_send(message.destination, ApiKey.UPDATE_RAFT_VOTER)
             ):
-                # Another partition's would be answered by partition 0's core, whose leader
+                # Another group's would be answered by partition 0's core, whose leader
                 # and epoch its own core would take for its own (and turn observer).
                 # A leader of the release before dynamic voters would close the connection
                 # (and the fetches on it): not sent, and lost for the core, which tells the
@@ -239,8 +269,12 @@ class Messaging:
                     self._not_sent, group, message.destination, message.correlation_id
                 )
                 return
+            if self._wait_for_absent(group, message):
+                return
             assert self.peers is not None
-            peer = self.peers.get(message.destination)  # opened now if need be
+            lanes = self._side_peers
+            connections = lanes.get(self._lane(group), self.peers)
+            peer = connections.get(message.destination)  # opened now if need be
             if peer is None:  # no address known (logged once by the address book)
                 return
             api_key, version, frame = raft_wire.encode_request(self, message, group)
@@ -257,6 +291,7 @@ class Messaging:
                 self.metrics.peer_sent_bytes += len(frame) + 4
             return
         pending = self._inbound.pop(message.correlation_id, None)
+        self._inbound_group.pop(message.correlation_id, None)
         if pending is None:
             return  # the node is stopping
         later, api_key, version, correlation_id, started = pending
@@ -265,6 +300,48 @@ class Messaging:
         parts = encode_response(api_key, version, correlation_id, body)
         self.metrics.inbound_sent_bytes += sum(len(part) for part in parts) + 4
         later.answer(parts)
+
+    def _wait_for_absent(self, group: TopicPartition, message: Outbound) -> bool:
+        """A request of ``group`` to a peer that said it has no such group, within
+        ABSENT_PAUSE_S of saying so, is held until then and handed back to the core as lost
+        (it asks again after its backoff): one probe per pause, not one per retry backoff
+        (the release before the metadata group logs every refusal)."""
+        key = (message.destination, group)
+        until = self._absent_at.get(key)
+        if until is None:
+            return False
+        assert self._loop is not None
+        left = until - self._loop.time()
+        if left <= 0:
+            del self._absent_at[key]
+            return False
+        self._loop.call_later(
+            left, self._not_sent, group, message.destination, message.correlation_id
+        )
+        return True
+
+    def group_closed(self, name: TopicPartition) -> None:
+        """The group ``name`` closed while the node runs (its topic deleted): the requests its
+        core had not answered yet (a parked fetch) are answered UNKNOWN_TOPIC_OR_PARTITION
+        now. A connection answers in the order it was asked: one never answered would hold
+        back every later answer on it, the other groups' too."""
+        for token in [t for t, n in self._inbound_group.items() if n == name]:
+            del self._inbound_group[token]
+            pending = self._inbound.pop(token, None)
+            if pending is None:
+                continue
+            later, api_key, version, correlation_id, _ = pending
+            code = (
+                Errors.UNKNOWN_TOPIC_ID
+                if api_key == ApiKey.FETCH
+                else Errors.UNKNOWN_TOPIC_OR_PARTITION
+            )
+            body = raft_wire.error_response(self, api_key, version, code)
+            later.answer(encode_response(api_key, version, correlation_id, body))
+        for key in [k for k, v in self._peer_requests.items() if v[2] == name]:
+            del self._peer_requests[key]
+        for absent in [k for k in self._absent_at if k[1] == name]:
+            del self._absent_at[absent]
 
     def _not_sent(self, name: TopicPartition, peer_id: int, correlation_id: int) -> None:
         group = self.groups.get(name)
@@ -320,6 +397,9 @@ class Messaging:
                     )
             else:
                 self._foreign_peers.discard(peer_id)
+            if message.error_code in (Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.UNKNOWN_TOPIC_ID):
+                assert self._loop is not None
+                self._absent_at[(peer_id, name)] = self._loop.time() + ABSENT_PAUSE_S
             group.run(lambda now: core.handle(peer_id, correlation_id, message, now))
 
         return on_response
@@ -331,12 +411,40 @@ class Messaging:
             snapshot download resumes from the bytes it holds)."""
             self.metrics.peer_opened += 1
             self.peer_apis.connected(peer_id)  # what it serves (after the failures below)
-            lost = [cid for (peer, cid) in self._peer_requests if peer == peer_id]
+            lost = [
+                cid
+                for (peer, cid), sent in self._peer_requests.items()
+                if peer == peer_id and self._lane(sent[2]) == _OWN_TOPIC_LANE
+            ]
             for cid in lost:
                 name = self._peer_requests.pop((peer_id, cid))[2]
                 self._not_sent(name, peer_id, cid)
 
         return on_connected
+
+    def _lane(self, group: TopicPartition) -> str:
+        """Which connections to a peer a group's requests go on (see :meth:`listen`)."""
+        if group.topic == self.config.topic:
+            return _OWN_TOPIC_LANE
+        return _METADATA_LANE if group.topic == METADATA_TOPIC else _TOPICS_LANE
+
+    def _side_callbacks(self, lane: str, peer_id: int) -> tuple[Any, Any, Any]:
+        """What a connection of ``lane`` to ``peer_id`` tells the node: answers as the main
+        connection's; a refusal is heard on the main connection (every group hears it there);
+        a new connection fails the requests of its lane's groups sent on the old one."""
+
+        def on_connected() -> None:
+            self.metrics.peer_opened += 1
+            lost = [
+                cid
+                for (peer, cid), sent in self._peer_requests.items()
+                if peer == peer_id and self._lane(sent[2]) == lane
+            ]
+            for cid in lost:
+                name = self._peer_requests.pop((peer_id, cid))[2]
+                self._not_sent(name, peer_id, cid)
+
+        return (self._response_handler(peer_id), lambda: None, on_connected)
 
     def _own_callbacks(self, peer_id: int) -> tuple[Any, Any, Any]:
         """What a connection for the node's own requests to ``peer_id`` tells it: answers
@@ -590,5 +698,6 @@ class Messaging:
         token = self._token
         started = time.perf_counter()
         self._inbound[token] = (later, api_key, version, header.correlation_id, started)
+        self._inbound_group[token] = name
         group.run(lambda now: group_core.handle(source, token, message, now))
         return later

@@ -10,7 +10,10 @@ event loop.
 Messages the core marks ``after_flush`` wait for the fsync that covers them; appends that
 arrive during an fsync are covered by the next one (group commit). The node hosts one group
 for each partition of the topic ``NodeConfig.topic`` (``NodeConfig.partitions``), all over
-the same voters, each electing its own leader; its embedding API works on partition 0.
+the same voters, each electing its own leader; its embedding API works on partition 0. Beside
+them (``extra_groups``) it hosts the metadata group, whose leader is the controller
+(:mod:`raftcore.node.cluster_metadata`), and a group for each replica of a topic created
+through it, over that partition's replicas (:mod:`raftcore.node.topic_groups`).
 
 Embedding API::
 
@@ -54,6 +57,7 @@ import itertools
 import logging
 import random
 import socket
+from collections import ChainMap
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
@@ -66,12 +70,14 @@ from raftcore.node import admin, committed_reads, fatal, forwarding, offsets_gro
 from raftcore.node.admin import AutoJoiner
 from raftcore.node.applier import Applier
 from raftcore.node.clock import now_ms
+from raftcore.node.cluster_metadata import ClusterMetadata
 from raftcore.node.committed_checkpoint import CommittedCheckpoint
 from raftcore.node.config import NodeConfig
 from raftcore.node.connection_limits import ConnectionLimits, RequestBudget
 from raftcore.node.connection_timeouts import ConnectionTimeouts
 from raftcore.node.data_dir import check_meta_properties
 from raftcore.node.group import RaftGroup
+from raftcore.node.leader_lookup import PeerLeaderLookup
 from raftcore.node.listeners import open_node_listener_warning
 from raftcore.node.messaging import Messaging
 from raftcore.node.metrics import NodeMetrics
@@ -83,6 +89,8 @@ from raftcore.node.rebuild import StateRebuild
 from raftcore.node.retention import Retention
 from raftcore.node.scrubber import Scrubber
 from raftcore.node.snapshotter import Snapshotter
+from raftcore.node.topic_groups import TopicGroups
+from raftcore.node.topic_ids import METADATA_TOPIC, METADATA_TOPIC_ID, TopicIds
 from raftcore.node.waiters import ChangeWaiters
 from raftcore.raft import Appended, LeaderAndEpoch, RaftCore
 from raftcore.raft.damage import Damage
@@ -91,7 +99,7 @@ from raftcore.records import Record
 from raftcore.security import tls
 from raftcore.security.sasl import SaslAuthenticator
 from raftcore.statemachine.api import StateMachine
-from raftcore.topic_partition import TopicPartition
+from raftcore.topic_partition import OFFSETS_TOPIC, TopicPartition
 
 __all__ = ["RaftNode"]
 
@@ -165,9 +173,21 @@ class RaftNode:
                 rng=None if rng is None else random.Random(rng.getrandbits(64)),
                 correlation_ids=self.correlation_ids,
             )
+        # The groups beside NodeConfig.topic's (raftcore.node.cluster_metadata): the metadata
+        # group, and the replicas of the topics created through it (raftcore.node.topic_groups).
+        # The Raft RPCs find every group in ``routes``; ``groups`` stays NodeConfig.topic's.
+        self.topic_ids = TopicIds()  # what the Raft RPCs name topics by (raftcore.node.topic_ids)
+        self.topic_ids.add(config.topic, config.topic_id)
+        self.topic_ids.add(METADATA_TOPIC, METADATA_TOPIC_ID)
+        self.extra_groups: dict[TopicPartition, RaftGroup] = {}
+        self.routes: ChainMap[TopicPartition, RaftGroup] = ChainMap(self.groups, self.extra_groups)
         self.kafka = kafka_broker(self)  # what the Kafka API sees of the node (raftcore.kafka)
-        # consumer groups: the __consumer_offsets partitions join self.groups after the broker
-        # was made, so they are not the node's topic (raftcore.node.offsets_groups)
+        self.topic_groups = TopicGroups(self)
+        self.metadata = ClusterMetadata.for_node(self, rng)  # in extra_groups
+        self.kafka.cluster = self.metadata
+        self.kafka.leader_lookup = PeerLeaderLookup(self)
+        # consumer groups: the __consumer_offsets partitions, in extra_groups
+        # (raftcore.node.offsets_groups)
         self.coordinators = offsets_groups.attach(self, rng)
         self.metrics_server: MetricsServer | None = None
         self.metrics_address: tuple[str, int] | None = None  # where they are served
@@ -183,7 +203,8 @@ class RaftNode:
             metrics=self.metrics,
             kafka=self.kafka,
             sasl=self.sasl,
-            groups=self.groups,
+            groups=self.routes,
+            topic_ids=self.topic_ids,
             admin_handle=lambda header, body: admin.handle(self, header, body),
             correlation_ids=self.correlation_ids,
         )
@@ -215,19 +236,22 @@ class RaftNode:
             send=self.messaging.send,
         )
         first_outputs = {group.name: started}
-        try:  # the other partitions' groups, with the directory id partition 0 runs with
-            for other in self.groups.values():
+        try:  # the other groups, with the directory id partition 0 runs with
+            self.topic_groups.found_on_disk()  # created topics' replicas (topic_dirs)
+            for other in list(self.routes.values()):
                 if other is not group:
                     first_outputs[other.name] = other.open(
                         self._loop,
                         directory_id=self.directory_id,
-                        joining=identity.joins,
+                        # a created topic's replica is a voter of its record's replicas
+                        joining=identity.joins
+                        and other.name.topic in (cfg.topic, METADATA_TOPIC, OFFSETS_TOPIC),
                         send=self.messaging.send,
                     )[0]
         except BaseException:
             for name in first_outputs:
-                self.groups[name].stop_timers()
-                await self.groups[name].close()
+                self.routes[name].stop_timers()
+                await self.routes[name].close()
             raise
         core = group.core
         assert core is not None  # opened
@@ -251,11 +275,9 @@ class RaftNode:
         self._ended = self._loop.create_future()
         self._started = True
         for name, output in first_outputs.items():
-            self.groups[name].begin(output)
+            self.routes[name].begin(output)
         self.coordinators.start()
-        # the topic's partitions only: __consumer_offsets' leaders are not spread yet
-        topic_groups = {n: g for n, g in self.groups.items() if n.topic == cfg.topic}
-        self._rebalance = LeaderRebalance.for_node(cfg, topic_groups, self.prefix, now_ms)
+        self._rebalance = LeaderRebalance.for_node(cfg, self.groups, self.prefix, now_ms)
         self._housekeeping = asyncio.ensure_future(self._housekeeping_loop())
         open_warning = open_node_listener_warning(cfg)
         if open_warning is not None:
@@ -288,7 +310,7 @@ class RaftNode:
         peers = self.peers
         readies = [
             ready
-            for group in self.groups.values()
+            for group in list(self.routes.values())
             if (ready := group.begin_shutdown(lambda: () if peers is None else peers.down()))
             is not None
         ]
@@ -314,7 +336,8 @@ class RaftNode:
     async def _close(self) -> None:
         if self.metrics_server is not None:
             await self.metrics_server.close()
-        for group in self.groups.values():
+        await self.topic_groups.close()
+        for group in list(self.routes.values()):
             group.stop_timers()
         await self.coordinators.close()
         if self._housekeeping is not None:
@@ -326,7 +349,7 @@ class RaftNode:
         await self.messaging.close()
         if self.peers is not None:
             await self.peers.close()
-        for group in self.groups.values():
+        for group in list(self.routes.values()):
             await group.close()
         self._started = False
         if self._ended is not None and not self._ended.done():
@@ -355,7 +378,7 @@ class RaftNode:
         if self._ended is not None and not self._ended.done():
             self._ended.set_exception(error)
             self._ended.exception()  # retrieved: nobody need be waiting
-        for group in self.groups.values():
+        for group in list(self.routes.values()):
             group.halt(error)  # no step runs any more; a stop waits for no resignation
         if self._closing is None:
             self._closing = asyncio.ensure_future(self._close())
@@ -372,7 +395,13 @@ class RaftNode:
                     self._auto_join.check()
                 if self._rebalance is not None and not self._stopping:
                     self._rebalance.tick()
+                self.topic_groups.want_reconcile()  # once the image has caught up
             await asyncio.sleep(SWEEP_EVERY_S)
+
+    def node_ids(self) -> list[int]:
+        """The nodes replicas are placed on: partition 0's voters."""
+        core = self.group.core
+        return sorted(core.voter_set) if core is not None else sorted(self.config.quorum.voters)
 
     # ---- the connections (raftcore.node.messaging) ---------------------------------------------
 

@@ -203,8 +203,8 @@ class GroupCoordinators:
 
 
 def attach(node: RaftNode, rng: random.Random | None) -> GroupCoordinators:
-    """Add the offsets partitions' Raft groups to ``node.groups`` (after the node's Kafka
-    broker was made: they are not the node's topic) and hand the broker their coordinators."""
+    """Add the offsets partitions' Raft groups to ``node.extra_groups`` (beside the metadata
+    group's: they are not the node's topic) and hand the broker their coordinators."""
     cfg = node.config
     group_cfg = _group_config(cfg)
     settings = GroupConfig(group_initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms)
@@ -237,6 +237,7 @@ def attach(node: RaftNode, rng: random.Random | None) -> GroupCoordinators:
         )
         shard.group = group
         shards.append(shard)
-        node.groups[name] = group
+        node.extra_groups[name] = group
+    node.topic_ids.add(OFFSETS_TOPIC, cfg.offsets_topic_id)  # the Raft RPCs name it so
     node.kafka.coordinators = coordinators
     return coordinators

@@ -40,6 +40,7 @@ def kafka_broker(node: RaftNode) -> Broker:
         metrics=node.metrics,
         producer_ids=node.producer_ids,
         partitions=[group.partition for group in node.groups.values()],
+        own_topic=cfg.topic,
         topic_configs={
             "cleanup.policy": "delete",
             "retention.ms": str(cfg.retention.retention_ms),

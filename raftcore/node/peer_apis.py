@@ -30,10 +30,12 @@ class PeerApis:
         self._ask = ask
         self.prefix = prefix
         self._served: dict[int, frozenset[int]] = {}
+        self._asking: set[int] = set()  # peers whose ApiVersions answer is awaited
         self._tasks: set[asyncio.Task[None]] = set()
 
     def connected(self, peer_id: int) -> None:
         """A new connection to ``peer_id`` is open: ask what it serves."""
+        self._asking.add(peer_id)
         task = asyncio.ensure_future(self._update(peer_id))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -43,12 +45,23 @@ class PeerApis:
         served = self._served.get(peer_id)
         return served is None or api_key in served
 
+    def may_send(self, peer_id: int, api_key: int) -> bool:
+        """``serves``, and while the first answer of a new connection is awaited, False: a
+        request sent in that window to a node of the previous release closed the connection
+        (the upgrade test saw it, the node just started: its first fetch answered before its
+        ApiVersions did). Held, the core asks again after its backoff."""
+        if peer_id in self._asking and peer_id not in self._served:
+            return False
+        return self.serves(peer_id, api_key)
+
     async def _update(self, peer_id: int) -> None:
         try:
             served = await self._ask(peer_id)
         except Exception as exc:  # lost, timed out, an answer that does not parse
             logger.debug("%s ApiVersions of node %d: no answer (%s)", self.prefix, peer_id, exc)
             return
+        finally:
+            self._asking.discard(peer_id)
         before = self._served.get(peer_id)
         self._served[peer_id] = served
         had = before is None or ApiKey.UPDATE_RAFT_VOTER in before

@@ -36,8 +36,12 @@ class PeerReachability:
         *,
         every_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        quiet: bool = False,
     ) -> None:
+        """``quiet``: lines at DEBUG only (another connection to the same peer says them)."""
         self.prefix = prefix
+        self._warning = logger.debug if quiet else logger.warning
+        self._info = logger.debug if quiet else logger.info
         self.what = what  # "voter 2"
         self.address = address
         self.every_s = every_s
@@ -54,7 +58,7 @@ class PeerReachability:
         if self._last_logged is None:
             self._down_since = self._last_logged = now
             self._logged_reason = reason
-            logger.warning(
+            self._warning(
                 "%s cannot reach %s at %s (%s); retrying",
                 self.prefix,
                 self.what,
@@ -63,7 +67,7 @@ class PeerReachability:
             )
         elif reason != self._logged_reason and now - self._last_logged >= REASON_CHANGE_EVERY_S:
             self._last_logged, self._logged_reason = now, reason
-            logger.warning(
+            self._warning(
                 "%s cannot reach %s at %s now (%s); retrying",
                 self.prefix,
                 self.what,
@@ -73,7 +77,7 @@ class PeerReachability:
         elif now - self._last_logged >= self.every_s:
             self._last_logged, self._logged_reason = now, reason
             assert self._down_since is not None
-            logger.warning(
+            self._warning(
                 "%s still cannot reach %s at %s (%s): %d attempts in %.0f s; retrying",
                 self.prefix,
                 self.what,
@@ -86,7 +90,7 @@ class PeerReachability:
     def connected(self) -> None:
         if self._last_logged is not None:
             assert self._down_since is not None
-            logger.info(
+            self._info(
                 "%s reached %s at %s again (after %d failed attempts in %.0f s)",
                 self.prefix,
                 self.what,

@@ -183,8 +183,12 @@ class Peers:
         tls_context: ssl.SSLContext | None = None,
         login: Any = None,
         clock: Callable[[], float] = time.monotonic,
+        quiet: bool = False,
     ) -> None:
+        """``quiet``: the reachability of each peer is logged at DEBUG only (a second set of
+        connections to the same peers, whose first set says it)."""
         self.book = book
+        self.quiet = quiet
         self.prefix = prefix
         self.callbacks = callbacks
         self.tls_context = tls_context
@@ -232,7 +236,9 @@ class Peers:
 
     def _open(self, node_id: int, endpoint: Endpoint) -> PeerConnection:
         on_response, on_refused, on_connected = self.callbacks(node_id)
-        health = PeerReachability(self.prefix, self.book.describe(node_id), str(endpoint))
+        health = PeerReachability(
+            self.prefix, self.book.describe(node_id), str(endpoint), quiet=self.quiet
+        )
         peer_tls = None
         if self.tls_context is not None:
             peer_tls = tls.PeerTls(self.tls_context, node_id, self.prefix)

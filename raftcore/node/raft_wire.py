@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from raftcore.error_codes import Errors
 from raftcore.errors import RaftcoreError
+from raftcore.node.topic_ids import TopicIds
 from raftcore.protocol.api import ApiKey, request_spec, response_spec
 from raftcore.protocol.api import decode_response as decode_frame
 from raftcore.protocol.api import encode_request as encode_frame
@@ -57,7 +58,7 @@ from raftcore.raft.messages import (
 )
 from raftcore.raft.values import LeaderAndEpoch, OffsetAndEpoch
 from raftcore.raft.voters import VoterEndpoint
-from raftcore.topic_partition import OFFSETS_TOPIC, TopicPartition
+from raftcore.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
     from raftcore.node.config import NodeConfig
@@ -81,7 +82,8 @@ __all__ = [
 
 class WireNode(Protocol):
     """What the wire format needs of a node: its configuration (cluster, topic, listener) and
-    its address book (the endpoints it tells and learns)."""
+    its address book (the endpoints it tells and learns); and, on a node that replicates more
+    topics than ``NodeConfig.topic``, ``topic_ids`` (:class:`~raftcore.node.topic_ids.TopicIds`)."""
 
     @property
     def config(self) -> NodeConfig: ...
@@ -126,20 +128,6 @@ class WrongPartition(RaftcoreError):
 # ---- requests out ----------------------------------------------------------------------------
 
 
-def _topic_id(cfg: Any, topic: str) -> bytes:
-    """The id of a topic whose partitions are Raft groups: the node's topic, or
-    ``__consumer_offsets`` (:mod:`raftcore.node.offsets_groups`)."""
-    return cfg.offsets_topic_id if topic == OFFSETS_TOPIC else cfg.topic_id  # type: ignore[no-any-return]
-
-
-def _topic_named_by(cfg: Any, topic_id: bytes) -> str | None:
-    if topic_id == cfg.topic_id:
-        return cfg.topic  # type: ignore[no-any-return]
-    if topic_id == cfg.offsets_topic_id:
-        return OFFSETS_TOPIC
-    return None
-
-
 def _named(node: WireNode, name: TopicPartition | None) -> TopicPartition:
     """The topic-partition a message is for: ``name``, or partition 0 of the topic."""
     return TopicPartition(node.config.topic, 0) if name is None else name
@@ -177,7 +165,7 @@ def encode_request(
             isolation_level=0,
             session_id=0,
             session_epoch=-1,
-            topics=[cls.FetchTopic(topic_id=_topic_id(cfg, name.topic), partitions=[partition])],
+            topics=[cls.FetchTopic(topic_id=_topic_id(node, name), partitions=[partition])],
             forgotten_topics_data=[],
             rack_id="",
         )
@@ -329,21 +317,20 @@ def _single_partition(
     node: WireNode, key: int, body: Any, *, by_id: bool = False
 ) -> tuple[TopicPartition, Any]:
     """The topic-partition a raft request names, and its partition part; WrongPartition when it
-    names more than one, or another topic than ``NodeConfig.topic`` (whether the node has a
-    group for the partition, the caller asks its groups)."""
-    cfg = node.config
+    names more than one, or a topic the node has no group of (whether it has a group for the
+    partition, the caller asks its groups)."""
     topics = body.topics
     if len(topics) != 1 or len(topics[0].partitions) != 1:
         raise WrongPartition(key, "a raft request must name exactly one topic-partition")
     topic = topics[0]
     if by_id:
-        named = _topic_named_by(cfg, bytes(topic.topic_id))
-        if named is None:
+        known = _ids(node).name_of(bytes(topic.topic_id))
+        if known is None:
             raise WrongPartition(key, "unknown topic id")
         partition = topic.partitions[0]
-        return TopicPartition(named, partition.partition), partition
+        return TopicPartition(known, partition.partition), partition
     name = topic.name if key == ApiKey.FETCH_SNAPSHOT else topic.topic_name
-    if name not in (cfg.topic, OFFSETS_TOPIC):
+    if name is None or _ids(node).id_of(name) is None:
         raise WrongPartition(key, f"unknown topic {name!r}")
     partition = topic.partitions[0]
     index = partition.partition if key == ApiKey.FETCH_SNAPSHOT else partition.partition_index
@@ -461,7 +448,6 @@ def encode_response(
     """The response body (to encode at ``version``) of a response the core of the group
     ``name`` produced (None: partition 0 of the topic)."""
     message = out.message
-    cfg = node.config
     name = _named(node, name)
     cls = response_spec(api_key).cls
     if isinstance(message, FetchResponse):
@@ -492,9 +478,7 @@ def encode_response(
             error_code=Errors.NONE,
             session_id=0,
             responses=[
-                cls.FetchableTopicResponse(
-                    topic_id=_topic_id(cfg, name.topic), partitions=[partition]
-                )
+                cls.FetchableTopicResponse(topic_id=_topic_id(node, name), partitions=[partition])
             ],
         )
         if version >= 16:
@@ -608,8 +592,8 @@ def decode_response(
         if len(body.responses) != 1 or len(body.responses[0].partitions) != 1:
             raise RaftcoreError("a fetch response must carry exactly one partition")
         p = body.responses[0].partitions[0]
-        topic = _topic_named_by(node.config, bytes(body.responses[0].topic_id))
-        _check_answers_for(name, topic or "", p.partition_index, api_key)
+        answered = _ids(node).name_of(bytes(body.responses[0].topic_id))
+        _check_answers_for(name, answered or "", p.partition_index, api_key)
         cl = p.current_leader
         diverging = None
         if p.diverging_epoch is not None and p.diverging_epoch.epoch >= 0:
@@ -658,6 +642,23 @@ def decode_response(
     if api_key == ApiKey.END_QUORUM_EPOCH:
         return EndQuorumEpochResponse(p.error_code, p.leader_id, p.leader_epoch)
     raise RaftcoreError(f"API {api_key} is not a raft response")
+
+
+def _ids(node: WireNode) -> TopicIds:
+    """The node's topic ids; a stand-in that knows only ``NodeConfig.topic`` has its topic's."""
+    ids = getattr(node, "topic_ids", None)
+    if ids is None:
+        ids = TopicIds()
+        ids.add(node.config.topic, node.config.topic_id)
+    return ids
+
+
+def _topic_id(node: WireNode, name: TopicPartition) -> bytes:
+    """The id of the topic of ``name`` (a group of this node: its topic is known)."""
+    topic_id = _ids(node).id_of(name.topic)
+    if topic_id is None:
+        raise RaftcoreError(f"{name}: the topic of no group on this node")
+    return topic_id
 
 
 def _check_answers_for(name: TopicPartition, topic: str, index: int, api_key: int) -> None:

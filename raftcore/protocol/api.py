@@ -60,11 +60,13 @@ class ApiKey(enum.IntEnum):
     SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
     DELETE_GROUPS = 42
+    CREATE_PARTITIONS = 37
     VOTE = 52
     BEGIN_QUORUM_EPOCH = 53
     END_QUORUM_EPOCH = 54
@@ -97,11 +99,13 @@ _NAMES = {
     ApiKey.SASL_HANDSHAKE: "SaslHandshake",
     ApiKey.API_VERSIONS: "ApiVersions",
     ApiKey.CREATE_TOPICS: "CreateTopics",
+    ApiKey.DELETE_TOPICS: "DeleteTopics",
     ApiKey.DELETE_RECORDS: "DeleteRecords",
     ApiKey.INIT_PRODUCER_ID: "InitProducerId",
     ApiKey.DESCRIBE_CONFIGS: "DescribeConfigs",
     ApiKey.SASL_AUTHENTICATE: "SaslAuthenticate",
     ApiKey.DELETE_GROUPS: "DeleteGroups",
+    ApiKey.CREATE_PARTITIONS: "CreatePartitions",
     ApiKey.VOTE: "Vote",
     ApiKey.BEGIN_QUORUM_EPOCH: "BeginQuorumEpoch",
     ApiKey.END_QUORUM_EPOCH: "EndQuorumEpoch",
@@ -135,11 +139,13 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.SASL_HANDSHAKE: (0, 1),  # advertised only by SASL listeners
     ApiKey.API_VERSIONS: (0, 4),
     ApiKey.CREATE_TOPICS: (0, 7),
+    ApiKey.DELETE_TOPICS: (0, 6),
     ApiKey.DELETE_RECORDS: (0, 2),
     ApiKey.INIT_PRODUCER_ID: (0, 4),
     ApiKey.DESCRIBE_CONFIGS: (0, 4),
     ApiKey.SASL_AUTHENTICATE: (0, 2),  # advertised only by SASL listeners
     ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.VOTE: (0, 2),
     ApiKey.BEGIN_QUORUM_EPOCH: (0, 1),
     ApiKey.END_QUORUM_EPOCH: (0, 1),
