@@ -220,7 +220,7 @@ async def offsets_leaders(nodes: list[RaftNode], timeout_s: float = 15.0) -> dic
             name = TopicPartition(OFFSETS_TOPIC, p)
             led = [n for n in running if n.coordinators.shards[p].coordinator is not None]
             if len(led) == 1 and all(
-                n.groups[name].leader_and_epoch.leader_id == led[0].node_id for n in running
+                n.routes[name].leader_and_epoch.leader_id == led[0].node_id for n in running
             ):
                 found[p] = led[0]
         if len(found) == count:
@@ -332,9 +332,9 @@ def test_a_commit_is_answered_once_committed_on_a_majority_and_survives_its_coor
             key = offset_commit_record("g", TopicPartition("raftcore", 0), None).key
             # committed when answered: the leader applied it, and a majority's logs hold it
             assert key in first.coordinators.shards[partition].state
-            hw = first.groups[name].high_watermark
+            hw = first.routes[name].high_watermark
             assert hw is not None
-            assert sum(n.groups[name].log.end_offset >= hw for n in nodes) >= 2
+            assert sum(n.routes[name].log.end_offset >= hw for n in nodes) >= 2
             fetched = await raw_request(first, ApiKey.OFFSET_FETCH, 3, _fetch_body("g"))
             assert _fetched(fetched) == {0: 5, 1: 8}
             await first.stop(timeout_s=0.5)
@@ -352,7 +352,7 @@ def test_the_offsets_partitions_are_not_the_nodes_topic_to_metadata_or_produce(t
             node = nodes[0]
             assert {p.topic for p in node.kafka.partitions} == {"raftcore"}
             assert node.kafka.partition(OFFSETS_TOPIC, 0) is None
-            assert TopicPartition(OFFSETS_TOPIC, 0) in node.groups
+            assert TopicPartition(OFFSETS_TOPIC, 0) in node.routes
             assert (node.config.data_dir / "__consumer_offsets-0" / "log").is_dir()
 
     run(go())
