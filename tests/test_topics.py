@@ -393,7 +393,8 @@ def test_a_restarted_node_opens_its_replicas_from_disk_and_deletes_those_of_dele
             back = RaftNode(down.config)
             nodes[nodes.index(down)] = back
             await back.start()
-            assert {tp for tp in back.extra_groups if tp.topic != "__cluster_metadata"} == {
+            internal = ("__cluster_metadata", "__consumer_offsets")
+            assert {tp for tp in back.extra_groups if tp.topic not in internal} == {
                 TopicPartition(t, p) for t in ("kept", "dropped") for p in (0, 1)
             }
             assert sorted(back.extra_groups[TopicPartition("kept", 0)].core.voter_set) == [1, 2, 3]
