@@ -8,6 +8,7 @@ topic with its leaders, also on nodes without a replica; Produce and Fetch find 
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import Callable
 from typing import Any
 
@@ -481,3 +482,63 @@ def test_a_data_directory_of_the_previous_release_gets_the_metadata_group_at_its
     shutil.rmtree(cfg.data_dir / METADATA_DIR)
     with pytest.raises(RaftcoreError, match="metadata group is missing"):
         run(RaftNode(cfg).start())
+
+
+def test_a_replica_whose_directory_was_lost_is_not_made_again_empty(tmp_path, caplog):
+    """Made again, it would come back empty as the voter it was (its votes and the records it
+    acknowledged gone): the node refuses it, once, with one ERROR line, and the partition goes
+    on with its other replicas; the node's other replicas open as before."""
+
+    async def main() -> None:
+        async with cluster(tmp_path) as nodes:
+            controller = await controller_of(nodes)
+            assert (await create_at(nodes, "kept", 2, 3)).error_code == Errors.NONE
+            await opened(nodes, "kept", 2)
+            down = next(n for n in nodes if n is not controller)
+            await down.stop()
+            shutil.rmtree(down.config.data_dir / "kept-0")
+            back = RaftNode(down.config)
+            nodes[nodes.index(down)] = back
+            with caplog.at_level("ERROR", logger="raftcore.node.node"):
+                await back.start()
+                await controller_of(nodes)
+                await wait_until(
+                    lambda: any(
+                        "refusing to make the replica" in r.message for r in caplog.records
+                    ),
+                    "the refusal",
+                )
+            assert TopicPartition("kept", 1) in back.extra_groups
+            assert TopicPartition("kept", 0) not in back.extra_groups
+            assert not (back.config.data_dir / "kept-0").exists()
+            lines = [r.message for r in caplog.records if "refusing to make" in r.message]
+            assert len(lines) == 1 and "kept-0" in lines[0] and "directory is gone" in lines[0]
+            # the partition goes on with its two other replicas
+            others = [n.extra_groups[TopicPartition("kept", 0)] for n in nodes if n is not back]
+            await wait_until(lambda: any(g.is_leader() for g in others), "a leader of kept-0")
+            leader = next(g for g in others if g.is_leader())
+            await leader.appends().append([(b"k", b"v")], True)
+
+    run(main())
+
+
+def test_a_node_formatted_to_join_refuses_the_replicas_placed_on_its_id_before(tmp_path):
+    """The ledger of a node formatted to join: at its first reconcile, a replica the metadata
+    placed on its node id before (on the node it replaces) is refused; one placed later is
+    made; a refusal holds across restarts and is forgotten once the topic is gone."""
+    from raftcore.node.replica_ledger import ReplicaLedger
+
+    old, new = TopicPartition("old", 0), TopicPartition("new", 0)
+    ledger = ReplicaLedger(tmp_path, formatted_to_join=True)
+    assert not ledger.may_make(b"\x01" * 16, old)  # placed before it joined
+    ledger.reconciled()
+    assert ledger.may_make(b"\x02" * 16, new)  # placed since
+    ledger.made_now(b"\x02" * 16, new)
+    ledger.reconciled()
+    again = ReplicaLedger(tmp_path, formatted_to_join=True)
+    assert not again.may_make(b"\x01" * 16, old)
+    assert not again.may_make(b"\x02" * 16, new)  # made, and its directory gone
+    again.placed_here(set())  # both topics gone
+    assert again.refused == set()
+    founding = ReplicaLedger(tmp_path / "f", formatted_to_join=False)
+    assert founding.may_make(b"\x01" * 16, old)  # a founding node's first reconcile makes all

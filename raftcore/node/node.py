@@ -237,7 +237,8 @@ class RaftNode:
         )
         first_outputs = {group.name: started}
         try:  # the other groups, with the directory id partition 0 runs with
-            self.topic_groups.found_on_disk()  # created topics' replicas (topic_dirs)
+            # created topics' replicas (topic_dirs) and the ledger of those made here
+            self.topic_groups.found_on_disk(formatted_to_join=identity.joins)
             for other in list(self.routes.values()):
                 if other is not group:
                     first_outputs[other.name] = other.open(

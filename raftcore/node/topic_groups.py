@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from raftcore.node.clock import now_ms
 from raftcore.node.config import NodeConfig
 from raftcore.node.group import RaftGroup
+from raftcore.node.replica_ledger import ReplicaLedger
 from raftcore.node.topic_dirs import (
     ReplicaDirectory,
     make_replica_directory,
@@ -65,6 +66,7 @@ class TopicGroups:
         self.replicas: dict[TopicPartition, ReplicaDirectory] = {}
         self._task: asyncio.Task[None] | None = None
         self._again = False
+        self.ledger: ReplicaLedger | None = None  # at start (found_on_disk)
 
     # ---- making a group ------------------------------------------------------------------------
 
@@ -89,11 +91,17 @@ class TopicGroups:
         node.kafka.partitions.append(group.partition)
         return group
 
-    def found_on_disk(self) -> None:
+    def found_on_disk(self, *, formatted_to_join: bool) -> None:
         """At start: a group for each replica directory in the data directory (opened with
-        the node's other groups)."""
-        for replica in replica_directories(self.node.config.data_dir):
+        the node's other groups), and the ledger of the replicas made here
+        (:mod:`raftcore.node.replica_ledger`)."""
+        node = self.node
+        self.ledger = ReplicaLedger(
+            node.config.data_dir, formatted_to_join=formatted_to_join, prefix=node.prefix
+        )
+        for replica in replica_directories(node.config.data_dir):
             self._group(replica)
+            self.ledger.known(replica.topic_id, replica.name)
 
     def _open(self, replica: ReplicaDirectory) -> None:
         node = self.node
@@ -134,6 +142,8 @@ class TopicGroups:
         group = node.extra_groups[name]
         replica = self.replicas[name]
         self._forget(name, group)
+        if self.ledger is not None:
+            self.ledger.placed_here_no_more(replica.topic_id, name)
         node.messaging.group_closed(name)  # its parked fetches answered: nothing waits on it
         group.stop_timers()
         await group.close()
@@ -168,10 +178,13 @@ class TopicGroups:
                     return
                 if wanted.get(name, (None,))[0] != replica.topic_id:
                     await self._close(name)
+            ledger = self.ledger
+            assert ledger is not None  # made at start
+            ledger.placed_here({(topic_id, n) for n, (topic_id, _) in wanted.items()})
             for name, (topic_id, voters) in wanted.items():
                 if node._stopping:
                     return
-                if name in self.replicas:
+                if name in self.replicas or not ledger.may_make(topic_id, name):
                     continue
                 try:
                     replica = make_replica_directory(
@@ -182,10 +195,12 @@ class TopicGroups:
                         voters=voters,
                     )
                     self._open(replica)
+                    ledger.made_now(topic_id, name)
                 except Exception as exc:
                     where = topic_directory(node.config.data_dir, name)
                     node._fail(f"cannot open the replica {name} at {where}: {exc}", exc)
                     return
+            await asyncio.get_running_loop().run_in_executor(None, ledger.reconciled)
             if not self._again:
                 return
 
