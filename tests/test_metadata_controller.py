@@ -17,6 +17,7 @@ from raftcore.metadata import (
     TopicRecord,
 )
 from raftcore.metadata.controller import (
+    MAX_CLUSTER_PARTITIONS,
     alter_configs,
     create_partitions,
     create_topic,
@@ -91,6 +92,7 @@ def test_a_new_id_is_never_one_a_live_topic_holds():
         ({"name": "my_topic"}, Errors.INVALID_TOPIC_EXCEPTION),  # collides with my.topic
         ({"partitions": 0}, Errors.INVALID_PARTITIONS),
         ({"partitions": -3}, Errors.INVALID_PARTITIONS),
+        ({"partitions": 1 << 20}, Errors.INVALID_PARTITIONS),  # past the cluster's bound
         ({"rf": 4}, Errors.INVALID_REPLICATION_FACTOR),
         ({"rf": 0}, Errors.INVALID_REPLICATION_FACTOR),
         ({"configs": {"retention.ms": "soon"}}, Errors.INVALID_CONFIG),
@@ -126,6 +128,19 @@ def test_create_partitions_only_adds_partitions():
     refused(Errors.UNKNOWN_TOPIC_OR_PARTITION, create_partitions, image, "x", 4, NODES)
     records = create_partitions(image, "orders", 5, NODES)
     assert [r.partition_id for r in records] == [3, 4]
+
+
+def test_no_request_takes_the_cluster_past_its_partition_bound_in_one_go_or_many():
+    """One hostile CreateTopics or CreatePartitions (1,048,576 partitions) would have the
+    controller place, and every node open, a million Raft groups: refused, naming the bound,
+    quickly (the placement is never computed)."""
+    image = MetadataImage()
+    create(image, partitions=MAX_CLUSTER_PARTITIONS - 10)
+    message = refused(Errors.INVALID_PARTITIONS, create, image, name="more", partitions=11)
+    assert f"at most {MAX_CLUSTER_PARTITIONS:,} partitions" in message
+    create(image, name="fits", partitions=10)
+    message = refused(Errors.INVALID_PARTITIONS, create_partitions, image, "orders", 1 << 20, NODES)
+    assert "would make" in message
 
 
 def test_alter_configs_sets_and_deletes_and_checks_every_change_first():

@@ -356,8 +356,8 @@ def build_body(key: ApiKey, version: int, cluster_id: str, rng: random.Random, *
         return cls(
             topics=[cls.TopicRequest(name=TOPIC, partition_indexes=rng.choice(([0], [0, 1], [])))]
         )
-    if key == ApiKey.FIND_COORDINATOR:  # no coordinator: INVALID_REQUEST with a message
-        return cls(key="group", key_type=0, coordinator_keys=["group", ""])
+    if key == ApiKey.FIND_COORDINATOR:
+        return cls(key="group", key_type=rng.choice((0, 1, 9)), coordinator_keys=["group", ""])
     if key == ApiKey.DESCRIBE_CONFIGS:
         resources = [
             cls.DescribeConfigsResource(
@@ -367,11 +367,77 @@ def build_body(key: ApiKey, version: int, cluster_id: str, rng: random.Random, *
             )
         ]
         return cls(resources=resources)
-    if key == ApiKey.CREATE_TOPICS:  # none is ever created
+    if key == ApiKey.CREATE_TOPICS:  # validate_only: none is ever created
         topic = cls.CreatableTopic(
-            name=rng.choice((TOPIC, "orders")), num_partitions=1, replication_factor=3
+            name=rng.choice((TOPIC, "orders", "")),
+            num_partitions=rng.choice((1, 0, -1, 1 << 20)),
+            replication_factor=rng.choice((3, 0, -1, 99)),
         )
-        return cls(topics=[topic], timeout_ms=100)
+        return cls(topics=[topic], timeout_ms=100, validate_only=True)
+    if key == ApiKey.CREATE_PARTITIONS:  # validate_only: none is ever added
+        topic = cls.CreatePartitionsTopic(
+            name=rng.choice((TOPIC, "orders", "")), count=rng.choice((2, 0, 1 << 20))
+        )
+        return cls(topics=[topic], timeout_ms=100, validate_only=True)
+    if key == ApiKey.DELETE_TOPICS:  # topics that do not exist: none is ever deleted
+        names = [rng.choice(("orders", "", "__cluster_metadata-x"))]
+        if hasattr(cls, "DeleteTopicState"):
+            return cls(
+                topics=[cls.DeleteTopicState(name=n, topic_id=bytes(16)) for n in names],
+                timeout_ms=100,
+            )
+        return cls(topic_names=names, timeout_ms=100)
+    group = rng.choice(("g", "", "x" * 300))  # consumer groups: a few names, bounded state
+    if key == ApiKey.JOIN_GROUP:
+        # answered at once: an empty group id is INVALID_GROUP_ID, an unknown member of a new
+        # group UNKNOWN_MEMBER_ID (a join that waits for the rebalance would hold back the
+        # answers behind it on its connection, which the harness reads as silence)
+        return cls(
+            group_id=rng.choice(("", "g")),
+            session_timeout_ms=rng.choice((6000, 0, -1, 1 << 30)),
+            rebalance_timeout_ms=rng.choice((6000, 0, -1)),
+            member_id="m-1",
+            protocol_type="consumer",
+            protocols=[cls.JoinGroupRequestProtocol(name="range", metadata=rng.randbytes(8))],
+        )
+    if key == ApiKey.SYNC_GROUP:
+        return cls(
+            group_id=group,
+            generation_id=rng.choice((1, -1, 0)),
+            member_id=rng.choice(("", "m-1")),
+            assignments=[cls.SyncGroupRequestAssignment(member_id="m-1", assignment=b"\x00")],
+        )
+    if key == ApiKey.HEARTBEAT:
+        return cls(group_id=group, generation_id=rng.choice((1, -1)), member_id="m-1")
+    if key == ApiKey.LEAVE_GROUP:
+        return cls(
+            group_id=group,
+            member_id="m-1",
+            members=[cls.MemberIdentity(member_id="m-1", group_instance_id=None)],
+        )
+    if key == ApiKey.OFFSET_COMMIT:
+        partition = cls.OffsetCommitRequestPartition(
+            partition_index=rng.choice((0, 7, -1)),
+            committed_offset=rng.choice((0, -1, 1 << 40)),
+            committed_metadata=rng.choice(("", None)),
+        )
+        return cls(
+            group_id=group,
+            generation_id=rng.choice((-1, 1)),
+            member_id="",
+            topics=[cls.OffsetCommitRequestTopic(name=TOPIC, partitions=[partition])],
+        )
+    if key == ApiKey.OFFSET_FETCH:
+        return cls(
+            group_id=group,
+            topics=[cls.OffsetFetchRequestTopic(name=TOPIC, partition_indexes=[0, 9])],
+        )
+    if key == ApiKey.DESCRIBE_GROUPS:
+        return cls(groups=[group, "nope"])
+    if key == ApiKey.LIST_GROUPS:
+        return cls(states_filter=rng.choice(([], ["Stable"], ["nope"])))
+    if key == ApiKey.DELETE_GROUPS:
+        return cls(groups_names=["nope", group])
     if key == ApiKey.SASL_HANDSHAKE:  # the fuzzed listeners have no SASL: ILLEGAL_SASL_STATE
         return cls(mechanism=rng.choice(("PLAIN", "SCRAM-SHA-256", "GSSAPI", "")))
     if key == ApiKey.SASL_AUTHENTICATE:

@@ -44,6 +44,20 @@ __all__ = [
 # Kafka's num.partitions and default.replication.factor: what CreateTopics' -1 asks for.
 DEFAULT_PARTITIONS = 1
 DEFAULT_REPLICATION_FACTOR = 1
+# The partitions a cluster may hold in all (created topics'), so that one request cannot make
+# a controller place, and every node open, a million Raft groups: each costs a node about
+# 4 descriptors and its share of the fetches (docs/topics.md).
+MAX_CLUSTER_PARTITIONS = 10_000
+
+
+def _check_partition_total(image: MetadataImage, name: str, adding: int) -> None:
+    held = sum(1 for _ in image.partitions())
+    if held + adding > MAX_CLUSTER_PARTITIONS:
+        raise MetadataError(
+            Errors.INVALID_PARTITIONS,
+            f"topic {name}: {adding} more partitions would make {held + adding}; a raftcore "
+            f"cluster holds at most {MAX_CLUSTER_PARTITIONS:,} partitions of created topics",
+        )
 
 
 def _partition_records(
@@ -87,6 +101,7 @@ def create_topic(
         raise MetadataError(
             Errors.INVALID_PARTITIONS, f"topic {name}: {partitions} partitions (at least 1)"
         )
+    _check_partition_total(image, name, partitions)
     for key, value in configs.items():
         check_config(name, key, value)
     # A fresh id, never one a live topic holds: a topic deleted and created again is a new
@@ -131,6 +146,7 @@ def create_partitions(
             f"topic {name} has {have} partitions; {count} would not add any "
             "(partitions can be added, never removed)",
         )
+    _check_partition_total(image, name, count - have)
     assignments = place_new_partitions(nodes, image, name, count)
     return _partition_records(found.topic_id, have, assignments)
 
