@@ -40,7 +40,10 @@ OPERATIONS = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
 # docs/operations.md, with /var/lib/raftcore and the archive's name as they are there
 BACKUP = "tar -C {data} -czf {archive} ."
 FORMAT = "raftcore format --data-dir {data} --cluster-id={cluster} --id {node} --no-initial-voters"
-RESTORE = "tar -C {data} -xzf {archive} --exclude=quorum-state --exclude=meta.properties"
+RESTORE = (
+    "tar -C {data} -xzf {archive} --exclude=quorum-state --exclude=meta.properties"
+    " --exclude=./__consumer_offsets*"
+)
 
 
 def sh(template: str, data: Path, archive: Path) -> None:
