@@ -88,14 +88,18 @@ def wait_quorum(
 
 
 def observing(node_id: int, directory: bytes | None) -> Any:
-    """A predicate: ``node_id`` of ``directory`` fetches as an observer and has caught up."""
+    """A predicate: ``node_id`` of ``directory`` fetches as an observer and has caught up: no
+    lag now, or caught up within the last 5 s (KIP-595's lastCaughtUpTimestamp; under a
+    writer that never stops, an observer on a loaded machine reaches the end only now and
+    then, and a sample may fall between: CI run 7 timed out at a lag of 180 records)."""
 
     def check(info: QuorumInfo) -> bool:
+        now_ms = time.time() * 1000
         return any(
             r.replica_id == node_id
             and r.directory_id == directory
-            and r.lag == 0
             and r.last_caught_up_ms > 0
+            and (r.lag == 0 or now_ms - r.last_caught_up_ms < 5000)
             for r in info.observers
         )
 
