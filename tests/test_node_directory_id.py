@@ -74,7 +74,8 @@ def test_a_meta_properties_written_before_directory_ids_gets_one_in_place(tmp_pa
     text = (tmp_path / META_PROPERTIES).read_text()
     assert text.startswith(old)  # the old lines as they were, the id added after them
     assert _props(tmp_path)["directory.id"] == directory_id_text(given)
-    assert sorted(os.listdir(tmp_path)) == [META_PROPERTIES]  # atomically: no temporary left
+    # atomically: no temporary left (beside the metadata group made at the same start)
+    assert sorted(os.listdir(tmp_path)) == ["__cluster_metadata-0", META_PROPERTIES]
     assert check_meta_properties(_config(tmp_path)).directory_id == given  # and kept from then on
 
 
@@ -86,6 +87,7 @@ def test_a_meta_properties_without_a_final_newline_is_upgraded_line_by_line(tmp_
         "cluster.id": "dir-id-cluster",
         "node.id": "1",
         "directory.id": directory_id_text(given),
+        "cluster.metadata": "1",  # the metadata group made at the same start (docs/topics.md)
     }
 
 

@@ -542,3 +542,22 @@ def test_a_node_formatted_to_join_refuses_the_replicas_placed_on_its_id_before(t
     assert again.refused == set()
     founding = ReplicaLedger(tmp_path / "f", formatted_to_join=False)
     assert founding.may_make(b"\x01" * 16, old)  # a founding node's first reconcile makes all
+
+
+def test_the_metadata_log_is_never_trimmed_whatever_the_nodes_retention_and_snapshots(tmp_path):
+    """Every node rebuilds its image from the whole metadata log: retention or a snapshot
+    trigger of the node's own (``--retention-ms``, DeleteRecords' snapshots on request) would
+    trim it and lose topics at the next start; a snapshot asked of its listener, which has
+    none, stopped a node whose quorum snapshots on request."""
+    import dataclasses
+
+    from test_node import configs
+
+    from raftcore.node.cluster_metadata import metadata_config
+
+    (cfg, *_) = configs(tmp_path)
+    quorum = dataclasses.replace(cfg.quorum, snapshots_on_request=True, snapshot_min_records=5)
+    retention = dataclasses.replace(cfg.retention, retention_ms=1000)
+    meta = metadata_config(dataclasses.replace(cfg, quorum=quorum, retention=retention))
+    assert not meta.quorum.snapshots_on_request and meta.quorum.snapshot_min_records == 0
+    assert meta.retention == type(cfg.retention)()

@@ -24,6 +24,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 from collections.abc import Callable
@@ -40,9 +41,11 @@ from raftcore.node.topic_groups import replica_config
 from raftcore.node.topic_ids import METADATA_TOPIC, METADATA_TOPIC_ID
 from raftcore.node.waiters import Waiters
 from raftcore.raft import CommittedBatch, LeaderAndEpoch
+from raftcore.raft.retention import RetentionConfig
 from raftcore.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
+    from raftcore.node.config import NodeConfig
     from raftcore.node.node import RaftNode
 
 __all__ = ["ClusterMetadata", "MetadataListener"]
@@ -79,6 +82,15 @@ class MetadataListener:
         self.moved.wake()
 
 
+def metadata_config(config: NodeConfig) -> NodeConfig:
+    """The node's configuration for the metadata group: over the static voters, and its log
+    never trimmed (no snapshots, no retention: every node rebuilds its image from the whole
+    log, so a trimmed log would lose topics)."""
+    replica = replica_config(config, tuple(config.quorum.voters))
+    quorum = dataclasses.replace(replica.quorum, snapshots_on_request=False)
+    return dataclasses.replace(replica, quorum=quorum, retention=RetentionConfig())
+
+
 class ClusterMetadata:
     """The node's metadata group, its image, and the controller's writes."""
 
@@ -100,7 +112,7 @@ class ClusterMetadata:
         name = TopicPartition(METADATA_TOPIC, 0)
         listener = MetadataListener(MetadataImage(), node.prefix, node.topic_groups.want_reconcile)
         group = RaftGroup(
-            replica_config(config, tuple(config.quorum.voters)),
+            metadata_config(config),
             name,
             prefix=f"[node {config.node_id} {name}]",
             metrics=node.metrics,
