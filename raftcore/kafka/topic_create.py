@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from raftcore.kafka.cluster import Cluster
     from raftcore.kafka.partition import Broker
 
+DYNAMIC_TOPIC_CONFIG = 1  # Kafka's ConfigSource of a topic's own config
+
 __all__ = ["create_partitions", "create_topics", "delete_topics"]
 
 METADATA_TOPIC = "__cluster_metadata"
@@ -147,6 +149,18 @@ async def create_topics(broker: Broker, body: Any, version: int) -> Any:
             result.topic_id = made[0].topic_id.raw
             result.num_partitions = len(placed)
             result.replication_factor = len(placed[0].replicas)
+            # the topic's configs (v5+), as Kafka answers a created topic: never null there
+            # (Kafka's own kafka-topics --create reads them, and failed on a null)
+            result.configs = [
+                cls.CreatableTopicConfigs(
+                    name=k,
+                    value=v,
+                    read_only=False,
+                    config_source=DYNAMIC_TOPIC_CONFIG,
+                    is_sensitive=False,
+                )
+                for k, v in sorted(configs.items())
+            ]
     return cls(throttle_time_ms=0, topics=answers)
 
 

@@ -4,9 +4,9 @@
   ``max.connections.per.ip``. A connection past a cap is closed as it is accepted (before a
   TLS handshake), counted by reason, and logged once per host and reason, then once per 30 s
   with the count of those left out. The voters' own hosts are exempt from the per-IP cap (the
-  other voters connect from them: a voter refused cannot replicate) and may go
-  ``len(voters)`` connections past ``max.connections``, so that a flood from elsewhere cannot
-  lock a voter out when it reconnects.
+  other voters connect from them: a voter refused cannot replicate) and may go ``reserve``
+  connections past ``max.connections`` (each voter's connections to the node: four), so that
+  a flood from elsewhere cannot lock a voter out when it reconnects.
 - :class:`RequestBudget`: Kafka's ``queued.max.request.bytes`` with its ``MemoryPool``
   semantics: bytes of requests received (or being received) and not yet answered, across
   every connection. A large frame (one that gets a buffer of its own,

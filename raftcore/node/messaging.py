@@ -72,6 +72,9 @@ logger = logging.getLogger("raftcore.node.node")
 RAFT_APIS = RAFT_ONLY_APIS  # and a Fetch naming a replica
 _OWN_TOPIC_LANE, _METADATA_LANE, _TOPICS_LANE = "own", "metadata", "topics"
 ABSENT_PAUSE_S = 1.0  # how long a group's requests wait for a peer that has no such group
+# The connections each other node opens to this one: its node topic's Raft traffic, its own
+# requests (Messaging._own_peers), and the metadata and created topics' lanes.
+PEER_CONNECTIONS = 4
 
 
 class Messaging:
@@ -140,7 +143,10 @@ class Messaging:
         self.limits = ConnectionLimits(
             config.max_connections,
             config.max_connections_per_ip,
-            reserve=len(config.voters),
+            # every voter's connections past max.connections, so that a flood from elsewhere
+            # cannot lock a voter out (with one lane each, four connections each since the
+            # metadata and topics lanes; CI run 8 saw a voters' host refused in a flood)
+            reserve=len(config.voters) * PEER_CONNECTIONS,
             prefix=prefix,
         )
         self.request_budget = RequestBudget(config.queued_max_request_bytes)
