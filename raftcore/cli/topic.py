@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from typing import Any
 
 from raftcore.cli import args as types
 from raftcore.error_codes import Errors
@@ -37,6 +38,14 @@ def _config(text: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
+def _connection(args: argparse.Namespace) -> dict[str, Any]:
+    """The options every topic command hands the client: its deadline and its security."""
+    return {
+        "timeout_s": args.timeout_ms / 1000,
+        "security": load_client_security(args.command_config),
+    }
+
+
 def _cmd_create(args: argparse.Namespace) -> int:
     from raftcore.client.topics import create_topic
 
@@ -48,8 +57,7 @@ def _cmd_create(args: argparse.Namespace) -> int:
             replication_factor=args.replication_factor,
             configs=dict(args.config),
             validate_only=args.validate_only,
-            timeout_s=args.timeout_ms / 1000,
-            security=load_client_security(args.command_config),
+            **_connection(args),
         )
     )
     print(outcome.line)
@@ -63,8 +71,7 @@ def _cmd_delete(args: argparse.Namespace) -> int:
         delete_topic(
             _bootstrap(args),
             args.topic,
-            timeout_s=args.timeout_ms / 1000,
-            security=load_client_security(args.command_config),
+            **_connection(args),
         )
     )
     print(outcome.line)
@@ -78,8 +85,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
         describe_topics(
             _bootstrap(args),
             None,
-            timeout_s=args.timeout_ms / 1000,
-            security=load_client_security(args.command_config),
+            **_connection(args),
         )
     )
     for t in sorted(topics, key=lambda t: t.name):
@@ -94,8 +100,7 @@ def _cmd_describe(args: argparse.Namespace) -> int:
         describe_topics(
             _bootstrap(args),
             None if args.topic is None else [args.topic],
-            timeout_s=args.timeout_ms / 1000,
-            security=load_client_security(args.command_config),
+            **_connection(args),
         )
     )
     print(format_topics(sorted(topics, key=lambda t: t.name)))
